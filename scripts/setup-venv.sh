@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create (or refresh) the controller virtualenv in .venv from requirements.txt.
+# Re-running is cheap: nothing is installed while requirements.txt is unchanged.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+echo "gpunuma: installing controller packages into .venv" >&2
+"$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -r requirements.txt
+echo "$want" > "$stamp"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run every gpunuma test: unit tests, module and playbook runs on localhost,
+# ansible-lint (production profile), and the molecule scenarios (a systemd
+# container fleet and a QEMU VM with two real NUMA nodes).
+# Installs what it needs first. Extra arguments go to pytest (e.g. -m unit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-venv.sh
+if [ "$(id -u)" = 0 ]; then
+  scripts/setup-host.sh
+else
+  echo "gpunuma: not root; skipping host set-up (Docker, QEMU)" >&2
+fi
+export PATH="$PWD/.venv/bin:$PATH"
+exec .venv/bin/python -m pytest "$@"
