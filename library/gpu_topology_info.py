@@ -1,0 +1,252 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# gpunuma: GPU <-> NUMA <-> NIC topology discovery.
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_topology_info
+short_description: Discover which CPUs, memory and NICs each GPU is close to
+description:
+  - Builds a C(gpunuma.topology/v1) document for one node: its NUMA nodes (CPUs, memory,
+    distances, hyperthread sibling groups), its NVIDIA GPUs with the CPU-bearing NUMA node
+    each one should be bound to, the GPU x GPU and GPU x NIC link matrices, and the NICs
+    and NVMe controllers with their NUMA nodes.
+  - Sources are tried in order of trust, each optional; which ones contributed is returned
+    in RV(topology.sources) and every problem in RV(topology.warnings).
+    NVML (the C(nvidia-ml-py) package) gives GPU identity, CPU affinity, NUMA id and links;
+    C(nvidia-smi topo -m) gives links, affinities and NIC names when NVML is missing;
+    sysfs (C(/sys/devices/system/node), C(/sys/bus/pci/devices)) gives NUMA nodes, PCI
+    placement, NICs and NVMe.
+  - A GPU's binding node comes from the NVML NUMA id, else sysfs C(numa_node), else the
+    nvidia-smi NUMA affinity, else the node whose CPUs hold the GPU's CPU affinity (sysfs
+    C(numa_node) is -1 in many VMs). A CPU-less node (Grace HBM) is never the binding node;
+    it is reported as the GPU's RV(topology.gpus[].gpu_numa_id).
+  - A node without GPUs returns C(gpus=[]); that is not an error.
+  - Offline inputs make the same discovery run anywhere - O(sysfs_root), O(nvidia_smi_topo_file),
+    O(nvml_dump) - for support bundles, tests and CI.
+version_added: "0.1.0"
+author: gpunuma maintainers
+options:
+  sysfs_root:
+    description:
+      - Directory holding C(sys/) and C(proc/) to read instead of the live host (a support
+        bundle or a test tree). When set, live NVML and nvidia-smi are not queried.
+    type: path
+  nvidia_smi_topo_file:
+    description:
+      - A saved C(nvidia-smi topo -m) output. Given alone (without O(sysfs_root) or
+        O(nvml_dump)), the topology is built from that text only and nothing local is read.
+    type: path
+  nvml_dump:
+    description:
+      - A recorded NVML dump (C(gpunuma.nvml-dump/v1), see O(record_nvml_dump)) replayed instead of
+        live NVML.
+    type: path
+  record_nvml_dump:
+    description:
+      - Query NVML live on the node and write the dump to this path (mode 0644), so it can be
+        replayed elsewhere with O(nvml_dump). Not written in check mode.
+    type: path
+  sources:
+    description:
+      - Which sources may be used. Removing one skips it (for example C(nvml) on a node where
+        the driver is being upgraded).
+    type: list
+    elements: str
+    choices: [nvml, nvidia_smi, sysfs]
+    default: [nvml, nvidia_smi, sysfs]
+  nvidia_smi_path:
+    description: Path to C(nvidia-smi); by default it is looked up on C(PATH).
+    type: path
+  hostname:
+    description: Name recorded in the topology; defaults to the node's host name.
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - Needs no GPU: a node without NVIDIA devices returns an empty C(gpus) list.
+  - NVML is used only when the C(pynvml) module (package C(nvidia-ml-py)) imports on the node.
+seealso:
+  - name: gpunuma topology contract
+    description: Every field of C(gpunuma.topology/v1).
+    link: https://github.com/gpunuma/gpunuma/blob/main/docs/topology-v1.md
+"""
+
+EXAMPLES = r"""
+- name: Discover the live topology
+  gpu_topology_info:
+  register: topo
+
+- name: Bind to the node of GPU 0
+  ansible.builtin.debug:
+    msg: "GPU 0 sits on NUMA node {{ topo.topology.gpus[0].numa_node }}"
+
+- name: Parse a pasted nvidia-smi topo -m output (nothing local is read)
+  gpu_topology_info:
+    nvidia_smi_topo_file: /tmp/topo.txt
+  delegate_to: localhost
+
+- name: Record NVML on a GPU node for later replay
+  gpu_topology_info:
+    record_nvml_dump: /var/tmp/nvml-dump.json
+
+- name: Replay a support bundle
+  gpu_topology_info:
+    sysfs_root: /srv/bundles/gpu-a01
+    nvml_dump: /srv/bundles/gpu-a01/nvml-dump.json
+    hostname: gpu-a01
+"""
+
+RETURN = r"""
+topology:
+  description: The node's topology (C(gpunuma.topology/v1)); see docs/topology-v1.md for every field.
+  returned: success
+  type: dict
+  contains:
+    schema:
+      description: Always C(gpunuma.topology/v1).
+      type: str
+    hostname:
+      description: The node.
+      type: str
+    fingerprint:
+      description: C(sha256:) hash of the hardware layout only (nodes, CPUs, GPU placement, links, NICs, driver major).
+      type: str
+    sources:
+      description: Which of C(nvml), C(nvidia_smi), C(sysfs) contributed.
+      type: list
+      elements: str
+    warnings:
+      description: Every problem met, with the fallback taken.
+      type: list
+      elements: str
+    complete:
+      description: False when a source failed and what it would have given is missing.
+      type: bool
+    numa_nodes:
+      description: C(id), C(cpus) (canonical list), C(has_cpus), C(memory_total_bytes), C(memory_free_bytes), C(distances), C(cores).
+      type: list
+      elements: dict
+    gpus:
+      description: >-
+        Ordered by index: C(index), C(uuid), C(name), C(pci_bus_id), C(cpu_affinity), C(numa_affinity),
+        C(gpu_numa_id), C(numa_node), C(numa_node_source), C(pcie), C(mig_enabled), C(memory_total_bytes).
+      type: list
+      elements: dict
+    gpu_links:
+      description: GPU x GPU link codes (C(X), C(NV#), C(PIX), C(PXB), C(PHB), C(NODE), C(SYS)).
+      type: list
+      elements: list
+    nics:
+      description: C(name), C(netdevs), C(pci_bus_id), C(numa_node).
+      type: list
+      elements: dict
+    gpu_nic_links:
+      description: One row per GPU, one column per NIC.
+      type: list
+      elements: list
+    nvme:
+      description: C(name), C(pci_bus_id), C(numa_node).
+      type: list
+      elements: dict
+    numa_balancing:
+      description: The live C(kernel.numa_balancing), or null.
+      type: int
+    driver_version:
+      description: NVIDIA driver version, or null.
+      type: str
+  sample:
+    schema: gpunuma.topology/v1
+    hostname: gpu-a01
+    sources: [nvml, sysfs]
+    gpus:
+      - index: 0
+        pci_bus_id: "0000:18:00.0"
+        numa_node: 0
+        numa_node_source: nvml
+nvml_dump_path:
+  description: Where the NVML dump was written, when O(record_nvml_dump) was given and not in check mode.
+  returned: when recorded
+  type: str
+"""
+
+import json
+import os
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.discover import discover
+from ansible.module_utils.gpunuma.errors import GpunumaError
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            sysfs_root=dict(type="path"),
+            nvidia_smi_topo_file=dict(type="path"),
+            nvml_dump=dict(type="path"),
+            record_nvml_dump=dict(type="path"),
+            sources=dict(type="list", elements="str", choices=["nvml", "nvidia_smi", "sysfs"],
+                         default=["nvml", "nvidia_smi", "sysfs"]),
+            nvidia_smi_path=dict(type="path"),
+            hostname=dict(type="str"),
+        ),
+        mutually_exclusive=[("nvml_dump", "record_nvml_dump")],
+        supports_check_mode=True,
+    )
+    params = module.params
+
+    def run_nvidia_smi():
+        binary = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
+        if not binary:
+            return None, "nvidia-smi not found on PATH"
+        rc, out, err = module.run_command([binary, "topo", "-m"], environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            return None, "nvidia-smi topo -m exited %d: %s" % (rc, (err or out).strip()[:300])
+        return out, None
+
+    try:
+        result = discover(
+            hostname=params["hostname"] or socket.gethostname(),
+            sysfs_root=params["sysfs_root"],
+            topo_file=params["nvidia_smi_topo_file"],
+            nvml_dump=params["nvml_dump"],
+            sources=params["sources"],
+            run_nvidia_smi=run_nvidia_smi,
+            keep_nvml_dump=bool(params["record_nvml_dump"]),
+        )
+    except GpunumaError as exc:
+        module.fail_json(msg=str(exc))
+
+    out = dict(changed=False, topology=result["topology"])
+    dest = params["record_nvml_dump"]
+    if dest:
+        dump = result.get("nvml_dump")
+        if dump is None:
+            module.fail_json(msg="record_nvml_dump=%s: NVML could not be queried on this node: %s"
+                             % (dest, result.get("nvml_error") or "not attempted"), topology=result["topology"])
+        if not module.check_mode:
+            tmp = dest + ".tmp"
+            try:
+                with open(tmp, "w") as handle:
+                    json.dump(dump, handle, indent=1, sort_keys=True)
+                    handle.write("\n")
+                os.chmod(tmp, 0o644)
+                module.atomic_move(tmp, dest)
+            except (IOError, OSError) as exc:
+                module.fail_json(msg="record_nvml_dump=%s cannot be written: %s" % (dest, exc))
+            out["nvml_dump_path"] = dest
+            out["changed"] = True
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

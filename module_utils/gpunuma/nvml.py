@@ -1,0 +1,236 @@
+"""NVML adapter: query live NVML (nvidia-ml-py) into a replayable dump.
+
+The dump (``gpunuma.nvml-dump/v1``) is plain JSON, so the same topology code
+runs on a GPU node (live) and anywhere else (replay: tests, CI, support
+bundles). A field NVML could not answer holds ``{"nvml_error": "<name>"}``
+instead of a value: ``NotSupported`` for ``nvmlDeviceGetNumaNodeId`` is
+normal on many machines (VMs, older drivers) and is not a failure.
+
+What NVML must answer for a GPU to be usable (its handle, PCI bus id, UUID)
+is essential: a failure there raises :class:`NvmlError`, and the caller falls
+back to the other sources rather than presenting a half-filled topology.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible.module_utils.gpunuma.errors import NvmlError
+
+DUMP_SCHEMA = "gpunuma.nvml-dump/v1"
+CPU_WORD_BITS = 64
+# Enough 64-bit words for 4096 CPUs; NVML fills what exists.
+CPU_AFFINITY_WORDS = 64
+
+# nvmlGpuTopologyLevel_t -> nvidia-smi topo -m code (INTERNAL: two GPUs on one
+# board, e.g. a K80, which nvidia-smi shows as PIX)
+TOPOLOGY_LEVEL_CODES = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+_NVLINK_MAX_LINKS = 18
+
+
+def normalize_bus_id(bus_id):
+    """NVML writes ``00000000:18:00.0``; sysfs ``0000:18:00.0``. Return the latter, lower-case."""
+    if isinstance(bus_id, bytes):
+        bus_id = bus_id.decode("ascii", "replace")
+    text = str(bus_id).strip().lower()
+    parts = text.split(":")
+    if len(parts) != 3 or "." not in parts[2]:
+        raise NvmlError("PCI bus id %r is not of the form DOMAIN:BUS:DEVICE.FUNCTION" % (bus_id,))
+    domain = int(parts[0], 16)
+    return "%04x:%s:%s" % (domain, parts[1].zfill(2), parts[2])
+
+
+def is_error(value):
+    return isinstance(value, dict) and "nvml_error" in value
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+class _Query(object):
+    """Wraps pynvml so non-essential calls record errors instead of raising."""
+
+    def __init__(self, nvml):
+        self.nvml = nvml
+
+    def error_name(self, exc):
+        name = type(exc).__name__
+        if name.startswith("NVMLError_"):
+            return name[len("NVMLError_"):]
+        return "%s: %s" % (name, exc)
+
+    def optional(self, func, *args):
+        try:
+            return func(*args)
+        except Exception as exc:  # pynvml raises a family of NVMLError subclasses
+            if isinstance(exc, self.nvml.NVMLError) or isinstance(exc, (AttributeError, TypeError)):
+                return {"nvml_error": self.error_name(exc)}
+            raise
+
+    def essential(self, what, func, *args):
+        try:
+            return func(*args)
+        except Exception as exc:
+            raise NvmlError("NVML failed during %s: %s" % (what, self.error_name(exc)))
+
+
+def collect(nvml=None):
+    """Query NVML live and return a ``gpunuma.nvml-dump/v1`` dict.
+
+    ``nvml`` is the ``pynvml`` module (injectable for tests). Raises
+    :class:`NvmlError` when NVML is missing, cannot initialise, or fails on an
+    essential query mid-way.
+    """
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            raise NvmlError("NVML unavailable: the Python package nvidia-ml-py (pynvml) is not installed")
+    q = _Query(nvml)
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:
+        raise NvmlError("NVML unavailable: nvmlInit failed: %s" % q.error_name(exc))
+    try:
+        dump = {
+            "schema": DUMP_SCHEMA,
+            "driver_version": _text(q.optional(nvml.nvmlSystemGetDriverVersion)),
+            "nvml_version": _text(q.optional(nvml.nvmlSystemGetNVMLVersion)),
+            "cuda_driver_version": q.optional(nvml.nvmlSystemGetCudaDriverVersion),
+            "cpu_word_bits": CPU_WORD_BITS,
+            "gpus": [],
+            "topology_levels": [],
+        }
+        count = q.essential("nvmlDeviceGetCount", nvml.nvmlDeviceGetCount)
+        handles = []
+        for index in range(count):
+            where = "GPU %d" % index
+            handle = q.essential("%s nvmlDeviceGetHandleByIndex" % where, nvml.nvmlDeviceGetHandleByIndex, index)
+            handles.append(handle)
+            pci = q.essential("%s nvmlDeviceGetPciInfo" % where, nvml.nvmlDeviceGetPciInfo, handle)
+            gpu = {
+                "index": index,
+                "name": _text(q.optional(nvml.nvmlDeviceGetName, handle)),
+                "uuid": _text(q.essential("%s nvmlDeviceGetUUID" % where, nvml.nvmlDeviceGetUUID, handle)),
+                "pci_bus_id": normalize_bus_id(pci.busId),
+                "numa_node_id": q.optional(getattr(nvml, "nvmlDeviceGetNumaNodeId", None), handle),
+                "pcie": {
+                    "gen_max": q.optional(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+                    "width_max": q.optional(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+                    "gen_current": q.optional(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+                    "width_current": q.optional(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+                },
+                "mig_mode": None,
+                "memory_total_bytes": None,
+                "nvlinks": [],
+            }
+            words = q.optional(nvml.nvmlDeviceGetCpuAffinity, handle, CPU_AFFINITY_WORDS)
+            gpu["cpu_affinity_words"] = words if is_error(words) else [int(w) for w in words]
+            mig = q.optional(nvml.nvmlDeviceGetMigMode, handle)
+            gpu["mig_mode"] = mig if is_error(mig) else {"current": int(mig[0]), "pending": int(mig[1])}
+            mem = q.optional(nvml.nvmlDeviceGetMemoryInfo, handle)
+            gpu["memory_total_bytes"] = mem if is_error(mem) else int(mem.total)
+            for link in range(_NVLINK_MAX_LINKS):
+                state = q.optional(nvml.nvmlDeviceGetNvLinkState, handle, link)
+                if is_error(state):
+                    break  # NotSupported / InvalidArgument: no (more) links
+                if state != getattr(nvml, "NVML_FEATURE_ENABLED", 1):
+                    continue
+                remote = q.optional(nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+                if is_error(remote):
+                    continue
+                gpu["nvlinks"].append({"link": link, "remote_pci_bus_id": normalize_bus_id(remote.busId)})
+            dump["gpus"].append(gpu)
+        for i, first in enumerate(handles):
+            row = []
+            for j, second in enumerate(handles):
+                if i == j:
+                    row.append(0)
+                    continue
+                level = q.optional(nvml.nvmlDeviceGetTopologyCommonAncestor, first, second)
+                row.append(level if is_error(level) else int(level))
+            dump["topology_levels"].append(row)
+        return dump
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def load_dump(path):
+    """Read and validate a recorded dump; raise :class:`NvmlError` naming the file."""
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (IOError, OSError) as exc:
+        raise NvmlError("nvml_dump %s cannot be read: %s" % (path, exc))
+    except ValueError as exc:
+        raise NvmlError("nvml_dump %s is not valid JSON: %s" % (path, exc))
+    return validate_dump(data, source="nvml_dump %s" % path)
+
+
+def validate_dump(data, source="NVML dump"):
+    if not isinstance(data, dict) or data.get("schema") != DUMP_SCHEMA:
+        raise NvmlError("%s: schema must be %r" % (source, DUMP_SCHEMA))
+    gpus = data.get("gpus")
+    if not isinstance(gpus, list):
+        raise NvmlError("%s: gpus must be a list" % source)
+    for position, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict):
+            raise NvmlError("%s: gpus[%d] must be an object" % (source, position))
+        for key in ("index", "uuid", "pci_bus_id"):
+            if key not in gpu or is_error(gpu[key]) or gpu[key] is None:
+                raise NvmlError("%s: gpus[%d].%s is missing; NVML failed mid-query" % (source, position, key))
+        if gpu["index"] != position:
+            raise NvmlError("%s: gpus[%d].index is %r; GPUs must be listed by index" % (source, position, gpu["index"]))
+        gpu["pci_bus_id"] = normalize_bus_id(gpu["pci_bus_id"])
+    levels = data.get("topology_levels") or []
+    if levels and (len(levels) != len(gpus) or any(len(row) != len(gpus) for row in levels)):
+        raise NvmlError("%s: topology_levels must be a %dx%d matrix" % (source, len(gpus), len(gpus)))
+    return data
+
+
+def gpu_link_matrix(dump):
+    """GPU x GPU link codes from a dump (NV# from NVLinks, else the PCIe level).
+
+    NVLinks whose far end is not a GPU lead to an NVSwitch: two GPUs that both
+    reach switches talk over ``min(links_i, links_j)`` of them, which is what
+    ``nvidia-smi topo -m`` prints (``NV18`` on an 8-GPU HGX H100/H200).
+    Returns ``None`` when the dump has no topology levels.
+    """
+    gpus = dump["gpus"]
+    levels = dump.get("topology_levels") or []
+    if len(gpus) > 1 and not levels:
+        return None
+    by_bus = dict((gpu["pci_bus_id"], gpu["index"]) for gpu in gpus)
+    direct = {}
+    switch_links = {}
+    for gpu in gpus:
+        for link in gpu.get("nvlinks") or []:
+            peer = by_bus.get(link["remote_pci_bus_id"])
+            if peer is None:
+                switch_links[gpu["index"]] = switch_links.get(gpu["index"], 0) + 1
+            elif peer != gpu["index"]:
+                key = (gpu["index"], peer)
+                direct[key] = direct.get(key, 0) + 1
+    matrix = []
+    for i in range(len(gpus)):
+        row = []
+        for j in range(len(gpus)):
+            if i == j:
+                row.append("X")
+                continue
+            nv = direct.get((i, j), 0)
+            if switch_links.get(i) and switch_links.get(j):
+                nv += min(switch_links[i], switch_links[j])
+            if nv:
+                row.append("NV%d" % nv)
+                continue
+            level = levels[i][j]
+            row.append(None if is_error(level) else TOPOLOGY_LEVEL_CODES.get(level))
+        matrix.append(row)
+    return matrix
