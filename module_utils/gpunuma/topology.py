@@ -23,47 +23,15 @@ import json
 from ansible.module_utils.gpunuma import cpulist
 from ansible.module_utils.gpunuma.errors import TopologyError
 from ansible.module_utils.gpunuma.nvml import gpu_link_matrix, is_error
+from ansible.module_utils.gpunuma.sysfs import gpu_functions, nic_functions, nvme_functions, pcie_gen_from_speed
 
 SCHEMA = "gpunuma.topology/v1"
 LINK_CODES = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
-
-NVIDIA_VENDOR = "0x10de"
 
 
 def _value(field):
     """A dump field, or None when NVML answered with an error."""
     return None if is_error(field) else field
-
-
-def _class_prefix(pci, prefixes):
-    klass = (pci.get("class") or "").lower()
-    return any(klass.startswith(p) for p in prefixes)
-
-
-def gpu_functions(pci_list):
-    return [p for p in pci_list if (p.get("vendor") or "").lower() == NVIDIA_VENDOR
-            and _class_prefix(p, ("0x0300", "0x0302"))]
-
-
-def nic_functions(pci_list):
-    return [p for p in pci_list if _class_prefix(p, ("0x02",))]
-
-
-def nvme_functions(pci_list):
-    return [p for p in pci_list if _class_prefix(p, ("0x010802",))]
-
-
-def _pcie_gen(speed):
-    if not speed:
-        return None
-    try:
-        gts = float(str(speed).split()[0])
-    except (ValueError, IndexError):
-        return None
-    for gen, rate in ((6, 64.0), (5, 32.0), (4, 16.0), (3, 8.0), (2, 5.0), (1, 2.5)):
-        if gts >= rate:
-            return gen
-    return None
 
 
 class _Nodes(object):
@@ -225,7 +193,7 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
 
     host_pci = (host or {}).get("pci") or []
     pci_by_bus = dict((p["pci_bus_id"], p) for p in host_pci)
-    sysfs_gpus = gpu_functions(host_pci)
+    sysfs_gpus = gpu_functions(host) if host else []
 
     # --- GPU identity: NVML, else topo text rows, else sysfs PCI functions (PCI order)
     gpus = []
@@ -305,8 +273,8 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
 
         pcie = dict((k, _value(v)) for k, v in (nv.get("pcie") or {}).items())
         if not pcie and pci:
-            pcie = {"gen_max": _pcie_gen(pci.get("max_link_speed")), "width_max": pci.get("max_link_width"),
-                    "gen_current": _pcie_gen(pci.get("current_link_speed")),
+            pcie = {"gen_max": pcie_gen_from_speed(pci.get("max_link_speed")), "width_max": pci.get("max_link_width"),
+                    "gen_current": pcie_gen_from_speed(pci.get("current_link_speed")),
                     "width_current": pci.get("current_link_width")}
         gpu["pcie"] = dict((k, pcie.get(k)) for k in ("gen_max", "width_max", "gen_current", "width_current"))
         mig = _value(nv.get("mig_mode"))
@@ -318,14 +286,14 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
 
     # --- NICs and NVMe from sysfs, or NIC names from the topo text
     nics = []
-    for pci in sorted(nic_functions(host_pci), key=lambda p: p["pci_bus_id"]):
+    for pci in sorted((nic_functions(host) if host else []), key=lambda p: p["pci_bus_id"]):
         name = (pci.get("rdma") or [None])[0] or (pci.get("netdevs") or [None])[0]
         nics.append({"name": name, "netdevs": list(pci.get("netdevs") or []),
                      "pci_bus_id": pci["pci_bus_id"], "numa_node": pci.get("numa_node")})
     if not nics and smi is not None and host is None:
         nics = [{"name": name, "netdevs": [], "pci_bus_id": None, "numa_node": None} for name in smi["nics"]]
     nvme = []
-    for pci in sorted(nvme_functions(host_pci), key=lambda p: p["pci_bus_id"]):
+    for pci in sorted((nvme_functions(host) if host else []), key=lambda p: p["pci_bus_id"]):
         nvme.append({"name": (pci.get("nvme") or [None])[0], "pci_bus_id": pci["pci_bus_id"],
                      "numa_node": pci.get("numa_node")})
 

@@ -2,8 +2,6 @@ import errno
 import os
 import re
 import shutil
-import statistics
-import time
 
 import pytest
 
@@ -777,15 +775,3 @@ def test_does_not_walk_unrelated_sysfs(tmp_path, monkeypatch):
     # siblings share a core, CPUs of a package share its id: 96 cores, 2 packages
     assert sum(p.endswith("/thread_siblings_list") for p in relative) == 96
     assert sum(p.endswith("/physical_package_id") for p in relative) == 2
-
-
-def test_reading_34_node_tree_is_fast(tmp_path):
-    root = factory.gb200_34node(tmp_path)
-    sysfs.read_host(root)  # warm the dentry cache as on a live host
-    times = []
-    for _ in range(7):
-        start = time.perf_counter()
-        sysfs.read_host(root)
-        times.append(time.perf_counter() - start)
-    # a few ms on a laptop; generous bound for loaded CI machines
-    assert statistics.median(times) < 0.05, times
