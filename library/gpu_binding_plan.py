@@ -1,0 +1,273 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# gpunuma: compute the per-instance CPU / memory-node binding plan.
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_binding_plan
+short_description: Decide which CPUs and NUMA memory nodes each inference instance gets
+description:
+  - Turns a C(gpunuma.topology/v1) document (from M(gpu_topology_info)), a binding profile
+    (a rung of the rollback ladder C(strict) -> C(preferred) -> C(interleave) -> C(off)) and the
+    inventory's instance list (C(gpunuma_instances)) into a C(gpunuma.plan/v1) document.
+  - Each instance gets the CPU-bearing NUMA node(s) of its GPUs, a share of that node's worker
+    CPUs (whole cores with their hyperthread siblings, never the housekeeping cores), a memory
+    policy, the exact C(numactl) arguments or systemd C(CPUAffinity=)/C(NUMAPolicy=)/C(NUMAMask=)
+    directives, and C(CUDA_VISIBLE_DEVICES) naming its GPUs by UUID.
+  - Pure computation; nothing on the node is read except O(topology_path) and the profile file,
+    and nothing is changed, so the module always returns C(changed=false) and runs the same in
+    check mode.
+  - "Every problem in the input is reported at once, one per line, each naming the variable path,
+    the problem and what is allowed, for example
+    C(gpunuma_instances[2].gpus[0]: GPU 9 does not exist on gpu-a01; allowed: 0-7)."
+version_added: "0.1.0"
+author: gpunuma maintainers
+options:
+  topology:
+    description:
+      - The node's topology, a C(gpunuma.topology/v1) mapping (what M(gpu_topology_info) returns as C(topology)).
+      - Exactly one of O(topology) and O(topology_path) is required.
+    type: dict
+  topology_path:
+    description: A JSON file holding the topology (for example C(/etc/gpunuma/topology.json)).
+    type: path
+  profile:
+    description:
+      - Name of the binding profile, read from O(profiles_dir)/<name>.yml.
+      - With O(profile_data) it must equal that profile's C(name).
+    type: str
+  profile_data:
+    description:
+      - The profile itself (the content of C(policies/profiles/<name>.yml)), for runs where the
+        profile files live on the controller, not on the node. The role loads the file on the
+        controller and passes it here.
+    type: dict
+  profiles_dir:
+    description:
+      - Directory of profile files on the node running the module, used with O(profile) when
+        O(profile_data) is not given.
+    type: path
+    default: /etc/gpunuma/profiles
+  instances:
+    description:
+      - The instances to plan (the inventory's C(gpunuma_instances)); see docs/plan-v1.md for every key.
+      - Each has C(name) and exactly one of C(gpus) (list of indexes), C(gpus_per_instance) (count;
+        the planner groups GPUs of one NUMA node with the best links) or C(numa_node) (a CPU-only
+        service such as a tokenizer).
+      - C(command) (list of strings) is required unless C(unit) names an existing unit to bind via a
+        drop-in. Optional C(user), C(group), C(environment), C(memory) (bytes or C(32G)), C(cpus)
+        (a count, or a CPU list string), C(share_cpus), C(binding_method) (C(numactl) or C(systemd)),
+        C(memlock).
+      - An empty list gives a plan with no instances.
+    type: list
+    elements: dict
+    default: []
+  housekeeping_cores_per_node:
+    description:
+      - Whole cores (with their hyperthread siblings) kept per CPU-bearing node for the system,
+        kubelet and network threads, taken from the lowest-numbered cores; never given to a worker.
+    type: int
+    default: 1
+  strict_capacity:
+    description:
+      - What to do when an instance under a C(bind) memory policy declares more C(memory) than its
+        node has free.
+      - C(fallback) plans it as C(preferred) and says why in its C(fallback) field; C(error) fails.
+    type: str
+    choices: [fallback, error]
+    default: fallback
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - The plan is deterministic; the same inputs give the same plan, byte for byte.
+  - Free memory from the topology only decides C(strict_capacity) fallbacks; unknown free memory
+    is a warning, not a fallback.
+seealso:
+  - module: gpu_topology_info
+  - name: gpunuma plan contract
+    description: Every field of C(gpunuma.plan/v1) and every planning rule.
+    link: https://github.com/gpunuma/gpunuma/blob/main/docs/plan-v1.md
+"""
+
+EXAMPLES = r"""
+- name: Discover the topology
+  gpu_topology_info:
+  register: topo
+
+- name: Plan one vLLM worker per GPU under the strict profile
+  gpu_binding_plan:
+    topology: "{{ topo.topology }}"
+    profile_data: "{{ lookup('ansible.builtin.file', 'policies/profiles/strict.yml') | from_yaml }}"
+    instances:
+      - name: llm0
+        gpus: [0]
+        command: [/opt/vllm/bin/vllm, serve, /models/llama, --port, "8000"]
+        memory: 64G
+      - name: llm1
+        gpus: [1]
+        command: [/opt/vllm/bin/vllm, serve, /models/llama, --port, "8001"]
+        memory: 64G
+  register: plan
+
+- name: Tensor-parallel servers of four GPUs, plus a tokenizer on node 0
+  gpu_binding_plan:
+    topology_path: /etc/gpunuma/topology.json
+    profile: preferred
+    instances:
+      - name: tp-a
+        gpus_per_instance: 4
+        command: [/opt/vllm/bin/vllm, serve, /models/big, --tensor-parallel-size, "4"]
+      - name: tokenizer
+        numa_node: 0
+        cpus: 8
+        command: [/opt/tok/bin/tokenizer-server]
+
+- name: Bind an existing unit through a drop-in with systemd directives
+  gpu_binding_plan:
+    topology: "{{ topo.topology }}"
+    profile: strict
+    profiles_dir: /etc/gpunuma/profiles
+    housekeeping_cores_per_node: 2
+    strict_capacity: error
+    instances:
+      - name: triton
+        unit: tritonserver.service
+        gpus: [0, 1]
+"""
+
+RETURN = r"""
+plan:
+  description: The binding plan (C(gpunuma.plan/v1)); docs/plan-v1.md describes every field.
+  returned: success
+  type: dict
+  contains:
+    schema:
+      description: Always C(gpunuma.plan/v1).
+      type: str
+    hostname:
+      description: The node, from the topology.
+      type: str
+    topology_fingerprint:
+      description: The topology's C(fingerprint), so a plan can be matched to the hardware it was made for.
+      type: str
+    profile:
+      description: Name of the profile the plan was computed under.
+      type: str
+    options:
+      description: C(housekeeping_cores_per_node) and C(strict_capacity) as used.
+      type: dict
+    housekeeping:
+      description: CPU-bearing node id (string) -> canonical list of its housekeeping CPUs.
+      type: dict
+    worker_cpus:
+      description: CPU-bearing node id (string) -> canonical list of the CPUs workers may get.
+      type: dict
+    instances:
+      description: >-
+        One entry per instance, in input order: C(name), C(unit), C(mode) (service or dropin),
+        C(binding_method), C(gpus), C(gpu_uuids), C(numa_nodes), C(numa_bind_nodes), C(cpus),
+        C(share_cpus), C(mem_policy), C(mem_nodes), C(profile), C(fallback), C(numactl_args),
+        C(exec_prefix), C(systemd), C(environment), C(command), C(user), C(group), C(memory_bytes),
+        C(memlock), C(warnings).
+      type: list
+      elements: dict
+    warnings:
+      description: Plan-wide warnings, then each instance's warnings prefixed with its name.
+      type: list
+      elements: str
+  sample:
+    schema: gpunuma.plan/v1
+    hostname: gpu-a01
+    profile: strict
+    housekeeping: {"0": "0,96", "1": "48,144"}
+    instances:
+      - name: llm0
+        unit: gpunuma-llm0.service
+        mode: service
+        gpus: [0]
+        numa_nodes: [0]
+        cpus: "1-12,97-108"
+        mem_policy: bind
+        mem_nodes: [0]
+        fallback: null
+        numactl_args: ["--physcpubind=1-12,97-108", "--membind=0"]
+        exec_prefix: [numactl, "--physcpubind=1-12,97-108", "--membind=0"]
+        environment: {CUDA_VISIBLE_DEVICES: GPU-5c0c3f2a-1b7e-4f7e-9d0e-2a4f1c7b9e11}
+problems:
+  description: Every problem found in the input, one per item, when the module fails on bad input.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.errors import GpunumaError
+from ansible.module_utils.gpunuma.plan import build_plan
+from ansible.module_utils.gpunuma.profiles import load_profile
+
+
+def _load_topology(module, path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (IOError, OSError, ValueError) as exc:
+        module.fail_json(msg="topology_path: %s cannot be read as JSON: %s" % (path, exc))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            topology=dict(type="dict"),
+            topology_path=dict(type="path"),
+            profile=dict(type="str"),
+            profile_data=dict(type="dict"),
+            profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
+            instances=dict(type="list", elements="dict", default=[]),
+            housekeeping_cores_per_node=dict(type="int", default=1),
+            strict_capacity=dict(type="str", choices=["fallback", "error"], default="fallback"),
+        ),
+        mutually_exclusive=[("topology", "topology_path")],
+        required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    topology = params["topology"]
+    if topology is None:
+        topology = _load_topology(module, params["topology_path"])
+
+    try:
+        profile = params["profile_data"]
+        if profile is None:
+            profile = load_profile(params["profile"], params["profiles_dir"])
+        elif params["profile"] is not None and profile.get("name") != params["profile"]:
+            module.fail_json(
+                msg="profile: %r does not match profile_data.name %r; allowed: the same name, or only one of them"
+                % (params["profile"], profile.get("name"))
+            )
+        plan = build_plan(
+            topology,
+            profile,
+            params["instances"],
+            housekeeping_cores_per_node=params["housekeeping_cores_per_node"],
+            strict_capacity=params["strict_capacity"],
+        )
+    except GpunumaError as exc:
+        module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))
+
+    for warning in plan["warnings"]:
+        module.warn(warning)
+    module.exit_json(changed=False, plan=plan)
+
+
+if __name__ == "__main__":
+    main()
