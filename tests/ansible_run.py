@@ -35,7 +35,7 @@ def run_module(module, args=None, check=False, extra=()):
         cmd.append("--check")
     cmd += list(extra)
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                          env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"))
+                          env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
     try:
         data = json.loads(proc.stdout)
     except ValueError:

@@ -59,7 +59,7 @@ class _Nodes(object):
         return None
 
 
-def _nodes_from_smi(smi):
+def _nodes_from_smi(smi, warnings):
     """NUMA nodes inferred from topo text alone: CPUs from the affinities, memory unknown."""
     cpus_by_node = {}
     cpuless = set()
@@ -73,6 +73,22 @@ def _nodes_from_smi(smi):
             cpuless.add(gpu["gpu_numa_id"])
     for node in cpuless:
         cpus_by_node.setdefault(node, set())
+    if not cpus_by_node:
+        # Drivers before NUMA Affinity existed print only CPU Affinity. Two or
+        # more disjoint affinity groups are the sockets' nodes, numbered by
+        # their lowest CPU as the kernel does; one group says nothing.
+        groups = []
+        for gpu in smi["gpus"]:
+            if gpu.get("cpu_affinity"):
+                cpus = cpulist.parse_cpulist(gpu["cpu_affinity"])
+                if cpus not in groups:
+                    groups.append(cpus)
+        disjoint = all(not (a & b) for k, a in enumerate(groups) for b in groups[k + 1:])
+        if len(groups) > 1 and disjoint:
+            for node_id, cpus in enumerate(sorted(groups, key=min)):
+                cpus_by_node[node_id] = set(cpus)
+            warnings.append("nvidia-smi topo text has no NUMA Affinity: node ids inferred from %d disjoint "
+                            "CPU affinity groups, numbered by lowest CPU" % len(groups))
     nodes = []
     for node_id in sorted(cpus_by_node):
         cpus = cpus_by_node[node_id]
@@ -184,7 +200,7 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
         numa_nodes = _nodes_from_host(host)
         warnings.extend(host.get("warnings") or [])
     elif smi is not None:
-        numa_nodes = _nodes_from_smi(smi)
+        numa_nodes = _nodes_from_smi(smi, warnings)
         warnings.append("NUMA nodes inferred from nvidia-smi topo text alone: memory sizes and distances unknown")
     else:
         numa_nodes = []
@@ -285,17 +301,25 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
         gpu["memory_total_bytes"] = _value(nv.get("memory_total_bytes"))
 
     # --- NICs and NVMe from sysfs, or NIC names from the topo text
+    def device_node(pci):
+        # Same rule as GPUs: a -1 numa_node (VMs) falls back to the node holding local_cpulist.
+        if pci.get("numa_node") is not None:
+            return pci["numa_node"]
+        if pci.get("local_cpulist"):
+            return nodes.node_of_cpus(cpulist.parse_cpulist(pci["local_cpulist"]))
+        return None
+
     nics = []
     for pci in sorted((nic_functions(host) if host else []), key=lambda p: p["pci_bus_id"]):
         name = (pci.get("rdma") or [None])[0] or (pci.get("netdevs") or [None])[0]
         nics.append({"name": name, "netdevs": list(pci.get("netdevs") or []),
-                     "pci_bus_id": pci["pci_bus_id"], "numa_node": pci.get("numa_node")})
+                     "pci_bus_id": pci["pci_bus_id"], "numa_node": device_node(pci)})
     if not nics and smi is not None and host is None:
         nics = [{"name": name, "netdevs": [], "pci_bus_id": None, "numa_node": None} for name in smi["nics"]]
     nvme = []
     for pci in sorted((nvme_functions(host) if host else []), key=lambda p: p["pci_bus_id"]):
         nvme.append({"name": (pci.get("nvme") or [None])[0], "pci_bus_id": pci["pci_bus_id"],
-                     "numa_node": pci.get("numa_node")})
+                     "numa_node": device_node(pci)})
 
     # --- link matrices: NVML, else topo text, else sysfs PCI paths
     gpu_links = gpu_link_matrix(nvml) if nvml is not None else None
