@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 module: gpu_topology_info
 short_description: Discover which CPUs, memory and NICs each GPU is close to
 description:
-  - Builds a C(gpunuma.topology/v1) document for one node: its NUMA nodes (CPUs, memory,
+  - Builds a C(gpunuma.topology/v1) document for one node, listing its NUMA nodes (CPUs, memory,
     distances, hyperthread sibling groups), its NVIDIA GPUs with the CPU-bearing NUMA node
     each one should be bound to, the GPU x GPU and GPU x NIC link matrices, and the NICs
     and NVMe controllers with their NUMA nodes.
@@ -72,7 +72,7 @@ attributes:
   diff_mode:
     support: none
 notes:
-  - Needs no GPU: a node without NVIDIA devices returns an empty C(gpus) list.
+  - Needs no GPU; a node without NVIDIA devices returns an empty C(gpus) list.
   - NVML is used only when the C(pynvml) module (package C(nvidia-ml-py)) imports on the node.
 seealso:
   - name: gpunuma topology contract
