@@ -26,6 +26,11 @@ def _read_topo_file(path):
     return raw.decode("utf-8", "replace")
 
 
+def _nvml_absent(message):
+    """NVML missing or without a driver: normal on CPU nodes, not worth a warning by itself."""
+    return "not installed" in message or "nvmlInit" in message
+
+
 def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=ALL_SOURCES,
              run_nvidia_smi=None, nvml_module=None, keep_nvml_dump=False):
     """Return ``{"topology": ..., "nvml_dump": dump-or-None, "nvml_error": str-or-None}``.
@@ -50,13 +55,14 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
             dump = nvml_source.collect(nvml_module)
         except NvmlError as exc:
             nvml_error = str(exc)
-            if "not installed" not in nvml_error and "nvmlInit" not in nvml_error:
+            if not _nvml_absent(nvml_error):
                 # NVML is there but broke mid-way: that is worth a loud warning.
                 warnings.append("%s; GPU facts taken from nvidia-smi and sysfs instead" % nvml_error)
     if dump is not None:
         used.append("nvml")
 
     smi = None
+    smi_problem = None
     if topo_file is not None:
         smi = parse_topo_matrix(_read_topo_file(topo_file), source="nvidia_smi_topo_file %s" % topo_file)
     elif "nvidia_smi" in sources and not offline and dump is None and run_nvidia_smi is not None:
@@ -66,8 +72,8 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
                 smi = parse_topo_matrix(text, source="nvidia-smi topo -m")
             except TopoParseError as exc:
                 warnings.append("%s; ignoring nvidia-smi" % exc)
-        elif problem and nvml_error and "not installed" not in nvml_error:
-            warnings.append(problem)
+        else:
+            smi_problem = problem
     if smi is not None:
         used.append("nvidia_smi")
         warnings.extend(smi.get("warnings") or [])
@@ -81,11 +87,12 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
         used.append("sysfs")
 
     topology = build_topology(hostname, host=host, nvml=dump, smi=smi, warnings=warnings, sources=used)
-    if nvml_error and dump is None and host is not None and any(g["uuid"] is None for g in topology["gpus"]):
-        # GPUs are visible on the PCI bus but NVML could not name them.
+    if nvml_error and dump is None and any(g["uuid"] is None for g in topology["gpus"]):
+        # GPUs are visible but NVML could not name them: say why, once.
         topology["complete"] = False
-        topology["warnings"].append("NVML unavailable (%s): GPU UUIDs and NVLinks unknown; placement from sysfs"
-                                    % nvml_error)
-    if not topology["gpus"] and nvml_error and "not installed" not in nvml_error and "nvmlInit" not in nvml_error:
+        why = [nvml_error] + ([smi_problem] if smi_problem else [])
+        topology["warnings"].append("GPU UUIDs and NVLinks unknown (%s); placement from %s"
+                                    % ("; ".join(why), " and ".join(used) or "nothing"))
+    elif not topology["gpus"] and nvml_error and not _nvml_absent(nvml_error):
         topology["complete"] = False
     return {"topology": topology, "nvml_dump": dump if keep_nvml_dump else None, "nvml_error": nvml_error}
