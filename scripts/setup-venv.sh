@@ -11,6 +11,8 @@ if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]
 fi
 echo "gpunuma: installing controller packages into .venv" >&2
 "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -r requirements.txt
+# Some pip configurations list local mirrors that may be absent: keep their noise out.
+quiet_pip() { .venv/bin/python -m pip "$@" 2> >(grep -v "^WARNING: Location .* is ignored" >&2); }
+quiet_pip install -q --upgrade pip >/dev/null
+quiet_pip install -q -r requirements.txt
 echo "$want" > "$stamp"
