@@ -13,6 +13,7 @@ back to the other sources rather than presenting a half-filled topology.
 
 from __future__ import annotations
 
+import copy
 import json
 
 from ansible.module_utils.gpunuma.errors import NvmlError
@@ -234,3 +235,91 @@ def gpu_link_matrix(dump):
             row.append(None if is_error(level) else TOPOLOGY_LEVEL_CODES.get(level))
         matrix.append(row)
     return matrix
+
+
+# What a remapped dump holds instead of recorded placement: NVML answered on
+# another machine, so its CPU affinity and NUMA id say nothing about this one.
+NOT_MAPPED = {"nvml_error": "NotMapped"}
+
+
+def remap_dump(dump, bus_map, drop_cpu_affinity=True, drop_numa_node=True):
+    """Return a copy of ``dump`` whose GPUs sit at other PCI bus ids.
+
+    Replays a dump recorded on one machine against another machine's PCI
+    layout (a test VM with stand-in devices): GPU identity (index, UUID,
+    name, links) stays the recorded one, while the topology looks each GPU
+    up in the local sysfs by its new bus id for placement.
+
+    ``bus_map`` maps recorded bus ids to new ones (either spelling,
+    ``00000000:18:00.0`` or ``0000:18:00.0``). Every GPU of the dump must be
+    mapped, and no two to the same id. NVLink remote ids are rewritten too
+    when they are mapped (the peer GPUs always are); the others are NVSwitch
+    ports and are kept, unless one would collide with a new GPU bus id.
+
+    ``drop_cpu_affinity`` replaces ``cpu_affinity_words`` and
+    ``drop_numa_node`` replaces ``numa_node_id`` with
+    ``{"nvml_error": "NotMapped"}``: both describe the recording machine's
+    CPUs and NUMA nodes, and NVML's answers would otherwise outrank the new
+    machine's sysfs. The returned dump records what was remapped under
+    ``remapped``. The input is not modified. Raises :class:`NvmlError`.
+    """
+    out = validate_dump(copy.deepcopy(dump), source="remap_dump: dump")
+    if not isinstance(bus_map, dict):
+        raise NvmlError("remap_dump: bus_map must be a mapping of recorded PCI bus id to new PCI bus id, got %s"
+                        % type(bus_map).__name__)
+    mapping = {}
+    for old, new in bus_map.items():
+        try:
+            old_id = normalize_bus_id(old)
+        except NvmlError as exc:
+            raise NvmlError("remap_dump: bus_map key: %s" % exc)
+        if not isinstance(new, (str, bytes)):
+            raise NvmlError("remap_dump: bus_map[%r] must be a PCI bus id string, got %r" % (old, new))
+        try:
+            new_id = normalize_bus_id(new)
+        except NvmlError as exc:
+            raise NvmlError("remap_dump: bus_map[%r]: %s" % (old, exc))
+        if old_id in mapping and mapping[old_id] != new_id:
+            raise NvmlError("remap_dump: bus_map maps %s twice (to %s and %s)" % (old_id, mapping[old_id], new_id))
+        mapping[old_id] = new_id
+
+    gpu_ids = [gpu["pci_bus_id"] for gpu in out["gpus"]]
+    remote_ids = set()
+    for gpu in out["gpus"]:
+        for position, link in enumerate(gpu.get("nvlinks") or []):
+            if not isinstance(link, dict) or not link.get("remote_pci_bus_id"):
+                raise NvmlError("remap_dump: dump gpus[%d].nvlinks[%d] has no remote_pci_bus_id"
+                                % (gpu["index"], position))
+            link["remote_pci_bus_id"] = normalize_bus_id(link["remote_pci_bus_id"])
+            remote_ids.add(link["remote_pci_bus_id"])
+    unknown = sorted(set(mapping) - set(gpu_ids) - remote_ids)
+    if unknown:
+        raise NvmlError("remap_dump: bus_map names %s, which the dump does not hold; allowed: its GPUs' bus ids %s"
+                        "%s" % (", ".join(unknown), ", ".join(gpu_ids) or "(none)",
+                                " and NVLink remote ids %s" % ", ".join(sorted(remote_ids)) if remote_ids else ""))
+    missing = [bus for bus in gpu_ids if bus not in mapping]
+    if missing:
+        raise NvmlError("remap_dump: bus_map does not map GPU bus id(s) %s; every GPU of the dump needs a new bus id"
+                        % ", ".join(missing))
+    new_gpu_ids = [mapping[bus] for bus in gpu_ids]
+    doubled = sorted(set(bus for bus in new_gpu_ids if new_gpu_ids.count(bus) > 1))
+    if doubled:
+        raise NvmlError("remap_dump: bus_map maps several GPUs to %s; each GPU needs its own bus id" % ", ".join(doubled))
+
+    for gpu in out["gpus"]:
+        gpu["pci_bus_id"] = mapping[gpu["pci_bus_id"]]
+        for link in gpu.get("nvlinks") or []:
+            remote = link["remote_pci_bus_id"]
+            if remote in mapping:
+                link["remote_pci_bus_id"] = mapping[remote]
+            elif remote in new_gpu_ids:
+                raise NvmlError("remap_dump: GPU %d NVLink %s leads to %s, which is not remapped but is the new bus id "
+                                "of a GPU; map %s as well" % (gpu["index"], link.get("link"), remote, remote))
+        if drop_cpu_affinity:
+            gpu["cpu_affinity_words"] = dict(NOT_MAPPED)
+        if drop_numa_node:
+            gpu["numa_node_id"] = dict(NOT_MAPPED)
+    dropped = [name for name, flag in (("cpu_affinity_words", drop_cpu_affinity), ("numa_node_id", drop_numa_node))
+               if flag]
+    out["remapped"] = {"bus_ids": dict((old, mapping[old]) for old in sorted(mapping)), "dropped": dropped}
+    return out
