@@ -1,0 +1,173 @@
+"""The autonuma role on localhost against temporary sysctl.d and tuned trees.
+
+autonuma_apply_live is false in every run: these tests never write the
+controller's kernel.numa_balancing. The tuned profiles are trimmed copies of
+tuned's own network-latency / cpu-partitioning files, and `tuned-adm` is a
+stand-in script on PATH that prints what tuned-adm prints.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from ansible_run import BINDIR, ansible_env
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.ansible
+
+TUNED_PROFILES = {
+    "latency-performance": "[cpu]\nforce_latency=0\ngovernor=performance\n",
+    "network-latency": "[main]\nsummary=low latency network\ninclude=latency-performance\n\n"
+                       "[sysctl]\nnet.core.busy_read=50\nkernel.numa_balancing=0\n",
+    "cpu-partitioning": "[main]\ninclude=network-latency\n\n[sysctl]\nkernel.hung_task_timeout_secs = 600\n",
+    "throughput-performance": "[main]\nsummary=throughput\n\n[sysctl]\nvm.swappiness=10\n",
+}
+
+
+def _tree(tmp_path, sysctl_files=None, active_profile=None):
+    etc = tmp_path / "etc-sysctl.d"
+    lib = tmp_path / "lib-sysctl.d"
+    etc.mkdir()
+    lib.mkdir()
+    for rel, text in (sysctl_files or {}).items():
+        (tmp_path / rel).write_text(text)
+    tuned = tmp_path / "tuned"
+    for name, text in TUNED_PROFILES.items():
+        (tuned / name).mkdir(parents=True)
+        (tuned / name / "tuned.conf").write_text(text)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    if active_profile:
+        fake = bindir / "tuned-adm"
+        fake.write_text("#!/bin/sh\n# stand-in for tuned-adm in tests\necho 'Current active profile: %s'\n" % active_profile)
+        fake.chmod(0o755)
+    return etc, lib, tuned, bindir
+
+
+def _run(tmp_path, tree, check=False, **role_vars):
+    etc, lib, tuned, bindir = tree
+    own = etc / "60-gpunuma-numa-balancing.conf"
+    variables = {
+        "autonuma_sysctl_file": str(own),
+        "autonuma_sysctl_dirs": [str(etc), str(lib)],
+        "autonuma_tuned_dirs": [str(tuned)],
+        "autonuma_apply_live": False,
+        "ansible_managed": "Managed by gpunuma; local edits are overwritten",
+    }
+    variables.update(role_vars)
+    playbook = tmp_path / "autonuma.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "vars": variables,
+                                         "roles": ["autonuma"]}]))
+    cmd = [os.path.join(BINDIR, "ansible-playbook"), "-i", "localhost,", "-c", "local",
+           "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)]
+    if check:
+        cmd.append("--check")
+    env = ansible_env(PATH=str(bindir) + os.pathsep + BINDIR + os.pathsep + os.environ.get("PATH", ""))
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    return proc, own
+
+
+def _settings(path):
+    return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+
+
+def test_persists_the_value_with_header_and_mode(tmp_path):
+    proc, own = _run(tmp_path, _tree(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert _settings(own) == ["kernel.numa_balancing=0"]
+    assert own.read_text().startswith("#\n# Managed by gpunuma; local edits are overwritten\n")
+    assert oct(own.stat().st_mode & 0o777) == "0o644"
+    assert "the live value" in proc.stdout and "autonuma_apply_live is false" in proc.stdout
+
+
+def test_second_run_changes_nothing(tmp_path):
+    tree = _tree(tmp_path)
+    first, _ = _run(tmp_path, tree, autonuma_numa_balancing=1)
+    second, own = _run(tmp_path, tree, autonuma_numa_balancing=1)
+    assert "changed=2" in first.stdout, first.stdout[-3000:]
+    assert "changed=0" in second.stdout, second.stdout[-3000:]
+    assert _settings(own) == ["kernel.numa_balancing=1"]
+
+
+def test_check_mode_writes_nothing(tmp_path):
+    proc, own = _run(tmp_path, _tree(tmp_path), check=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not own.exists()
+
+
+def test_later_sysctl_file_is_a_conflict(tmp_path):
+    files = {"etc-sysctl.d/99-site.conf": "kernel.numa_balancing = 1\n",
+             "lib-sysctl.d/10-distro.conf": "kernel/numa_balancing=1\n"}
+    tree = _tree(tmp_path, files)
+    proc, own = _run(tmp_path, tree)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "WARNING localhost: %s/99-site.conf sets kernel.numa_balancing=1" % tree[0] in proc.stdout
+    # The earlier file is overridden by gpunuma: reported, not a conflict.
+    assert "10-distro.conf sets kernel.numa_balancing=1; %s is applied after it and wins" % own in proc.stdout
+    assert "WARNING localhost: %s/10-distro.conf" % tree[1] not in proc.stdout
+
+    proc, _ = _run(tmp_path, tree, autonuma_on_conflict="fail")
+    assert proc.returncode != 0
+    assert "kernel.numa_balancing=0 would not hold" in proc.stdout
+    assert "99-site.conf sets kernel.numa_balancing=1 and is applied after" in proc.stdout
+
+
+def test_conflict_failure_changes_nothing(tmp_path):
+    tree = _tree(tmp_path, {"etc-sysctl.d/99-site.conf": "kernel.numa_balancing=1\n"})
+    proc, own = _run(tmp_path, tree, autonuma_on_conflict="fail")
+    assert proc.returncode != 0
+    assert not own.exists()
+
+
+def test_same_value_elsewhere_is_no_conflict(tmp_path):
+    tree = _tree(tmp_path, {"etc-sysctl.d/99-site.conf": "kernel.numa_balancing=0\n"})
+    proc, own = _run(tmp_path, tree, autonuma_on_conflict="fail")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert _settings(own) == ["kernel.numa_balancing=0"]
+
+
+def test_tuned_profile_setting_it_through_includes_is_a_conflict(tmp_path):
+    tree = _tree(tmp_path, active_profile="cpu-partitioning")
+    proc, own = _run(tmp_path, tree, autonuma_numa_balancing=1, autonuma_on_conflict="fail")
+    assert proc.returncode != 0
+    assert ("tuned profile cpu-partitioning (through network-latency) sets kernel.numa_balancing=0 "
+            "and applies it again whenever tuned starts") in proc.stdout
+    assert not own.exists()
+    # Asking for what tuned sets anyway is fine.
+    proc, own = _run(tmp_path, tree, autonuma_numa_balancing=0, autonuma_on_conflict="fail")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_tuned_profile_without_the_key_is_no_conflict(tmp_path):
+    tree = _tree(tmp_path, active_profile="throughput-performance")
+    proc, _ = _run(tmp_path, tree, autonuma_numa_balancing=1, autonuma_on_conflict="fail")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_null_hands_the_setting_back(tmp_path):
+    tree = _tree(tmp_path)
+    proc, own = _run(tmp_path, tree)
+    assert own.exists()
+    proc, own = _run(tmp_path, tree, autonuma_numa_balancing=None)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not own.exists()
+    assert "its live value is left as it is" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "role_vars,message",
+    [
+        ({"autonuma_numa_balancing": 2}, "autonuma_numa_balancing must be one of: 0, 1, None, got: 2"),
+        ({"autonuma_on_conflict": "ignore"}, "autonuma_on_conflict must be one of: warn, fail, got: ignore"),
+        ({"autonuma_sysctl_file": "/etc/sysctl.d/60-gpunuma"}, "autonuma_sysctl_file: '/etc/sysctl.d/60-gpunuma' is invalid"),
+    ],
+)
+def test_bad_input_fails_before_any_change(tmp_path, role_vars, message):
+    tree = _tree(tmp_path)
+    proc, own = _run(tmp_path, tree, **role_vars)
+    assert proc.returncode != 0
+    assert message in proc.stdout
+    assert not own.exists()

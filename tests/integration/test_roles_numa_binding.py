@@ -1,0 +1,205 @@
+"""numa_binding against a real systemd: restart only what changed, roll back
+a unit that does not stay up, prune, honest check mode, and the
+set_mempolicy probe in a container without CAP_SYS_NICE.
+
+Each test boots its own container from the fleet's base image
+(gpunuma/debian-systemd:bookworm, built by scripts/build-base-image.sh) and
+drives it with the community.docker.docker connection, as molecule does.
+Skipped only when there is no Docker engine or no base image.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import yaml
+
+from ansible_run import BINDIR, ansible_env
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.molecule
+
+IMAGE = "gpunuma/debian-systemd:bookworm"
+UNIT_DIR = "/etc/systemd/system"
+
+
+def _docker_ready():
+    if not shutil.which("docker"):
+        return "no docker client"
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        return "no running Docker engine"
+    if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode != 0:
+        return "base image %s missing (scripts/build-base-image.sh)" % IMAGE
+    return None
+
+
+_NOT_READY = _docker_ready()
+if _NOT_READY:
+    pytestmark = [pytestmark, pytest.mark.skip(reason=_NOT_READY)]
+
+
+class Node:
+    def __init__(self, sys_nice=True):
+        self.name = "gpunuma-it-%s" % uuid.uuid4().hex[:8]
+        caps = ["--cap-add", "SYS_ADMIN"] + (["--cap-add", "SYS_NICE"] if sys_nice else [])
+        subprocess.run(
+            ["docker", "run", "-d", "--name", self.name, *caps, "--cgroupns", "host",
+             "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
+             "--stop-signal", "SIGRTMIN+3", IMAGE, "/lib/systemd/systemd"],
+            check=True, capture_output=True,
+        )
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            state = self.sh("systemctl is-system-running --wait", check=False).strip()
+            if state in ("running", "degraded"):
+                return
+            time.sleep(1)
+        raise AssertionError("%s did not finish booting" % self.name)
+
+    def sh(self, script, check=True):
+        proc = subprocess.run(["docker", "exec", self.name, "sh", "-c", script], capture_output=True, text=True)
+        if check:
+            assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    def main_pid(self, unit):
+        return int(self.sh("systemctl show --property=MainPID --value %s" % unit))
+
+    def remove(self):
+        subprocess.run(["docker", "rm", "-f", self.name], capture_output=True)
+
+
+@pytest.fixture
+def node():
+    created = Node()
+    yield created
+    created.remove()
+
+
+def apply(node, tmp_path, instances, check=False, **role_vars):
+    """Run gpu_topology + numa_binding on the container; return the process."""
+    inventory = tmp_path / "inventory.yml"
+    host_vars = {
+        "ansible_connection": "community.docker.docker",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_managed": "Managed by gpunuma; local edits are overwritten",
+        "gpu_topology_controller_dir": str(tmp_path / "topology"),
+        "gpunuma_instances": instances,
+        "numa_binding_settle_seconds": 3,
+    }
+    host_vars.update(role_vars)
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {node.name: host_vars}}}))
+    playbook = tmp_path / "apply.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False,
+                                         "roles": ["gpu_topology", "numa_binding"]}]))
+    cmd = [os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), str(playbook)]
+    if check:
+        cmd.append("--check")
+    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=ansible_env())
+
+
+SLEEPER = {"name": "steady", "numa_node": 0, "share_cpus": True, "command": ["/bin/sleep", "infinity"]}
+
+
+def test_failed_change_is_rolled_back_and_others_keep_running(node, tmp_path):
+    worker = {"name": "worker", "numa_node": 0, "share_cpus": True, "command": ["/bin/sleep", "infinity"]}
+    first = apply(node, tmp_path, [SLEEPER, worker])
+    assert first.returncode == 0, first.stdout[-4000:]
+    good_unit = node.sh("cat %s/gpunuma-worker.service" % UNIT_DIR)
+    steady_pid = node.main_pid("gpunuma-steady.service")
+
+    broken = dict(worker, command=["/bin/sh", "-c", "exit 3"])
+    second = apply(node, tmp_path, [SLEEPER, broken])
+    assert second.returncode != 0
+    assert "instance units failed to start: gpunuma-worker.service" in second.stdout
+    assert "rolled back to their previous files" in second.stdout
+    assert "status=3" in second.stdout  # the journal of the failed unit is in the report
+    assert node.sh("cat %s/gpunuma-worker.service" % UNIT_DIR) == good_unit
+    assert node.sh("systemctl is-active gpunuma-worker.service").strip() == "active"
+    # The unchanged instance was never restarted.
+    assert node.main_pid("gpunuma-steady.service") == steady_pid
+    # The failed plan is not recorded as applied.
+    recorded = json.loads(node.sh("cat /etc/gpunuma/plan.json"))
+    assert next(i for i in recorded["instances"] if i["name"] == "worker")["command"] == ["/bin/sleep", "infinity"]
+
+
+def test_new_instance_that_fails_is_removed(node, tmp_path):
+    proc = apply(node, tmp_path, [dict(SLEEPER, name="dud", command=["/bin/false"])])
+    assert proc.returncode != 0
+    assert "gpunuma-dud.service" in proc.stdout
+    assert node.sh("ls %s" % UNIT_DIR).split().count("gpunuma-dud.service") == 0
+    assert node.sh("systemctl is-enabled gpunuma-dud.service", check=False).strip() != "enabled"
+
+
+def test_changed_instance_restarts_alone_and_stale_units_are_pruned(node, tmp_path):
+    other = dict(SLEEPER, name="other")
+    first = apply(node, tmp_path, [SLEEPER, other])
+    assert first.returncode == 0, first.stdout[-4000:]
+    steady_pid = node.main_pid("gpunuma-steady.service")
+    # A unit named like gpunuma's but not written by it is never pruned.
+    node.sh("printf '[Service]\\nExecStart=/bin/sleep infinity\\n' > %s/gpunuma-foreign.service" % UNIT_DIR)
+
+    second = apply(node, tmp_path, [SLEEPER])
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert node.main_pid("gpunuma-steady.service") == steady_pid
+    units = node.sh("ls %s" % UNIT_DIR).split()
+    assert "gpunuma-other.service" not in units
+    assert "gpunuma-foreign.service" in units
+    assert node.sh("systemctl is-active gpunuma-other.service", check=False).strip() in ("inactive", "unknown")
+
+    changed = dict(SLEEPER, environment={"MODE": "new"})
+    third = apply(node, tmp_path, [changed])
+    assert third.returncode == 0, third.stdout[-4000:]
+    new_pid = node.main_pid("gpunuma-steady.service")
+    assert new_pid != steady_pid
+    assert "MODE=new" in node.sh("tr '\\0' '\\n' < /proc/%d/environ" % new_pid)
+
+
+def test_removed_dropin_unbinds_the_running_unit(node, tmp_path):
+    node.sh("printf '[Service]\\nExecStart=/bin/sleep infinity\\n[Install]\\nWantedBy=multi-user.target\\n'"
+            " > %s/vendor.service && systemctl daemon-reload && systemctl enable --now vendor.service" % UNIT_DIR)
+    bound = apply(node, tmp_path, [{"name": "vendor", "unit": "vendor.service", "numa_node": 0, "share_cpus": True}])
+    assert bound.returncode == 0, bound.stdout[-4000:]
+    pid = node.main_pid("vendor.service")
+    assert "bind:0" in node.sh("head -1 /proc/%d/numa_maps" % pid)
+
+    unbound = apply(node, tmp_path, [])
+    assert unbound.returncode == 0, unbound.stdout[-4000:]
+    assert node.sh("ls %s/vendor.service.d/" % UNIT_DIR, check=False).strip() == ""
+    pid_after = node.main_pid("vendor.service")
+    assert pid_after != pid
+    assert node.sh("head -1 /proc/%d/numa_maps" % pid_after).split()[1] == "default"
+
+
+def test_check_mode_reports_but_changes_nothing(node, tmp_path):
+    proc = apply(node, tmp_path, [SLEEPER], check=True)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "changed: [%s] => (item=gpunuma-steady.service)" % node.name in proc.stdout
+    assert "gpunuma-steady.service" not in node.sh("ls %s" % UNIT_DIR)
+    assert node.sh("ls /etc/gpunuma 2>/dev/null || true").strip() == ""
+
+
+def test_refused_set_mempolicy_fails_with_the_fix_or_falls_back(tmp_path):
+    node = Node(sys_nice=False)
+    try:
+        refused = apply(node, tmp_path, [SLEEPER])
+        assert refused.returncode != 0
+        assert "set_mempolicy is refused here" in refused.stdout
+        assert "--cap-add SYS_NICE" in refused.stdout and "securityContext.capabilities.add" in refused.stdout
+        assert "gpunuma-steady.service" not in node.sh("ls %s" % UNIT_DIR)
+
+        fallback = apply(node, tmp_path, [SLEEPER], numa_binding_on_mempolicy_denied="fallback")
+        assert fallback.returncode == 0, fallback.stdout[-4000:]
+        unit = node.sh("cat %s/gpunuma-steady.service" % UNIT_DIR)
+        assert "--physcpubind=" in unit and "--membind" not in unit
+        plan = json.loads(node.sh("cat /etc/gpunuma/plan.json"))
+        assert plan["profile"] == "strict-cpu-only"
+        assert any("set_mempolicy is refused" in w for w in plan["warnings"])
+        assert node.sh("systemctl is-active gpunuma-steady.service").strip() == "active"
+    finally:
+        node.remove()
