@@ -128,31 +128,22 @@ def exec_name_problem(executable):
     return None
 
 
-def systemd_quote(arg, executable=False):
-    """Quote one argument for ``ExecStart=`` (systemd.syntax / systemd.service).
+def _systemd_word(text, expand_dollar):
+    """``text`` as one double-quoted systemd word (systemd.syntax).
 
-    The result is a double-quoted word: backslash and double quote are
-    backslash-escaped, control characters use C escapes, ``%`` becomes
-    ``%%`` (specifier expansion) and, except in the executable name (where
-    systemd performs no variable expansion), ``$`` becomes ``$$``.
+    Backslash and double quote are backslash-escaped, control characters use
+    C escapes, ``%`` becomes ``%%`` (specifier expansion) and, where systemd
+    expands variables (``expand_dollar``), ``$`` becomes ``$$``.
     """
-    if not isinstance(arg, str):
-        raise PlanError("ExecStart argument %r is not a string; allowed: strings" % (arg,))
-    if "\x00" in arg:
-        raise PlanError("ExecStart argument %r contains a NUL byte; allowed: text without NUL" % (arg,))
-    if executable:
-        problem = exec_name_problem(arg)
-        if problem:
-            raise PlanError("ExecStart executable: %s" % problem)
     out = ['"']
-    for char in arg:
+    for char in text:
         if char == "\\":
             out.append("\\\\")
         elif char == '"':
             out.append('\\"')
         elif char == "%":
             out.append("%%")
-        elif char == "$" and not executable:
+        elif char == "$" and expand_dollar:
             out.append("$$")
         elif char == "\n":
             out.append("\\n")
@@ -166,6 +157,35 @@ def systemd_quote(arg, executable=False):
             out.append(char)
     out.append('"')
     return "".join(out)
+
+
+def systemd_quote(arg, executable=False):
+    """Quote one argument for ``ExecStart=`` (systemd.syntax / systemd.service).
+
+    Except in the executable name (where systemd performs no variable
+    expansion), ``$`` becomes ``$$``.
+    """
+    if not isinstance(arg, str):
+        raise PlanError("ExecStart argument %r is not a string; allowed: strings" % (arg,))
+    if "\x00" in arg:
+        raise PlanError("ExecStart argument %r contains a NUL byte; allowed: text without NUL" % (arg,))
+    if executable:
+        problem = exec_name_problem(arg)
+        if problem:
+            raise PlanError("ExecStart executable: %s" % problem)
+    return _systemd_word(arg, expand_dollar=not executable)
+
+
+def systemd_environment_assignment(name, value):
+    """One ``Environment=`` word, ``"NAME=value"`` quoted for systemd.
+
+    ``Environment=`` expands specifiers but no ``$`` variables, so ``$`` is
+    kept as it is.
+    """
+    text = "%s=%s" % (name, value)
+    if "\x00" in text:
+        raise PlanError("Environment %s contains a NUL byte; allowed: text without NUL" % name)
+    return _systemd_word(text, expand_dollar=False)
 
 
 def systemd_exec_line(argv):

@@ -19,7 +19,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
         ansible.module_utils.__path__.append(_path)
 
 from ansible.module_utils.gpunuma.errors import GpunumaError  # noqa: E402
-from ansible.module_utils.gpunuma.plan import systemd_exec_line  # noqa: E402
+from ansible.module_utils.gpunuma.plan import systemd_environment_assignment, systemd_exec_line  # noqa: E402
 
 
 def exec_argv(instance, numactl_path):
@@ -47,35 +47,11 @@ def exec_line(argv):
 
 
 def environment_assignment(name, value):
-    """One ``Environment=`` word: ``"NAME=value"`` quoted for systemd.
-
-    Unlike ``ExecStart=``, ``Environment=`` expands no ``$`` variables, so
-    only specifiers (``%``), quotes, backslashes and control characters are
-    escaped.
-    """
-    text = "%s=%s" % (name, value)
-    if "\x00" in text:
-        raise AnsibleFilterError("Environment %s contains a NUL byte" % name)
-    out = ['"']
-    for char in text:
-        if char == "\\":
-            out.append("\\\\")
-        elif char == '"':
-            out.append('\\"')
-        elif char == "%":
-            out.append("%%")
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\t":
-            out.append("\\t")
-        elif char == "\r":
-            out.append("\\r")
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append("\\x%02x" % ord(char))
-        else:
-            out.append(char)
-    out.append('"')
-    return "".join(out)
+    """``Environment=`` word for one variable (plan.systemd_environment_assignment)."""
+    try:
+        return systemd_environment_assignment(name, value)
+    except GpunumaError as exc:
+        raise AnsibleFilterError(str(exc))
 
 
 class FilterModule:
