@@ -1,0 +1,60 @@
+"""The README's demo: discovery and planning of the demo fleet."""
+
+import json
+
+import pytest
+
+from ansible_run import run_playbook
+
+pytestmark = pytest.mark.ansible
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    state = tmp_path_factory.mktemp("demo")
+    proc = run_playbook("playbooks/plan.yml", "inventory/demo.yml", extra_vars={"gpunuma_demo_dir": str(state)})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return state, proc.stdout
+
+
+def plan_of(state, host):
+    return json.loads((state / "topology" / (host + ".plan.json")).read_text())
+
+
+def test_tables_are_printed(demo):
+    _, out = demo
+    assert "FINGERPRINT" in out and "INSTANCE" in out
+    for host in ("demo-local", "h200-vm", "hgx-h200-8gpu", "dgx-a100-nps4", "gb200-4gpu", "dgx1-v100", "pcie-8gpu-plx"):
+        assert host in out
+
+
+def test_recorded_h200_instance_falls_back_to_preferred(demo):
+    state, _ = demo
+    (instance,) = plan_of(state, "h200-vm")["instances"]
+    assert instance["mem_policy"] == "preferred" and "exceeds" in instance["fallback"]
+    assert instance["environment"]["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
+
+
+def test_grace_instances_bind_cpu_nodes_never_gpu_memory_nodes(demo):
+    state, _ = demo
+    plan = plan_of(state, "gb200-4gpu")
+    assert [i["mem_nodes"] for i in plan["instances"]] == [[0], [0], [1], [1]]
+
+
+def test_nps4_pairs_stay_on_one_node(demo):
+    state, _ = demo
+    plan = plan_of(state, "dgx-a100-nps4")
+    assert sorted(i["numa_nodes"][0] for i in plan["instances"]) == [1, 3, 5, 7]
+    assert all(len(i["numa_nodes"]) == 1 and len(i["gpus"]) == 2 for i in plan["instances"])
+
+
+def test_unplaceable_gpus_are_not_guessed(demo):
+    state, _ = demo
+    plan = plan_of(state, "pcie-8gpu-plx")
+    assert all(i["mem_policy"] == "default" and i["cpus"] is None and i["fallback"] for i in plan["instances"])
+
+
+def test_topology_persisted_for_every_host(demo):
+    state, _ = demo
+    hosts = sorted(p.name for p in (state / "topology").glob("*.json") if not p.name.endswith(".plan.json"))
+    assert len(hosts) == 7
