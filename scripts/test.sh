@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 scripts/setup-venv.sh
 if [ "$(id -u)" = 0 ]; then
   scripts/setup-host.sh
+  # The systemd base image of the container fleet (cached; no registry is reachable).
+  scripts/build-base-image.sh
 else
   echo "gpunuma: not root; skipping host set-up (Docker, QEMU)" >&2
 fi

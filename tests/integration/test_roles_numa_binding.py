@@ -10,69 +10,16 @@ Skipped only when there is no Docker engine or no base image.
 
 import json
 import os
-import shutil
 import subprocess
-import sys
-import time
-import uuid
 
 import pytest
 import yaml
 
 from ansible_run import BINDIR, ansible_env
 from conftest import REPO_ROOT
+from containers import UNIT_DIR, Node, needs_docker
 
-pytestmark = pytest.mark.molecule
-
-IMAGE = "gpunuma/debian-systemd:bookworm"
-UNIT_DIR = "/etc/systemd/system"
-
-
-def _docker_ready():
-    if not shutil.which("docker"):
-        return "no docker client"
-    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        return "no running Docker engine"
-    if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode != 0:
-        return "base image %s missing (scripts/build-base-image.sh)" % IMAGE
-    return None
-
-
-_NOT_READY = _docker_ready()
-if _NOT_READY:
-    pytestmark = [pytestmark, pytest.mark.skip(reason=_NOT_READY)]
-
-
-class Node:
-    def __init__(self, sys_nice=True):
-        self.name = "gpunuma-it-%s" % uuid.uuid4().hex[:8]
-        caps = ["--cap-add", "SYS_ADMIN"] + (["--cap-add", "SYS_NICE"] if sys_nice else [])
-        subprocess.run(
-            ["docker", "run", "-d", "--name", self.name, *caps, "--cgroupns", "host",
-             "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
-             "--stop-signal", "SIGRTMIN+3", IMAGE, "/lib/systemd/systemd"],
-            check=True, capture_output=True,
-        )
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            state = self.sh("systemctl is-system-running --wait", check=False).strip()
-            if state in ("running", "degraded"):
-                return
-            time.sleep(1)
-        raise AssertionError("%s did not finish booting" % self.name)
-
-    def sh(self, script, check=True):
-        proc = subprocess.run(["docker", "exec", self.name, "sh", "-c", script], capture_output=True, text=True)
-        if check:
-            assert proc.returncode == 0, proc.stderr
-        return proc.stdout
-
-    def main_pid(self, unit):
-        return int(self.sh("systemctl show --property=MainPID --value %s" % unit))
-
-    def remove(self):
-        subprocess.run(["docker", "rm", "-f", self.name], capture_output=True)
-
+pytestmark = [pytest.mark.molecule, needs_docker]
 
 @pytest.fixture
 def node():
