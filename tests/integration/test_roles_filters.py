@@ -1,9 +1,10 @@
-"""Filter plugins of the autonuma and numa_binding roles, as pure functions.
+"""Filter plugins of the autonuma, memlock and numa_binding roles.
 
-The autonuma filters decide who else sets kernel.numa_balancing (sysctl.d
-precedence, tuned include chains); the numa_binding filters turn a plan
-instance into ExecStart=/Environment= words. Inputs are the text the roles
-collect on a node (file lists, grep -H output).
+The autonuma and memlock filters are thin wrappers over gpunuma.sysctl_owners
+and gpunuma.limits (who else sets kernel.numa_balancing; the memlock ceiling
+of PID 1); the numa_binding filters turn a plan instance into
+ExecStart=/Environment= words. Inputs are the text the roles collect on a
+node (file lists, grep -H output, /proc files).
 """
 
 import importlib.util
@@ -11,6 +12,7 @@ import os
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.gpunuma import limits, sysctl_owners
 
 from conftest import REPO_ROOT
 
@@ -26,137 +28,99 @@ def _load(role, name):
 
 
 autonuma = _load("autonuma", "autonuma")
+memlock = _load("memlock", "memlock")
 numa_binding = _load("numa_binding", "numa_binding")
 
 OWN = "/etc/sysctl.d/60-gpunuma-numa-balancing.conf"
 
 
-# ------------------------------------------------------------ sysctl.d order
+# ------------------------------------------------------------------ autonuma
+# The logic is gpunuma.sysctl_owners (tests/unit/test_sysctl_owners.py);
+# these check that the filters the role calls reach it, through the same
+# import path Ansible gives the plugin, and that its errors become filter
+# errors.
 
 
-def test_writers_follow_file_name_order_across_directories():
+def test_autonuma_filters_are_the_sysctl_owners_functions():
+    filters = autonuma.FilterModule().filters()
+    assert set(filters) == {"autonuma_sysctl_writers", "autonuma_sysctl_conflicts", "autonuma_tuned_active_profiles",
+                            "autonuma_tuned_setting", "autonuma_tuned_conflict"}
+    for name, function in filters.items():
+        core = getattr(sysctl_owners, name[len("autonuma_"):])
+        assert function.__wrapped__ is core, name
+
+
+def test_autonuma_filters_chain_as_the_role_chains_them():
+    filters = autonuma.FilterModule().filters()
     paths = ["/usr/lib/sysctl.d/10-distro.conf", OWN, "/etc/sysctl.d/99-late.conf"]
-    grep = [
-        "/usr/lib/sysctl.d/10-distro.conf:kernel.numa_balancing = 1",
-        OWN + ":kernel.numa_balancing=0",
-        "/etc/sysctl.d/99-late.conf:kernel/numa_balancing=1",
-    ]
-    writers = autonuma.sysctl_writers(paths, grep)
-    assert [w["path"] for w in writers] == paths
-    assert [w["value"] for w in writers] == ["1", "0", "1"]
+    grep = ["/usr/lib/sysctl.d/10-distro.conf:kernel.numa_balancing = 1", OWN + ":kernel.numa_balancing=0",
+            "/etc/sysctl.d/99-late.conf:kernel/numa_balancing=1"]
+    writers = filters["autonuma_sysctl_writers"](paths, grep, "kernel.numa_balancing")
+    files = filters["autonuma_sysctl_conflicts"](writers, OWN, 0, "kernel.numa_balancing")
+    assert [w["path"] for w in files["overriding"]] == ["/etc/sysctl.d/99-late.conf"]
+    assert [w["path"] for w in files["overridden"]] == ["/usr/lib/sysctl.d/10-distro.conf"]
+
+    tuned = ["/usr/lib/tuned/network-latency/tuned.conf:[sysctl]",
+             "/usr/lib/tuned/network-latency/tuned.conf:kernel.numa_balancing=0",
+             "/etc/tuned/gpu/tuned.conf:[main]", "/etc/tuned/gpu/tuned.conf:include=network-latency"]
+    active = filters["autonuma_tuned_active_profiles"]("Current active profile: gpu\n")
+    setting = filters["autonuma_tuned_setting"](tuned, active, "kernel.numa_balancing")
+    assert setting == {"value": "0", "profile": "network-latency", "chain": ["gpu", "network-latency"]}
+    assert filters["autonuma_tuned_conflict"](setting, 0, "kernel.numa_balancing") is None
+    assert filters["autonuma_tuned_conflict"](setting, 1, "kernel.numa_balancing").startswith(
+        "tuned profile gpu (through network-latency) sets kernel.numa_balancing=0")
 
 
-def test_etc_file_hides_the_same_name_in_usr_lib():
-    paths = ["/usr/lib/sysctl.d/50-x.conf", "/etc/sysctl.d/50-x.conf", OWN]
-    grep = ["/usr/lib/sysctl.d/50-x.conf:kernel.numa_balancing=1", OWN + ":kernel.numa_balancing=0"]
-    # /etc/sysctl.d/50-x.conf exists but does not set the key: the shipped
-    # file of the same name is never read, so nothing else sets it.
-    assert autonuma.sysctl_writers(paths, grep) == [{"path": OWN, "value": "0"}]
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("autonuma_sysctl_writers", ([OWN], [], "not a key")),
+        ("autonuma_sysctl_conflicts", ([{"path": OWN}], OWN, 0)),
+        ("autonuma_tuned_active_profiles", (["Current active profile: x"],)),
+        ("autonuma_tuned_setting", ([], "cpu-partitioning")),
+        ("autonuma_tuned_conflict", ({"value": "0"}, 1)),
+    ],
+)
+def test_autonuma_errors_become_filter_errors(name, args):
+    with pytest.raises(AnsibleFilterError, match="allowed: "):
+        autonuma.FilterModule().filters()[name](*args)
 
 
-def test_sysctl_conf_is_read_last():
-    paths = ["/etc/sysctl.conf", OWN, "/etc/sysctl.d/99-z.conf"]
-    grep = ["/etc/sysctl.conf:kernel.numa_balancing=1", OWN + ":kernel.numa_balancing=0"]
-    writers = autonuma.sysctl_writers(paths, grep)
-    assert [w["path"] for w in writers] == [OWN, "/etc/sysctl.conf"]
+# ------------------------------------------------------------------- memlock
+# The logic is gpunuma.limits (tests/unit/test_limits.py).
 
 
-def test_last_assignment_in_a_file_wins_and_ignore_prefix_is_read():
-    grep = [OWN + ":kernel.numa_balancing=1", OWN + ":-kernel.numa_balancing = 0"]
-    assert autonuma.sysctl_writers([OWN], grep) == [{"path": OWN, "value": "0"}]
+def test_memlock_filters_are_the_limits_functions():
+    filters = memlock.FilterModule().filters()
+    assert filters["memlock_systemd_value"].__wrapped__ is limits.systemd_limit
+    assert filters["memlock_ceiling"].__wrapped__ is limits.memlock_ceiling
+    assert filters["memlock_clamp"].__wrapped__ is limits.memlock_clamp
+    assert filters["memlock_clamp_message"].__wrapped__ is limits.clamp_message
+    assert filters["memlock_format_limit"].__wrapped__ is limits.format_limit
 
 
-def test_other_keys_and_comments_are_not_settings():
-    path = "/etc/sysctl.d/20-x.conf"
-    grep = [path + ":# kernel.numa_balancing=1", path + ":kernel.numa_balancing_scan_delay_ms=1000"]
-    assert autonuma.sysctl_writers([path], grep) == []
+def test_memlock_filters_chain_as_the_role_chains_them():
+    filters = memlock.FilterModule().filters()
+    limits_text = ("Limit                     Soft Limit           Hard Limit           Units     \n"
+                   "Max locked memory         8388608              8388608              bytes     \n")
+    ceiling = filters["memlock_ceiling"](limits_text, "CapEff:\t00000000a8a425fb\n", None, "/proc/1")
+    clamp = filters["memlock_clamp"]("64M", ceiling)
+    assert (clamp["effective_systemd"], clamp["clamped"]) == (8388608, True)
+    assert "get 8 MiB" in filters["memlock_clamp_message"](clamp, ceiling)
+    assert filters["memlock_systemd_value"]("unlimited") == "infinity"
 
 
-def test_later_file_with_another_value_overrides_gpunuma():
-    writers = [
-        {"path": "/usr/lib/sysctl.d/10-distro.conf", "value": "1"},
-        {"path": OWN, "value": "0"},
-        {"path": "/etc/sysctl.d/99-late.conf", "value": "1"},
-        {"path": "/etc/sysctl.d/99-same.conf", "value": "0"},
-    ]
-    result = autonuma.sysctl_conflicts(writers, OWN, 0)
-    assert [w["path"] for w in result["overriding"]] == ["/etc/sysctl.d/99-late.conf"]
-    assert "wins at boot" in result["overriding"][0]["reason"]
-    assert [w["path"] for w in result["overridden"]] == ["/usr/lib/sysctl.d/10-distro.conf"]
-
-
-def test_no_conflict_when_everyone_agrees():
-    writers = [{"path": OWN, "value": "1"}, {"path": "/etc/sysctl.d/99-late.conf", "value": "1"}]
-    assert autonuma.sysctl_conflicts(writers, OWN, 1) == {"overriding": [], "overridden": []}
-
-
-# ---------------------------------------------------------------------- tuned
-
-
-TUNED = [
-    "/usr/lib/tuned/latency-performance/tuned.conf:[cpu]",
-    "/usr/lib/tuned/network-latency/tuned.conf:[main]",
-    "/usr/lib/tuned/network-latency/tuned.conf:include=latency-performance",
-    "/usr/lib/tuned/network-latency/tuned.conf:[sysctl]",
-    "/usr/lib/tuned/network-latency/tuned.conf:kernel.numa_balancing=0",
-    "/usr/lib/tuned/cpu-partitioning/tuned.conf:[main]",
-    "/usr/lib/tuned/cpu-partitioning/tuned.conf:include=network-latency",
-    "/usr/lib/tuned/cpu-partitioning/tuned.conf:[sysctl]",
-    "/usr/lib/tuned/throughput-performance/tuned.conf:[main]",
-    "/usr/lib/tuned/throughput-performance/tuned.conf:[sysctl]",
-]
-
-
-def test_active_profiles_from_tuned_adm():
-    assert autonuma.tuned_active_profiles("Current active profile: cpu-partitioning\n") == ["cpu-partitioning"]
-    assert autonuma.tuned_active_profiles("Current active profile: throughput-performance hpc-compute") == [
-        "throughput-performance",
-        "hpc-compute",
-    ]
-    assert autonuma.tuned_active_profiles("No current active profile.") == []
-
-
-def test_setting_found_through_the_include_chain():
-    setting = autonuma.tuned_setting(TUNED, ["cpu-partitioning"])
-    assert setting == {"value": "0", "profile": "network-latency", "chain": ["cpu-partitioning", "network-latency"]}
-
-
-def test_profile_without_the_key_sets_nothing():
-    assert autonuma.tuned_setting(TUNED, ["throughput-performance"]) is None
-    assert autonuma.tuned_setting(TUNED, ["latency-performance"]) is None
-
-
-def test_including_profile_overrides_the_included_one():
-    lines = TUNED + [
-        "/etc/tuned/gpu-serving/tuned.conf:[main]",
-        "/etc/tuned/gpu-serving/tuned.conf:include=cpu-partitioning",
-        "/etc/tuned/gpu-serving/tuned.conf:[sysctl]",
-        "/etc/tuned/gpu-serving/tuned.conf:kernel.numa_balancing=1",
-    ]
-    assert autonuma.tuned_setting(lines, ["gpu-serving"])["value"] == "1"
-
-
-def test_etc_tuned_replaces_the_shipped_profile():
-    lines = TUNED + [
-        "/etc/tuned/network-latency/tuned.conf:[main]",
-        "/etc/tuned/network-latency/tuned.conf:include=latency-performance",
-    ]
-    assert autonuma.tuned_setting(lines, ["cpu-partitioning"]) is None
-
-
-def test_include_loops_end():
-    lines = [
-        "/usr/lib/tuned/a/tuned.conf:[main]",
-        "/usr/lib/tuned/a/tuned.conf:include=b",
-        "/usr/lib/tuned/b/tuned.conf:[main]",
-        "/usr/lib/tuned/b/tuned.conf:include=a",
-    ]
-    assert autonuma.tuned_setting(lines, ["a"]) is None
-
-
-def test_key_outside_the_sysctl_section_is_ignored():
-    lines = ["/usr/lib/tuned/x/tuned.conf:[bootloader]", "/usr/lib/tuned/x/tuned.conf:kernel.numa_balancing=0"]
-    assert autonuma.tuned_setting(lines, ["x"]) is None
+@pytest.mark.parametrize(
+    "name, args, message",
+    [
+        ("memlock_systemd_value", ("lots",), "memlock_limit: 'lots' is not a limit"),
+        ("memlock_ceiling", ("", "CapEff:\t0\n", None, "/proc/1"), "/proc/1/limits: "),
+        ("memlock_clamp", ("64M", None), "memlock ceiling: None is not a memlock_ceiling"),
+    ],
+)
+def test_memlock_errors_become_filter_errors(name, args, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        memlock.FilterModule().filters()[name](*args)
 
 
 # -------------------------------------------------------------- numa_binding

@@ -2,16 +2,21 @@
 
 The containerd drop-in needs a systemd host and is covered by the molecule
 fleet (a containerd stand-in whose /proc/<pid>/limits is checked); here
-containerd is absent, as on this controller.
+containerd is absent, as on this controller. The ceiling check reads copies
+of PID 1's /proc files: the captured PID 1 of a systemd container under
+Docker's defaults (hard memlock 8 MiB, no CAP_SYS_RESOURCE), and variants of
+it.
 """
 
 import os
+import shutil
 import sys
 
 import pytest
 import yaml
 
 from ansible_run import run_playbook
+from conftest import FIXTURES
 
 pytestmark = pytest.mark.ansible
 
@@ -29,7 +34,11 @@ def _run(tmp_path, check=False, **role_vars):
     playbook.write_text(yaml.safe_dump([{
         "hosts": "localhost", "gather_facts": False, "vars": variables,
         "roles": ["memlock"],
-        "post_tasks": [{"name": "Show the systemd limit", "ansible.builtin.debug": {"msg": "SYSTEMD={{ memlock_systemd_limit }}"}}],
+        "post_tasks": [
+            {"name": "Show the systemd limit", "ansible.builtin.debug": {"msg": "SYSTEMD={{ memlock_systemd_limit }}"}},
+            {"name": "Show the effective limit",
+             "ansible.builtin.debug": {"msg": "EFFECTIVE={{ memlock_effective_limit }}"}},
+        ],
     }]))
     proc = run_playbook(str(playbook), "localhost,", check=check,
                         extra=["-c", "local", "-e", "ansible_python_interpreter=" + sys.executable])
@@ -116,4 +125,112 @@ def test_file_removed_when_nobody_is_listed(tmp_path):
     assert proc.returncode == 0 and limits.exists()
     proc, limits = _run(tmp_path, memlock_users=[])
     assert proc.returncode == 0
+    assert not limits.exists()
+
+
+# ------------------------------------------------------------ PID 1's ceiling
+
+DOCKER_PID1 = os.path.join(FIXTURES, "captured", "docker-systemd-pid1")
+CAP_SYS_RESOURCE = 1 << 24
+
+
+def _pid1(tmp_path, add_sys_resource=False, uid_map=None, drop=()):
+    """A copy of the captured container PID 1's /proc files, optionally changed."""
+    proc = tmp_path / "proc1"
+    shutil.copytree(DOCKER_PID1, proc)
+    if add_sys_resource:
+        status = proc / "status"
+        lines = []
+        for line in status.read_text().splitlines():
+            if line.startswith("CapEff:"):
+                line = "CapEff:\t%016x" % (int(line.split()[1], 16) | CAP_SYS_RESOURCE)
+            lines.append(line)
+        status.write_text("\n".join(lines) + "\n")
+    if uid_map is not None:
+        (proc / "uid_map").write_text(uid_map)
+    for name in drop:
+        (proc / name).unlink()
+    return str(proc)
+
+
+def _warning(proc):
+    return [line for line in proc.stdout.splitlines() if "WARNING localhost: memlock_limit asks for" in line]
+
+
+def test_limit_above_the_container_ceiling_warns_with_numbers_and_fix(tmp_path):
+    proc, limits = _run(tmp_path, memlock_limit="64M", memlock_users=["svc"], memlock_pid1_proc_dir=_pid1(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    warning = _warning(proc)
+    assert len(warning) == 1, proc.stdout[-3000:]
+    assert "asks for 64 MiB of locked memory but systemd units on this node get 8 MiB" in warning[0]
+    assert "PID 1's hard memlock limit is 8 MiB and PID 1 lacks CAP_SYS_RESOURCE" in warning[0]
+    assert "docker run --ulimit memlock=-1" in warning[0]
+    # The requested limit is still what gets written; the fact says what units get.
+    assert '"msg": "SYSTEMD=67108864"' in proc.stdout
+    assert '"msg": "EFFECTIVE=8388608"' in proc.stdout
+    assert _entries(limits) == [["svc", "-", "memlock", "65536"]]
+
+
+def test_unlimited_is_clamped_too(tmp_path):
+    proc, _ = _run(tmp_path, memlock_limit="unlimited", memlock_pid1_proc_dir=_pid1(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "asks for unlimited of locked memory but systemd units on this node get 8 MiB" in _warning(proc)[0]
+    assert '"msg": "SYSTEMD=infinity"' in proc.stdout
+    assert '"msg": "EFFECTIVE=8388608"' in proc.stdout
+
+
+@pytest.mark.parametrize("limit,effective", [("4M", "4194304"), ("8M", "8388608")])
+def test_limit_within_the_ceiling_is_quiet(tmp_path, limit, effective):
+    proc, _ = _run(tmp_path, memlock_limit=limit, memlock_on_clamp="fail", memlock_pid1_proc_dir=_pid1(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert _warning(proc) == []
+    assert '"msg": "EFFECTIVE=%s"' % effective in proc.stdout
+
+
+def test_pid1_with_sys_resource_has_no_ceiling(tmp_path):
+    proc, _ = _run(tmp_path, memlock_limit="64G", memlock_on_clamp="fail",
+                   memlock_pid1_proc_dir=_pid1(tmp_path, add_sys_resource=True))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert '"msg": "EFFECTIVE=68719476736"' in proc.stdout
+
+
+def test_sys_resource_in_a_user_namespace_does_not_lift_the_ceiling(tmp_path):
+    pid1 = _pid1(tmp_path, add_sys_resource=True, uid_map="         0     100000      65536\n")
+    proc, _ = _run(tmp_path, memlock_limit="64G", memlock_pid1_proc_dir=pid1)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "runs in a user namespace" in _warning(proc)[0]
+    assert '"msg": "EFFECTIVE=8388608"' in proc.stdout
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["apply", "check-mode"])
+def test_fail_on_clamp_stops_before_any_change(tmp_path, check):
+    proc, limits = _run(tmp_path, check=check, memlock_limit="64M", memlock_users=["svc"], memlock_on_clamp="fail",
+                        memlock_pid1_proc_dir=_pid1(tmp_path))
+    assert proc.returncode != 0
+    assert ("localhost: memlock_limit asks for 64 MiB of locked memory but systemd units on this node get 8 MiB"
+            in proc.stdout)
+    assert "(memlock_on_clamp is fail; set it to warn to go on with the lower limit)" in proc.stdout
+    assert not limits.exists()
+
+
+def test_unreadable_pid1_files_are_reported_not_fatal(tmp_path):
+    proc, _ = _run(tmp_path, memlock_limit="64M", memlock_on_clamp="fail",
+                   memlock_pid1_proc_dir=_pid1(tmp_path, drop=["limits"]))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "/limits or /status could not be read: whether systemd can give units LimitMEMLOCK=67108864 is not checked" \
+        in proc.stdout
+    assert '"msg": "EFFECTIVE=67108864"' in proc.stdout
+
+
+def test_missing_uid_map_counts_as_the_initial_namespace(tmp_path):
+    pid1 = _pid1(tmp_path, add_sys_resource=True, drop=["uid_map"])
+    proc, _ = _run(tmp_path, memlock_limit="64G", memlock_on_clamp="fail", memlock_pid1_proc_dir=pid1)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert '"msg": "EFFECTIVE=68719476736"' in proc.stdout
+
+
+def test_bad_on_clamp_value_fails(tmp_path):
+    proc, limits = _run(tmp_path, memlock_on_clamp="ignore", memlock_users=["svc"])
+    assert proc.returncode != 0
+    assert "memlock_on_clamp must be one of: warn, fail, got: ignore" in proc.stdout
     assert not limits.exists()
