@@ -952,12 +952,16 @@ def _check_capacity(specs, topo, strict_capacity, problems):
                 % (nodes_text, _format_bytes(memory), spec["mem_policy"])
             )
             continue
+        # Warnings and fallback reasons are kept in the plan (plan.json, unit
+        # comments): they name no free amount, which moves with every
+        # allocation on the node, so that a re-run on an unchanged node
+        # writes the same plan and restarts nothing.
         if spec["mem_policy"] != "bind":
             free = sum(frees)
             if memory > free:
                 spec["warnings"].append(
-                    "memory %s declared exceeds the %s free on NUMA node %s; allocations will spill to other nodes"
-                    % (_format_bytes(memory), _format_bytes(free), nodes_text)
+                    "memory %s declared exceeds the free memory of NUMA node %s; allocations will spill to other nodes"
+                    % (_format_bytes(memory), nodes_text)
                 )
             continue
         node_id = spec["mem_nodes"][0]
@@ -966,23 +970,22 @@ def _check_capacity(specs, topo, strict_capacity, problems):
         if earlier + memory <= free:
             committed[node_id] = earlier + memory
             continue
-        detail = (
-            "memory %s declared%s exceeds the %s free on NUMA node %d; membind fails allocations once the node is full"
-            % (
-                _format_bytes(memory),
-                " (plus %s by earlier instances bound there)" % _format_bytes(earlier) if earlier else "",
-                _format_bytes(free),
-                node_id,
-            )
+        declared = "memory %s declared%s" % (
+            _format_bytes(memory),
+            " (plus %s by earlier instances bound there)" % _format_bytes(earlier) if earlier else "",
         )
         if strict_capacity == "error":
             problems.append(
-                "%s.memory: %s; allowed: at most %s on this node, or strict_capacity: fallback to plan it as preferred"
-                % (spec["path"], detail, _format_bytes(max(free - earlier, 0)))
+                "%s.memory: %s exceeds the %s free on NUMA node %d; membind fails allocations once the node is full; "
+                "allowed: at most %s on this node, or strict_capacity: fallback to plan it as preferred"
+                % (spec["path"], declared, _format_bytes(free), node_id, _format_bytes(max(free - earlier, 0)))
             )
             continue
         spec["mem_policy"] = "preferred"
-        spec["fallback"] = "%s: planned as preferred (memory spills to other nodes instead of failing)" % detail
+        spec["fallback"] = (
+            "%s exceeds the free memory of NUMA node %d; membind fails allocations once the node is full: "
+            "planned as preferred (memory spills to other nodes instead of failing)" % (declared, node_id)
+        )
         spec["warnings"].append(spec["fallback"])
 
 

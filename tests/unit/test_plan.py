@@ -252,8 +252,20 @@ def test_capacity_fallback_to_preferred():
     assert inst["mem_policy"] == "preferred"
     assert inst["profile"] == "strict"
     assert inst["numactl_args"] == ["--physcpubind=1-15", "--preferred=0"]
-    assert "8.0 GiB declared" in inst["fallback"] and "3.8 GiB free on NUMA node 0" in inst["fallback"]
+    assert "8.0 GiB declared" in inst["fallback"] and "free memory of NUMA node 0" in inst["fallback"]
     assert "planned as preferred" in inst["fallback"]
+
+
+def test_capacity_fallback_text_does_not_move_with_free_memory():
+    # The reason lands in plan.json and the unit file: a different free
+    # amount (the instance's own pages, page cache) must not rewrite them.
+    instances = [{"name": "big", "gpus": [0], "command": ["/bin/srv"], "memory": "8G"}]
+    first = make_plan("h200-1gpu-vm", "strict", instances)
+    topo = topology("h200-1gpu-vm")
+    topo["numa_nodes"][0]["memory_free_bytes"] //= 2
+    second = make_plan(topo, "strict", instances)
+    assert second["instances"][0]["mem_policy"] == "preferred"
+    assert json.dumps(second, sort_keys=True) == json.dumps(first, sort_keys=True)
 
 
 def test_capacity_that_fits_stays_strict():
