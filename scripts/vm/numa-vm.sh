@@ -20,6 +20,15 @@
 #        e1000 (which Debian's cloud kernel lacks) or virtio-net (whose
 #        netdev `device` link is the virtio device, not the PCI function
 #        that carries numa_node, unlike a physical NIC).
+#     └─ pci-testdev at 0000:21:02.0 (1b36:0005, class 0x00ff): the GPU's
+#        stand-in. QEMU cannot emulate an NVIDIA GPU; the numa_vm scenario
+#        maps a recorded NVML dump's GPU onto this bus id, so the GPU's
+#        identity comes from the dump and its placement (numa_node 1,
+#        local_cpulist 2-3, PCI path) from the guest's real sysfs. No kernel
+#        driver claims the device.
+#
+# The kernel boots with numa_balancing=enable, so kernel.numa_balancing is 1
+# until something (gpunuma's sysctl.d file) sets it otherwise.
 #
 # One VM per host at a time: four TCG vCPUs already saturate a small host, and
 # two of them make boots time out. GPUNUMA_VM_ALLOW_CONCURRENT=1 lifts this.
@@ -121,12 +130,13 @@ start() {
     -numa node,nodeid=0,cpus=0-1,memdev=mem0 \
     -numa node,nodeid=1,cpus=2-3,memdev=mem1 \
     -kernel "$image_dir/vmlinuz" -initrd "$image_dir/initrd.img" \
-    -append "root=/dev/vda rw console=ttyS0 net.ifnames=1" \
+    -append "root=/dev/vda rw console=ttyS0 net.ifnames=1 numa_balancing=enable" \
     -drive file="$state_dir/overlay.qcow2",if=none,id=disk0,format=qcow2,cache=unsafe \
     -device virtio-blk-pci,drive=disk0,bus=pci.0 \
     -device pxb,id=pxb1,bus=pci.0,bus_nr=32,numa_node=1 \
     -netdev user,id=net0,hostfwd=tcp:127.0.0.1:"$port"-:22 \
     -device vmxnet3,netdev=net0,bus=pxb1,addr=0x1 \
+    -device pci-testdev,bus=pxb1,addr=0x2 \
     -fw_cfg name=opt/gpunuma/authorized_keys,file="$state_dir/authorized_keys" \
     -serial file:"$state_dir/console.log" \
     -pidfile "$state_dir/qemu.pid" \

@@ -92,6 +92,13 @@ def test_numactl_binds_cpus_and_memory(host, node, cpus):
     assert policies == {f"bind:{node}"}
 
 
+# Starting a unit with AllowedCPUs= makes systemd switch the cpuset
+# controller on (and off again) above it, and Linux 6.1 then resets the CPU
+# affinity of every task below to all CPUs: it undoes the running gpunuma
+# instances' numactl --physcpubind / CPUAffinity= binding (their memory policy
+# stays). This file therefore runs after test_gpunuma_binding.py (pytest
+# takes files in name order), and test_reboot.py reboots the guest before
+# checking the bindings again.
 @pytest.mark.parametrize("node,cpus", sorted(NODE_CPUS.items()))
 def test_systemd_cpuset_confines_cpus_and_memory(host, node, cpus):
     status_text = host.check_output(
