@@ -106,7 +106,12 @@ def unit_state(host, name):
 
 
 def boot_id(host):
-    result = host.run("cat /proc/sys/kernel/random/boot_id")
+    """The guest's boot id, or None while it cannot be reached (rebooting)."""
+    try:
+        result = host.run("cat /proc/sys/kernel/random/boot_id")
+    except RuntimeError:
+        # testinfra raises on SSH's own failures (exit status 255).
+        return None
     return result.stdout.strip() if result.rc == 0 else None
 
 

@@ -22,8 +22,9 @@ POLL_S = 5
 def rebooted(host):
     before = probe.boot_id(host)
     assert before, "cannot read the guest's boot id before the reboot"
-    # The SSH session ends with the guest; its exit status says nothing.
-    host.run("systemd-run --on-active=1 --timer-property=AccuracySec=100ms systemctl reboot")
+    # Deferred by a second so that this SSH command returns before the
+    # guest goes down.
+    host.check_output("systemd-run --on-active=1 --timer-property=AccuracySec=100ms systemctl reboot")
     deadline = time.monotonic() + REBOOT_TIMEOUT_S
     now = None
     while time.monotonic() < deadline:
