@@ -81,6 +81,13 @@ options:
     type: str
     choices: [fallback, error]
     default: fallback
+  applied_plan:
+    description:
+      - The plan the node runs now (the content of C(/etc/gpunuma/plan.json)), if any. When it was made
+        for the same hardware fingerprint, the memory its instances declared counts as available to
+        them again in the O(strict_capacity) check, so that a running instance's own memory does not
+        push a re-plan from C(bind) to C(preferred).
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -235,6 +242,7 @@ def main():
             instances=dict(type="list", elements="dict", default=[]),
             housekeeping_cores_per_node=dict(type="int", default=1),
             strict_capacity=dict(type="str", choices=["fallback", "error"], default="fallback"),
+            applied_plan=dict(type="dict"),
         ),
         mutually_exclusive=[("topology", "topology_path")],
         required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],
@@ -260,6 +268,7 @@ def main():
             params["instances"],
             housekeeping_cores_per_node=params["housekeeping_cores_per_node"],
             strict_capacity=params["strict_capacity"],
+            applied_plan=params["applied_plan"],
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))

@@ -938,8 +938,33 @@ def _allocate_node(node, members, problems):
 # Memory capacity
 
 
-def _check_capacity(specs, topo, strict_capacity, problems):
+def _held_by_applied(applied_plan, topo, specs):
+    """Memory the applied plan's instances already hold, per node.
+
+    Re-planning a node that runs its instances sees their own memory as used:
+    without adding it back, a strict instance that fitted at its first start
+    would be re-planned as preferred (and restarted) on the next run. Only
+    instances still in the inventory and applied under ``bind`` count, and
+    only when the applied plan was made for the same hardware.
+    """
+    held = {}
+    if not isinstance(applied_plan, dict) or applied_plan.get("topology_fingerprint") != topo.fingerprint:
+        return held
+    names = set(spec["name"] for spec in specs)
+    for item in applied_plan.get("instances") or []:
+        if not isinstance(item, dict) or item.get("name") not in names:
+            continue
+        memory, nodes = item.get("memory_bytes"), item.get("mem_nodes") or []
+        # Only membind instances: one that already fell back to preferred
+        # must not be re-planned as fitting (and flip back and forth).
+        if _is_int(memory) and len(nodes) == 1 and item.get("mem_policy") == "bind":
+            held[nodes[0]] = held.get(nodes[0], 0) + memory
+    return held
+
+
+def _check_capacity(specs, topo, strict_capacity, problems, applied_plan=None):
     committed = {}
+    held = _held_by_applied(applied_plan, topo, specs)
     for spec in specs:
         memory = spec["memory_bytes"]
         if memory is None or spec["mem_policy"] == "default" or not spec["mem_nodes"]:
@@ -965,7 +990,7 @@ def _check_capacity(specs, topo, strict_capacity, problems):
                 )
             continue
         node_id = spec["mem_nodes"][0]
-        free = frees[0]
+        free = frees[0] + held.get(node_id, 0)
         earlier = committed.get(node_id, 0)
         if earlier + memory <= free:
             committed[node_id] = earlier + memory
@@ -1076,13 +1101,16 @@ def _render(spec, topo, profile):
 # Entry point
 
 
-def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, strict_capacity="fallback"):
+def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, strict_capacity="fallback",
+               applied_plan=None):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
     mapping (``profiles.load_profile``), ``instances`` the inventory's
-    ``gpunuma_instances`` list. Raises :class:`PlanError` listing every
-    problem found.
+    ``gpunuma_instances`` list. ``applied_plan`` is the plan the node runs
+    now (``/etc/gpunuma/plan.json``), if any: the memory its instances hold
+    counts as available to them in the capacity check. Raises
+    :class:`PlanError` listing every problem found.
     """
     problems = []
     warnings = []
@@ -1121,7 +1149,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
     for spec in specs:
         _apply_profile(spec, topo, profile)
     _allocate_cpus(specs, topo, problems)
-    _check_capacity(specs, topo, strict_capacity, problems)
+    _check_capacity(specs, topo, strict_capacity, problems, applied_plan)
     if problems:
         raise PlanError(problems)
     if not instances:

@@ -1102,3 +1102,62 @@ def test_format_of_plan_cpu_lists_is_canonical():
     plan = make_plan("dgxa100-nps4-8node", "strict", per_gpu(range(8)))
     for inst in plan["instances"]:
         assert inst["cpus"] == format_cpulist(parse_cpulist(inst["cpus"]))
+
+
+class TestCapacityOfARunningNode:
+    """Re-planning must not count a running instance's own memory against it."""
+
+    def setup_method(self):
+        import copy
+
+        self.topology = copy.deepcopy(_capacity_topology())
+        self.instance = {"name": "llm", "numa_node": 0, "memory": "6G", "command": ["/bin/true"]}
+
+    def plan(self, applied=None):
+        from ansible.module_utils.gpunuma.plan import build_plan
+        from ansible.module_utils.gpunuma.profiles import validate_profile
+
+        profile = validate_profile({"name": "strict", "description": "x", "cpu_binding": "node",
+                                    "mem_policy": "bind", "next": None})
+        return build_plan(self.topology, profile, [self.instance], housekeeping_cores_per_node=0,
+                          applied_plan=applied)["instances"][0]
+
+    def test_fits_at_first_then_stays_bound_while_it_holds_its_memory(self):
+        first = self.plan()
+        assert first["mem_policy"] == "bind" and first["fallback"] is None
+        applied = {"topology_fingerprint": self.topology["fingerprint"], "instances": [first]}
+        # The instance now holds its 6 GiB: only 2 GiB are left free on node 0.
+        self.topology["numa_nodes"][0]["memory_free_bytes"] = 2 << 30
+        assert self.plan()["mem_policy"] == "preferred"
+        again = self.plan(applied)
+        assert again["mem_policy"] == "bind" and again["fallback"] is None
+
+    def test_applied_plan_of_other_hardware_or_instances_does_not_count(self):
+        first = self.plan()
+        self.topology["numa_nodes"][0]["memory_free_bytes"] = 2 << 30
+        other_hw = {"topology_fingerprint": "sha256:" + "0" * 64, "instances": [first]}
+        assert self.plan(other_hw)["mem_policy"] == "preferred"
+        renamed = {"topology_fingerprint": self.topology["fingerprint"], "instances": [dict(first, name="gone")]}
+        assert self.plan(renamed)["mem_policy"] == "preferred"
+
+
+def _capacity_topology():
+    return {
+        "schema": "gpunuma.topology/v1", "hostname": "cap", "fingerprint": "sha256:" + "c" * 64,
+        "sources": ["sysfs"], "warnings": [], "complete": True, "driver_version": None,
+        "numa_balancing": 0, "sockets": 1,
+        "numa_nodes": [{"id": 0, "cpus": "0-3", "has_cpus": True, "memory_total_bytes": 16 << 30,
+                        "memory_free_bytes": 8 << 30, "distances": [10], "cores": ["0", "1", "2", "3"]}],
+        "gpus": [], "gpu_links": [], "nics": [], "gpu_nic_links": [], "nvme": [],
+    }
+
+
+def test_fallen_back_instance_does_not_flip_back_to_bind():
+    case = TestCapacityOfARunningNode()
+    case.setup_method()
+    case.instance["memory"] = "12G"  # more than the 8 GiB free: preferred from the start
+    first = case.plan()
+    assert first["mem_policy"] == "preferred"
+    applied = {"topology_fingerprint": case.topology["fingerprint"], "instances": [first]}
+    case.topology["numa_nodes"][0]["memory_free_bytes"] = 1 << 30
+    assert case.plan(applied)["mem_policy"] == "preferred"
