@@ -288,3 +288,37 @@ def load_profile(name, profiles_dir):
             % (name, profile["name"], os.path.basename(path), name)
         )
     return profile
+
+
+def profile_choice_problem(value, profiles_dir, variable="gpunuma_profile"):
+    """Why ``value`` (what the user set ``variable`` to) names no profile of ``profiles_dir``; None when it does.
+
+    The sentence names the variable, what YAML handed over and the allowed
+    names in ladder order. An unquoted ``off`` reaches Ansible as the boolean
+    false (YAML 1.1), so a boolean gets the fix spelled out.
+    """
+    try:
+        known = list_profiles(profiles_dir)
+    except ProfileError as exc:
+        return "%s: the profiles in %s cannot be read: %s" % (variable, profiles_dir, exc)
+    allowed = ", ".join(known) if known else "none (no *.yml in %s)" % profiles_dir
+    if isinstance(value, bool):
+        if value is False:
+            return (
+                '%s: false is not a known profile; YAML read an unquoted `off` (or no/false) as the boolean '
+                'false - quote it: %s: "off"; allowed: %s' % (variable, variable, allowed)
+            )
+        return (
+            "%s: true is not a known profile; YAML read an unquoted on/yes/true as the boolean true - "
+            'write a profile name, quoted if it is one of those words (%s: "strict"); allowed: %s'
+            % (variable, variable, allowed)
+        )
+    if isinstance(value, str) and value in known:
+        return None
+    if isinstance(value, str):
+        return "%s: %r is not a known profile; allowed: %s (files in %s)" % (variable, value, allowed, profiles_dir)
+    return "%s: %s is not a profile name; allowed: %s" % (
+        variable,
+        "null" if value is None else repr(value),
+        allowed,
+    )

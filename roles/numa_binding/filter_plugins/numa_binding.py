@@ -18,8 +18,12 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
+from ansible.module_utils.gpunuma import limits, role_inputs  # noqa: E402
 from ansible.module_utils.gpunuma.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.plan import systemd_environment_assignment, systemd_exec_line  # noqa: E402
+from ansible.module_utils.gpunuma.profiles import profile_choice_problem  # noqa: E402
+
+PLAN_SCHEMA = "gpunuma.plan/v1"
 
 
 def exec_argv(instance, numactl_path):
@@ -54,9 +58,63 @@ def environment_assignment(name, value):
         raise AnsibleFilterError(str(exc))
 
 
+def input_problems(options, values, aliases, profiles_dir):
+    """Every problem of the binding inputs, naming the variable the user set.
+
+    The argument spec's checks (role_inputs.input_problems), then the ones a
+    spec cannot express: the profile is a file of ``profiles_dir`` and
+    ``numa_binding_limit_memlock`` parses as the memlock role's sizes do.
+    """
+    problems = role_inputs.input_problems(options, values, aliases)
+    profile = values.get("numa_binding_profile")
+    variable = role_inputs.user_variable("numa_binding_profile", options.get("numa_binding_profile", {}), values, aliases)
+    if not any(p.startswith(variable + ":") for p in problems):
+        problem = profile_choice_problem(profile, profiles_dir, variable)
+        if problem:
+            problems.append(problem)
+    memlock = values.get("numa_binding_limit_memlock")
+    if memlock not in (None, role_inputs.UNDEFINED):
+        problem = limit_problem(memlock, "numa_binding_limit_memlock")
+        if problem and not any(p.startswith("numa_binding_limit_memlock:") for p in problems):
+            problems.append(problem)
+    return problems
+
+
+def limit_problem(value, variable):
+    """Why ``value`` is no RLIMIT_MEMLOCK value (limits.parse_limit, then the range); None when it is one."""
+    try:
+        limit = limits.parse_limit(value, variable)
+    except GpunumaError as exc:
+        return str(exc)
+    if limit is None:
+        return None
+    if limit < 1024 or limit >= 2**64 - 1:
+        return (
+            "%s: %s is %d bytes; allowed: unlimited, infinity, or from 1K (1024 bytes) to below 16E "
+            "(a limit of 0 locks no memory at all: pinned CUDA and NCCL buffers fail)" % (variable, role_inputs.shown(value), limit)
+        )
+    return None
+
+
+def read_applied_plan(content, path, host):
+    """The node's applied plan (slurp content) as ``{data, problem}`` (role_inputs.read_state_file)."""
+    return role_inputs.read_state_file(
+        content,
+        "%s:%s" % (host, path),
+        PLAN_SCHEMA,
+        "It is read to leave running instances' own memory out of the free-memory check, and is rewritten "
+        "(with a backup) only after a successful apply. To recover, move it aside on the node "
+        "(mv %s %s.damaged) and run again; earlier plans are kept beside it as %s.<pid>.<time>~ backups."
+        % (path, path, path),
+    )
+
+
 class FilterModule:
     def filters(self):
         return {
+            "numa_binding_aliases": role_inputs.aliases_of,
+            "numa_binding_input_problems": input_problems,
+            "numa_binding_read_applied_plan": read_applied_plan,
             "numa_binding_exec_argv": exec_argv,
             "numa_binding_exec_line": exec_line,
             "numa_binding_environment": environment_assignment,
