@@ -632,10 +632,17 @@ def _child_measure(ordinal, placement, cpus, mem_nodes, opts):
     libc = Libc()
     binding = {"placement": placement, "requested_cpus": format_cpulist(cpus) if cpus else None,
                "requested_mem_nodes": list(mem_nodes) if mem_nodes else None}
+    # a binding the kernel refuses (seccomp, gVisor) is measured anyway and reported unverified
     if cpus:
-        os.sched_setaffinity(0, cpus)
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError as exc:
+            binding["cpu_bind_error"] = "sched_setaffinity: %s" % exc
     if mem_nodes:
-        libc.set_mempolicy(MPOL_BIND, mem_nodes)
+        try:
+            libc.set_mempolicy(MPOL_BIND, mem_nodes)
+        except OSError as exc:
+            binding["mem_bind_error"] = str(exc)
     status = read_status_binding()
     binding["cpus_allowed"] = status.get("Cpus_allowed_list")
     binding["mems_allowed"] = status.get("Mems_allowed_list")

@@ -1,0 +1,205 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# gpunuma: host-to-device copy probe through the CUDA driver API.
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: h2d_probe_info
+short_description: Measure host-to-device copy bandwidth and latency per GPU, bound and unbound
+description:
+  - Measures, per NVIDIA GPU and per placement, the bandwidth of large host-to-device copies from
+    pinned and from pageable memory, of device-to-host copies to pinned memory, and the latency
+    distribution (p50, p99, max) of small pinned host-to-device copies.
+  - Uses the CUDA driver API in C(libcuda.so.1) through ctypes; needs neither PyTorch nor a CUDA
+    toolkit on the node.
+  - Each placement runs in its own child process - C(local) binds CPUs and memory to the GPU's NUMA
+    node, C(remote) to another CPU-bearing node (the farthest by SLIT distance, or O(remote_node)),
+    C(unbound) changes nothing. The binding is read back from C(/proc/self/status) and
+    C(get_mempolicy), and the buffers' pages from C(move_pages); all are reported.
+  - Pinned and device copies are timed with CUDA events on a dedicated non-blocking stream after
+    O(warmup) copies; pageable copies on the wall clock around copy and stream synchronise.
+  - No driver, no GPU, or every GPU busy (exclusive-process compute mode held by another process)
+    returns RV(probe.status=skipped) with the reason; a busy GPU among others is skipped by name.
+    A CUDA failure on a GPU (allocation, copy) fails the task with the GPU's index, UUID, PCI bus
+    id, the CUDA call and its error; the child process that failed is gone, so nothing stays allocated.
+version_added: "0.2.0"
+author: gpunuma maintainers
+options:
+  gpus:
+    description: GPUs to probe, by index (PCI bus order), UUID or PCI bus id. All when omitted.
+    type: list
+    elements: str
+  placements:
+    description: Placements to measure (any of C(local), C(remote), C(unbound)).
+    type: list
+    elements: str
+    default: [local, remote, unbound]
+  large_bytes:
+    description: Size of the large copies (bandwidth), in bytes.
+    type: int
+    default: 268435456
+  small_bytes:
+    description: Size of the small copies (latency), in bytes.
+    type: int
+    default: 4096
+  repeats:
+    description: Timed large copies per kind and placement; the median and best are reported.
+    type: int
+    default: 10
+  small_repeats:
+    description: Timed small copies per placement (each event-timed), and the length of the back-to-back loop.
+    type: int
+    default: 1000
+  warmup:
+    description: Untimed copies before each timed series.
+    type: int
+    default: 3
+  pinned_alloc:
+    description:
+      - How pinned host memory is made. C(register) maps anonymous memory, touches it under the
+        placement's memory policy and pins it with C(cuMemHostRegister), so its NUMA node is the
+        placement's and can be verified. C(host_alloc) uses C(cuMemHostAlloc).
+    type: str
+    choices: [register, host_alloc]
+    default: register
+  remote_node:
+    description: NUMA node for the C(remote) placement instead of the farthest CPU-bearing node.
+    type: int
+  timeout_s:
+    description: Seconds one GPU placement may take before its process is killed and the GPU reported as failed.
+    type: int
+    default: 120
+  libcuda_path:
+    description: The CUDA driver library to load (a test stand-in, or a driver outside the loader path).
+    type: str
+    default: libcuda.so.1
+  output:
+    description: Also write the result as JSON to this path on the node (mode 0644, atomically). Not written in check mode.
+    type: path
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - A probe takes a few seconds per GPU with the defaults and allocates O(large_bytes) on the GPU and
+    about twice that in host memory; inference workers on the GPU are not stopped, so run it before
+    they start or expect their traffic in the numbers.
+  - PCIe generation and width come from NVML (C(nvidia-ml-py)) when it imports, else from sysfs.
+seealso:
+  - name: gpunuma probe documentation
+    description: Every field of C(gpunuma.h2d-probe/v1).
+    link: https://github.com/gpunuma/gpunuma/blob/main/docs/probe.md
+"""
+
+EXAMPLES = r"""
+- name: Probe every GPU in every placement
+  h2d_probe_info:
+  register: h2d
+
+- name: Quick probe of GPU 0, unbound only, and keep the result on the node
+  h2d_probe_info:
+    gpus: ["0"]
+    placements: [unbound]
+    large_bytes: 67108864
+    output: /var/lib/gpunuma/h2d-probe.json
+"""
+
+RETURN = r"""
+probe:
+  description: The measurements (C(gpunuma.h2d-probe/v1)); see docs/probe.md.
+  returned: always
+  type: dict
+  contains:
+    schema:
+      description: Always C(gpunuma.h2d-probe/v1).
+      type: str
+    status:
+      description: C(ok), C(skipped) (no driver, no GPU, all GPUs busy) or C(error).
+      type: str
+    reason:
+      description: Why the probe was skipped or failed; null when ok.
+      type: str
+    gpus:
+      description: One entry per probed GPU with C(index), C(uuid), C(pci_bus_id), C(numa_node), C(pcie), C(status) and C(placements).
+      type: list
+      elements: dict
+"""
+
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma import h2d
+from ansible.module_utils.gpunuma.errors import GpunumaError
+
+
+def _nvml():
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gpus=dict(type="list", elements="str"),
+            placements=dict(type="list", elements="str", default=list(h2d.PLACEMENTS)),
+            large_bytes=dict(type="int", default=h2d.DEFAULTS["large_bytes"]),
+            small_bytes=dict(type="int", default=h2d.DEFAULTS["small_bytes"]),
+            repeats=dict(type="int", default=h2d.DEFAULTS["repeats"]),
+            small_repeats=dict(type="int", default=h2d.DEFAULTS["small_repeats"]),
+            warmup=dict(type="int", default=h2d.DEFAULTS["warmup"]),
+            pinned_alloc=dict(type="str", default="register", choices=list(h2d.PINNED_ALLOCS)),
+            remote_node=dict(type="int"),
+            timeout_s=dict(type="int", default=h2d.DEFAULTS["timeout_s"]),
+            libcuda_path=dict(type="str", default="libcuda.so.1"),
+            output=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    params = {k: v for k, v in module.params.items() if k != "output"}
+    if params["gpus"] is not None:
+        params["gpus"] = [int(g) if g.isdigit() else g for g in params["gpus"]]
+    try:
+        h2d.check_options(params)
+    except GpunumaError as exc:
+        module.fail_json(msg=str(exc))
+    nvml = _nvml()
+    try:
+        result = h2d.probe(params, nvml=nvml)
+    except GpunumaError as exc:
+        module.fail_json(msg=str(exc))
+    finally:
+        if nvml is not None:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:
+                pass
+    if module.params["output"] and not module.check_mode:
+        path = module.params["output"]
+        directory = os.path.dirname(path) or "."
+        try:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".h2d-probe.")
+            with os.fdopen(fd, "w") as fh:
+                json.dump(result, fh, indent=1, sort_keys=True)
+            os.chmod(tmp, 0o644)
+            module.atomic_move(tmp, path)
+        except OSError as exc:
+            module.fail_json(msg="cannot write output %s: %s" % (path, exc), probe=result)
+    if result["status"] == "error":
+        module.fail_json(msg=result["reason"], probe=result)
+    module.exit_json(changed=False, probe=result)
+
+
+if __name__ == "__main__":
+    main()
