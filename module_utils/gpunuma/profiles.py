@@ -297,6 +297,7 @@ def profile_choice_problem(value, profiles_dir, variable="gpunuma_profile"):
     names in ladder order. An unquoted ``off`` reaches Ansible as the boolean
     false (YAML 1.1), so a boolean gets the fix spelled out.
     """
+    profiles_dir = os.path.normpath(profiles_dir)
     try:
         known = list_profiles(profiles_dir)
     except ProfileError as exc:

@@ -168,7 +168,8 @@ def input_problems(options, values, aliases=None):
                 if not any(_same(item, choice) for choice in choices):
                     problem = "%sis not allowed%s; allowed: %s" % (
                         "" if kind != "list" else "item %s " % shown(item),
-                        " (%s; quote it)" % _YAML_BOOL_HINT if isinstance(item, bool) else "",
+                        " (%s%s)" % (_YAML_BOOL_HINT, "; quote it" if any(isinstance(c, str) for c in choices) else "")
+                        if isinstance(item, bool) else "",
                         ", ".join(shown(c) if c is None or not isinstance(c, str) else c for c in choices),
                     )
                     break

@@ -8,6 +8,7 @@ it; these filters only turn its errors into filter errors.
 from __future__ import annotations
 
 import functools
+import re
 
 import ansible.module_utils
 from ansible import constants as C
@@ -20,7 +21,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
-from ansible.module_utils.gpunuma import sysctl_owners  # noqa: E402
+from ansible.module_utils.gpunuma import role_inputs, sysctl_owners  # noqa: E402
 from ansible.module_utils.gpunuma.errors import GpunumaError  # noqa: E402
 
 
@@ -42,9 +43,36 @@ tuned_setting = _filter(sysctl_owners.tuned_setting)
 tuned_conflict = _filter(sysctl_owners.tuned_conflict)
 
 
+# systemd-sysctl reads only *.conf files (sysctl.d(5)); the whole path must match.
+SYSCTL_FILE_PATTERN = r"/[^\x00-\x1f\x7f]*[^/\x00-\x1f\x7f]\.conf"
+
+
+def input_problems(options, values, aliases=None):
+    """Every problem of the AutoNUMA inputs (argument spec, then the sysctl file name)."""
+    problems = role_inputs.input_problems(options, values, aliases)
+    named = set(p.split(":", 1)[0] for p in problems)
+    balancing = values.get("autonuma_numa_balancing")
+    if "autonuma_numa_balancing" not in named and balancing is not None and (
+        isinstance(balancing, bool) or str(balancing).strip() not in ("0", "1")
+    ):
+        problems.append(
+            "autonuma_numa_balancing: %s is invalid; allowed: 0 (AutoNUMA off), 1 (on), or null (leave it alone)%s"
+            % (role_inputs.shown(balancing), " - YAML read an unquoted off/on/no/yes as a boolean; write 0 or 1"
+               if isinstance(balancing, bool) else "")
+        )
+    path = values.get("autonuma_sysctl_file")
+    if "autonuma_sysctl_file" not in named and isinstance(path, str) and not re.fullmatch(SYSCTL_FILE_PATTERN, path):
+        problems.append(
+            "autonuma_sysctl_file: %s is invalid; allowed: an absolute path ending in .conf "
+            "(systemd-sysctl ignores other names)" % role_inputs.shown(path)
+        )
+    return problems
+
+
 class FilterModule:
     def filters(self):
         return {
+            "autonuma_input_problems": input_problems,
             "autonuma_sysctl_writers": sysctl_writers,
             "autonuma_sysctl_conflicts": sysctl_conflicts,
             "autonuma_tuned_active_profiles": tuned_active_profiles,

@@ -68,10 +68,11 @@ def input_problems(options, values, aliases, profiles_dir):
     problems = role_inputs.input_problems(options, values, aliases)
     profile = values.get("numa_binding_profile")
     variable = role_inputs.user_variable("numa_binding_profile", options.get("numa_binding_profile", {}), values, aliases)
-    if not any(p.startswith(variable + ":") for p in problems):
-        problem = profile_choice_problem(profile, profiles_dir, variable)
-        if problem:
-            problems.append(problem)
+    # The profile's own sentence (known names, the unquoted-off hint) replaces the spec's type sentence.
+    problems = [p for p in problems if not p.startswith(variable + ":")]
+    problem = profile_choice_problem(profile, profiles_dir, variable)
+    if problem:
+        problems.append(problem)
     memlock = values.get("numa_binding_limit_memlock")
     if memlock not in (None, role_inputs.UNDEFINED):
         problem = limit_problem(memlock, "numa_binding_limit_memlock")
@@ -114,6 +115,7 @@ class FilterModule:
         return {
             "numa_binding_aliases": role_inputs.aliases_of,
             "numa_binding_input_problems": input_problems,
+            "numa_binding_profile_problem": profile_choice_problem,
             "numa_binding_read_applied_plan": read_applied_plan,
             "numa_binding_exec_argv": exec_argv,
             "numa_binding_exec_line": exec_line,
