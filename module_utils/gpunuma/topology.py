@@ -59,14 +59,50 @@ class _Nodes(object):
         return None
 
 
+def check_disjoint_nodes(numa_nodes, source, evidence=None):
+    """Refuse NUMA nodes that share CPUs (TopologyError naming the nodes and the CPUs).
+
+    The kernel places every CPU on exactly one node (``cpu_to_node``; the
+    ``node<N>/cpulist`` files partition the CPUs), so an overlap means the
+    input is damaged or edited. Which node really holds a shared CPU cannot
+    be told from such input, and a guess would bind a worker to a remote
+    node while reporting it local, or give two workers the same CPUs: no
+    repair is attempted (docs/topology-v1.md, "Disjoint NUMA nodes").
+    ``evidence`` maps a node id to the text that gave it its CPUs.
+    """
+    seen = {}
+    problems = []
+    for node in numa_nodes:
+        node_id = node["id"]
+        if node_id in seen:
+            raise TopologyError("%s: NUMA node %s is listed twice; allowed: each node id once" % (source, node_id))
+        cpus = cpulist.parse_cpulist(node["cpus"], "%s: NUMA node %s cpus" % (source, node_id))
+        for other_id, other_cpus in seen.items():
+            shared = cpus & other_cpus
+            if shared:
+                problems.append("nodes %s and %s share CPUs %s" % (other_id, node_id, cpulist.format_cpulist(shared)))
+        seen[node_id] = cpus
+    if problems:
+        detail = ""
+        if evidence:
+            detail = " (%s)" % "; ".join("node %s: %s" % (nid, evidence[nid]) for nid in sorted(evidence))
+        raise TopologyError(
+            "%s: NUMA node CPU sets overlap: %s%s; every CPU belongs to exactly one NUMA node, so the input "
+            "is damaged or edited, and which node holds a shared CPU cannot be told from it; fix the input "
+            "(or discover from the live host)" % (source, "; ".join(problems), detail)
+        )
+
+
 def _nodes_from_smi(smi, warnings):
     """NUMA nodes inferred from topo text alone: CPUs from the affinities, memory unknown."""
     cpus_by_node = {}
+    evidence = {}
     cpuless = set()
     for gpu in smi["gpus"]:
         affinity = gpu.get("numa_affinity") or []
         if len(affinity) == 1 and gpu.get("cpu_affinity"):
             cpus_by_node.setdefault(affinity[0], set()).update(cpulist.parse_cpulist(gpu["cpu_affinity"]))
+            evidence.setdefault(affinity[0], []).append("GPU%d CPU Affinity %s" % (gpu["index"], gpu["cpu_affinity"]))
         for node in affinity:
             cpus_by_node.setdefault(node, set())
         if gpu.get("gpu_numa_id") is not None:
@@ -101,6 +137,8 @@ def _nodes_from_smi(smi, warnings):
             "distances": [],
             "cores": [],
         })
+    check_disjoint_nodes(nodes, "nvidia-smi topo text",
+                         dict((nid, ", ".join(texts)) for nid, texts in evidence.items()))
     return nodes
 
 
@@ -130,6 +168,10 @@ def _nodes_from_host(host):
             "cores": cores,
         })
     return nodes
+
+
+def _labels(indexes):
+    return " ".join("GPU%d" % i for i in indexes)
 
 
 def _pci_chain(pci):
@@ -198,6 +240,7 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
 
     if host is not None:
         numa_nodes = _nodes_from_host(host)
+        check_disjoint_nodes(numa_nodes, "sysfs")
         warnings.extend(host.get("warnings") or [])
     elif smi is not None:
         numa_nodes = _nodes_from_smi(smi, warnings)
@@ -213,17 +256,28 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
 
     # --- GPU identity: NVML, else topo text rows, else sysfs PCI functions (PCI order)
     gpus = []
+    smi_labels = sorted(row["index"] for row in smi["gpus"]) if smi is not None else []
     if nvml is not None:
         for entry in nvml["gpus"]:
             gpus.append({"index": entry["index"], "uuid": entry["uuid"], "name": _value(entry.get("name")),
                          "pci_bus_id": entry["pci_bus_id"], "_nvml": entry})
         if smi is not None and len(smi["gpus"]) != len(gpus):
             warnings.append("nvidia-smi topo lists %d GPUs but NVML %d; using NVML" % (len(smi["gpus"]), len(gpus)))
+        elif smi is not None and smi_labels != sorted(g["index"] for g in gpus):
+            warnings.append("nvidia-smi topo labels its GPUs %s but NVML indexes them %s; topo rows are used "
+                            "only for the GPUs whose index matches" % (_labels(smi_labels),
+                                                                       _labels(g["index"] for g in gpus)))
     elif smi is not None:
         ordered = sorted(sysfs_gpus, key=lambda p: p["pci_bus_id"])
         if ordered and len(ordered) != len(smi["gpus"]):
             warnings.append("nvidia-smi topo lists %d GPUs but sysfs %d NVIDIA GPUs; PCI placement not used"
                             % (len(smi["gpus"]), len(ordered)))
+            ordered = []
+        elif ordered and smi_labels != list(range(len(ordered))):
+            # nvidia-smi numbers GPUs 0..N-1 in PCI order: only then does GPU<n> name the n-th PCI GPU.
+            warnings.append("nvidia-smi topo labels its GPUs %s, not GPU0..GPU%d: they cannot be matched to the "
+                            "%d NVIDIA GPUs of sysfs in PCI order; PCI placement not used"
+                            % (_labels(smi_labels), len(ordered) - 1, len(ordered)))
             ordered = []
         for row in smi["gpus"]:
             bus = ordered[row["index"]]["pci_bus_id"] if ordered else None

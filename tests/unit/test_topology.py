@@ -199,3 +199,117 @@ def test_pci_link_code_across_sockets_is_sys():
     a = {"realpath": "/sys/devices/pci0000:17/0000:17:00.0/0000:18:00.0"}
     b = {"realpath": "/sys/devices/pci0000:97/0000:97:00.0/0000:98:00.0"}
     assert topology.pci_link_code(a, b, 0, 1) == "SYS"
+
+
+# --- NUMA nodes are disjoint wherever they come from (docs/topology-v1.md, "Disjoint NUMA nodes")
+
+
+def topo_text(rows):
+    """A small ``nvidia-smi topo -m`` text: rows of (label, cpu affinity, numa affinity)."""
+    labels = [label for label, _, _ in rows]
+    lines = ["\t" + "\t".join(labels) + "\tCPU Affinity\tNUMA Affinity"]
+    for i, (label, cpus, node) in enumerate(rows):
+        codes = ["X" if i == j else "SYS" for j in range(len(rows))]
+        lines.append("\t".join([label] + codes + [cpus, node]))
+    return "\n".join(lines) + "\n"
+
+
+OVERLAPS = [
+    pytest.param(("0-31", "0-31"), "nodes 0 and 1 share CPUs 0-31", id="identical"),
+    pytest.param(("0-15", "8-23"), "nodes 0 and 1 share CPUs 8-15", id="partial"),
+]
+
+
+def smi_of(cpus):
+    from ansible.module_utils.gpunuma.topo_parse import parse_topo_matrix
+
+    return parse_topo_matrix(topo_text([("GPU0", cpus[0], "0"), ("GPU1", cpus[1], "1")]))
+
+
+@pytest.mark.parametrize("cpus, shared", OVERLAPS)
+def test_overlapping_nodes_from_topo_text_are_refused(cpus, shared):
+    with pytest.raises(TopologyError) as err:
+        topology.build_topology("t", smi=smi_of(cpus), sources=["nvidia_smi"])
+    message = str(err.value)
+    assert message.startswith("nvidia-smi topo text: NUMA node CPU sets overlap: " + shared)
+    # the rows that gave each node its CPUs are named
+    assert "node 0: GPU0 CPU Affinity %s; node 1: GPU1 CPU Affinity %s" % cpus in message
+
+
+@pytest.mark.parametrize("cpus, shared", OVERLAPS)
+def test_overlapping_nodes_from_sysfs_are_refused(tmp_path, cpus, shared):
+    host = copy.deepcopy(host_of(factory.no_gpu, tmp_path))
+    host["numa_nodes"][0]["cpus"], host["numa_nodes"][1]["cpus"] = cpus
+    with pytest.raises(TopologyError) as err:
+        topology.build_topology("s", host=host, sources=["sysfs"])
+    assert str(err.value).startswith("sysfs: NUMA node CPU sets overlap: " + shared)
+
+
+@pytest.mark.parametrize("cpus, shared", OVERLAPS)
+def test_overlapping_nodes_with_nvml_are_refused(tmp_path, cpus, shared):
+    # NVML names GPUs but gives no node CPU sets: the nodes come from sysfs or the text, and are checked there.
+    host = copy.deepcopy(host_of(factory.two_socket_8gpu_ht, tmp_path))
+    dump = nvml_dump_for(host)
+    host["numa_nodes"][0]["cpus"], host["numa_nodes"][1]["cpus"] = cpus
+    with pytest.raises(TopologyError) as err:
+        topology.build_topology("n", host=host, nvml=dump, sources=["nvml", "sysfs"])
+    assert "sysfs: NUMA node CPU sets overlap: " + shared in str(err.value)
+    two = copy.deepcopy(dump)
+    two["gpus"], two["topology_levels"] = two["gpus"][:2], [[0, 50], [50, 0]]
+    with pytest.raises(TopologyError) as err:
+        topology.build_topology("n", nvml=two, smi=smi_of(cpus), sources=["nvml", "nvidia_smi"])
+    assert "nvidia-smi topo text: NUMA node CPU sets overlap: " + shared in str(err.value)
+
+
+def test_overlap_between_several_nodes_lists_every_pair(tmp_path):
+    host = copy.deepcopy(host_of(factory.amd_nps4_8node, tmp_path))
+    host["numa_nodes"][2]["cpus"] = host["numa_nodes"][1]["cpus"]
+    host["numa_nodes"][5]["cpus"] = "0-3"
+    with pytest.raises(TopologyError) as err:
+        topology.build_topology("n", host=host, sources=["sysfs"])
+    message = str(err.value)
+    assert "nodes 1 and 2 share CPUs" in message and "nodes 0 and 5 share CPUs 0-3" in message
+
+
+def test_disjoint_text_nodes_still_build():
+    topo = topology.build_topology("t", smi=smi_of(("0-15", "16-31")), sources=["nvidia_smi"])
+    assert [(n["id"], n["cpus"]) for n in topo["numa_nodes"]] == [(0, "0-15"), (1, "16-31")]
+
+
+def test_repeated_node_id_is_refused(tmp_path):
+    host = copy.deepcopy(host_of(factory.no_gpu, tmp_path))
+    host["numa_nodes"][1]["id"] = 0
+    host["numa_nodes"][1]["cpus"] = ""
+    with pytest.raises(TopologyError) as err:
+        topology.build_topology("s", host=host, sources=["sysfs"])
+    assert "NUMA node 0 is listed twice" in str(err.value)
+
+
+# --- GPU labels with gaps (GPU0, GPU5) next to sysfs
+
+
+def test_topo_gpu_label_gap_with_sysfs_is_a_warning_not_an_index_error(tmp_path):
+    from ansible.module_utils.gpunuma.topo_parse import parse_topo_matrix
+
+    host = copy.deepcopy(host_of(factory.two_socket_8gpu_ht, tmp_path))
+    keep = sorted(p["pci_bus_id"] for p in sysfs.gpu_functions(host))[:2]
+    host["pci"] = [p for p in host["pci"] if p["pci_bus_id"] in keep or p not in sysfs.gpu_functions(host)]
+    smi = parse_topo_matrix(topo_text([("GPU0", "0-47,96-143", "0"), ("GPU5", "48-95,144-191", "1")]))
+    topo = topology.build_topology("gap", host=host, smi=smi, sources=["nvidia_smi", "sysfs"])
+    assert [g["index"] for g in topo["gpus"]] == [0, 5]
+    assert [g["pci_bus_id"] for g in topo["gpus"]] == [None, None]
+    assert [g["numa_node"] for g in topo["gpus"]] == [0, 1]
+    assert any("labels its GPUs GPU0 GPU5, not GPU0..GPU1" in w and "PCI placement not used" in w
+               for w in topo["warnings"])
+
+
+def test_topo_gpu_label_gap_with_nvml_says_which_rows_are_unused(tmp_path):
+    from ansible.module_utils.gpunuma.topo_parse import parse_topo_matrix
+
+    host = host_of(factory.two_socket_8gpu_ht, tmp_path)
+    dump = nvml_dump_for(host)
+    dump["gpus"], dump["topology_levels"] = dump["gpus"][:2], [[0, 50], [50, 0]]
+    smi = parse_topo_matrix(topo_text([("GPU0", "0-47,96-143", "0"), ("GPU5", "48-95,144-191", "1")]))
+    topo = topology.build_topology("gap", host=host, nvml=dump, smi=smi, sources=["nvml", "nvidia_smi", "sysfs"])
+    assert [g["index"] for g in topo["gpus"]] == [0, 1]
+    assert any("labels its GPUs GPU0 GPU5 but NVML indexes them GPU0 GPU1" in w for w in topo["warnings"])
