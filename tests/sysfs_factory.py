@@ -555,3 +555,78 @@ def no_gpu(root):
              parents=["0000:40:01.1"], netdevs=["eno1"], **{"class": "0x020000"}, **_link(GEN4, 8)),
     ]
     return build_tree(root, nodes, distances=[[10, 21], [21, 10]], cpus=cpus, pci=pci, numa_balancing=1)
+
+
+# -- small hosts and damage, for hostile-input and property-based tests -------
+
+
+def small_two_node(root, symlinks=True):
+    """Two nodes (CPUs 0-3 and 4-7), one H100 on node 1, one ConnectX-7 on node 0.
+
+    The GPU is 0000:18:00.0 (0x10de:0x2330, class 0x030200), the NIC
+    0000:19:00.0 (0x15b3:0x1021, class 0x020700, ``mlx5_0``). The base tree
+    of the hostile-input corpus (``tests/fixtures/hostile/discovery``).
+    """
+    nodes = [{"id": 0, "cpus": "0-3", "mem_kb": 1024, "free_kb": 512},
+             {"id": 1, "cpus": "4-7", "mem_kb": 2048, "free_kb": 1024}]
+    pci = [dict(bdf="0000:18:00.0", vendor=NVIDIA, device="0x2330", numa_node=1,
+                max_link_speed="16.0 GT/s PCIe", max_link_width=16, **{"class": "0x030200"}),
+           dict(bdf="0000:19:00.0", vendor=MELLANOX, device="0x1021", numa_node=0,
+                rdma=["mlx5_0"], **{"class": "0x020700"})]
+    return build_tree(root, nodes, pci=pci, symlinks=symlinks)
+
+
+def _replace(path):
+    """Remove whatever is at ``path`` (file, link, FIFO or directory) so it can be re-created."""
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        os.remove(path)
+    elif os.path.isdir(path):
+        import shutil
+
+        shutil.rmtree(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+
+
+def apply_damage(root, op):
+    """Damage a tree as a broken host, a bad copy or a hostile bundle would.
+
+    ``op`` is a mapping with ``op`` and ``path`` (relative to ``root``;
+    symlinks in it are followed, as ``sys/bus/pci/devices/<bdf>/...`` must
+    be):
+
+    * ``write``: ``text`` (str) or ``hex`` (bytes as hex) replaces the file;
+      ``repeat`` (int) repeats it, for oversized files, between the optional
+      ``prefix`` and ``suffix`` (str);
+    * ``remove``: delete the file, link or directory;
+    * ``mkdir``: a directory where a file belongs;
+    * ``fifo``: a named pipe (reading it would block forever);
+    * ``symlink``: a symbolic link to ``target`` (``/dev/zero``, a path
+      relative to the link, or the link itself for a loop).
+
+    Things that cannot live in git (FIFOs, links into ``/dev``) are built
+    here from a small description instead.
+    """
+    path = os.path.join(str(root), op["path"])
+    kind = op["op"]
+    if kind == "write":
+        data = bytes.fromhex(op["hex"]) if "hex" in op else op["text"].encode("utf-8")
+        data *= int(op.get("repeat", 1))
+        data = op.get("prefix", "").encode("utf-8") + data + op.get("suffix", "").encode("utf-8")
+        _replace(path)
+        with open(path, "wb") as handle:
+            handle.write(data)
+    elif kind == "remove":
+        if os.path.lexists(path):
+            _replace(path)
+    elif kind == "mkdir":
+        _replace(path)
+        os.makedirs(path)
+    elif kind == "fifo":
+        _replace(path)
+        os.mkfifo(path)
+    elif kind == "symlink":
+        _replace(path)
+        os.symlink(op["target"], path)
+    else:
+        raise ValueError("unknown damage op %r" % (kind,))
+    return path
