@@ -1,0 +1,309 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# gpunuma: compute the kubelet's NUMA topology settings and merge them into its config.
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: kubelet_topology_plan
+short_description: Merge NUMA-aligned CPU, Memory and Topology Manager settings into a KubeletConfiguration
+description:
+  - Turns a C(gpunuma.topology/v1) document, the node's binding profile and that profile's kubelet
+    preset (C(policies/kubelet/<profile>.yml)) into the kubelet settings that place a pod's CPUs,
+    memory and GPU on one NUMA node, and merges them into the node's existing KubeletConfiguration.
+  - "Owned keys: C(cpuManagerPolicy), C(cpuManagerPolicyOptions), C(topologyManagerPolicy),
+    C(topologyManagerScope), C(topologyManagerPolicyOptions), C(memoryManagerPolicy), C(reservedMemory),
+    C(reservedSystemCPUs); and C(kubeReserved), C(systemReserved), C(evictionHard) only when given in
+    O(overrides) with O(manage_reservations=true). Every other key is kept, with its comments and order
+    (YAML through ruamel.yaml's round-trip mode; JSON with its key order and indentation)."
+  - C(reservedSystemCPUs) under the C(static) CPU policy are the binding planner's housekeeping cores
+    (the same code as M(gpu_binding_plan)); C(reservedMemory) under the C(Static) Memory Manager is
+    computed so that its sum per resource equals kube-reserved + system-reserved + the hard eviction
+    threshold; C(max-allowable-numa-nodes) is set exactly when the node has more than 8 NUMA nodes.
+  - Every input is checked against the kubelet's documented rules first; all problems are reported at
+    once, each naming the field, the value and what is allowed.
+  - Pure computation; nothing on the node is read except O(topology_path), O(config_path), the
+    checkpoint paths and the profile and preset files, and nothing is changed, so the module always
+    returns C(changed=false) and runs the same in check mode. The C(kubelet_topology) role applies the
+    result (drain, stop, back up, remove checkpoints, write, start, health check, roll back).
+version_added: "0.1.0"
+author: gpunuma maintainers
+requirements:
+  - ruamel.yaml (for a YAML config; a JSON config needs only the standard library)
+options:
+  topology:
+    description:
+      - The node's topology, a C(gpunuma.topology/v1) mapping. Exactly one of O(topology) and O(topology_path).
+    type: dict
+  topology_path:
+    description: A JSON file holding the topology (for example C(/etc/gpunuma/topology.json)).
+    type: path
+  profile:
+    description:
+      - Name of the binding profile (C(strict), C(preferred), C(interleave), C(off)); names the kubelet preset
+        and is read from O(profiles_dir)/<name>.yml when O(profile_data) is not given.
+    type: str
+  profile_data:
+    description: The binding profile itself (the content of C(policies/profiles/<name>.yml)).
+    type: dict
+  profiles_dir:
+    description: Directory of binding profile files, used with O(profile) when O(profile_data) is not given.
+    type: path
+    default: /etc/gpunuma/profiles
+  preset:
+    description:
+      - The kubelet preset of the profile (the content of C(policies/kubelet/<profile>.yml)); read from
+        O(presets_dir)/<profile>.yml when not given.
+    type: dict
+  presets_dir:
+    description: Directory of kubelet preset files, used when O(preset) is not given.
+    type: path
+    default: /etc/gpunuma/kubelet
+  housekeeping_cores_per_node:
+    description:
+      - Whole cores kept per CPU-bearing NUMA node for the system and the kubelet, exactly as
+        M(gpu_binding_plan) takes it. Under the C(static) CPU policy they become C(reservedSystemCPUs).
+    type: int
+    default: 1
+  config:
+    description:
+      - The current KubeletConfiguration as text (YAML or JSON). Exactly one of O(config) and O(config_path).
+    type: str
+  config_path:
+    description: The current KubeletConfiguration file.
+    type: path
+  kubelet_version:
+    description:
+      - The node's kubelet version (C("1.31"), C(v1.31.2)); policy options that need a later version or an
+        alpha feature gate are refused. Unset, those checks are skipped with a warning.
+    type: str
+  overrides:
+    description:
+      - Per-key values that replace the preset's, for owned keys (see the description), for example
+        C({cpuManagerPolicyOptions: {full-pcpus-only: "true"}}) or C({topologyManagerPolicy: restricted}).
+      - C(kubeReserved), C(systemReserved) and C(evictionHard) are accepted only with O(manage_reservations).
+    type: dict
+    default: {}
+  memory_spread:
+    description:
+      - Where C(reservedMemory) puts each resource's reservation under the C(Static) Memory Manager.
+      - C(first_node) puts all of it on the lowest CPU-bearing NUMA node (node 0 usually);
+        C(cpu_nodes) splits it evenly over the CPU-bearing nodes (the remainder on the first).
+    type: str
+    choices: [first_node, cpu_nodes]
+    default: first_node
+  manage_reservations:
+    description:
+      - Allow O(overrides) to write C(kubeReserved), C(systemReserved) and C(evictionHard). An
+        C(evictionHard) written where the config had none also gets the kubelet's other defaults, since the
+        key replaces them as a whole.
+    type: bool
+    default: false
+  state_dir:
+    description: The kubelet's root directory, holding C(cpu_manager_state) and C(memory_manager_state).
+    type: path
+    default: /var/lib/kubelet
+  cpu_manager_state:
+    description:
+      - Text of the C(cpu_manager_state) checkpoint, when the caller read it; otherwise it is read from
+        O(state_dir) when present.
+    type: str
+  memory_manager_state:
+    description: Text of the C(memory_manager_state) checkpoint; as O(cpu_manager_state).
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - No kubelet is run. The rules are the kubelet's documented ones; docs/kubelet.md cites each source.
+seealso:
+  - module: gpu_binding_plan
+  - name: Kubernetes CPU management policies
+    link: https://kubernetes.io/docs/tasks/administer-cluster/cpu-management-policies/
+  - name: Kubernetes Memory Manager
+    link: https://kubernetes.io/docs/tasks/administer-cluster/memory-manager/
+  - name: Kubernetes Topology Manager
+    link: https://kubernetes.io/docs/tasks/administer-cluster/topology-manager/
+"""
+
+EXAMPLES = r"""
+- name: Plan the kubelet settings of a strict node from files on the node
+  kubelet_topology_plan:
+    topology_path: /etc/gpunuma/topology.json
+    profile: strict
+    config_path: /var/lib/kubelet/config.yaml
+    kubelet_version: "1.31"
+  register: kubelet_plan
+
+- name: Plan on the controller from text read off the node, spreading reservedMemory over the sockets
+  kubelet_topology_plan:
+    topology: "{{ gpu_topology }}"
+    profile_data: "{{ lookup('ansible.builtin.file', 'policies/profiles/strict.yml') | from_yaml }}"
+    preset: "{{ lookup('ansible.builtin.file', 'policies/kubelet/strict.yml') | from_yaml }}"
+    config: "{{ kubelet_config_file.content | b64decode }}"
+    kubelet_version: "1.33"
+    memory_spread: cpu_nodes
+    overrides:
+      cpuManagerPolicyOptions:
+        full-pcpus-only: "true"
+      topologyManagerPolicy: restricted
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+config:
+  description: The merged KubeletConfiguration as a mapping.
+  returned: success
+  type: dict
+config_text:
+  description: The merged config as it is to be written, in the input's format; the input text itself when nothing changes.
+  returned: success
+  type: str
+config_format:
+  description: C(yaml) or C(json).
+  returned: success
+  type: str
+changes:
+  description: One C({key, old, new}) per owned key whose value changes (C(old) null when absent; C(new) null when removed).
+  returned: success
+  type: list
+  elements: dict
+remove_checkpoints:
+  description: The checkpoint files the kubelet would refuse to restore under the new config; remove them while it is stopped.
+  returned: success
+  type: list
+  elements: str
+transition_needed:
+  description: True when the config changes or a checkpoint must go; false means the node is left alone.
+  returned: success
+  type: bool
+settings:
+  description: The owned settings as computed (null for a key that is absent from the merged config).
+  returned: success
+  type: dict
+numa_node_count:
+  description: NUMA nodes of the host as the kubelet counts them (CPU-less memory nodes included).
+  returned: success
+  type: int
+reserved_cpus:
+  description: C(reservedSystemCPUs) as written, or null.
+  returned: success
+  type: str
+warnings:
+  description: Warnings (also emitted as Ansible warnings).
+  returned: success
+  type: list
+  elements: str
+problems:
+  description: Every problem found, one per item, when the module fails on bad input.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.errors import GpunumaError
+from ansible.module_utils.gpunuma.kubelet import CPU_STATE_FILE, MEMORY_STATE_FILE, plan_kubelet
+from ansible.module_utils.gpunuma.profiles import load_profile, parse_profile_text
+
+
+def _read(module, path, what):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (IOError, OSError, UnicodeDecodeError) as exc:
+        module.fail_json(msg="%s: %s cannot be read: %s" % (what, path, exc))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            topology=dict(type="dict"),
+            topology_path=dict(type="path"),
+            profile=dict(type="str"),
+            profile_data=dict(type="dict"),
+            profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
+            preset=dict(type="dict"),
+            presets_dir=dict(type="path", default="/etc/gpunuma/kubelet"),
+            housekeeping_cores_per_node=dict(type="int", default=1),
+            config=dict(type="str"),
+            config_path=dict(type="path"),
+            kubelet_version=dict(type="str"),
+            overrides=dict(type="dict", default={}),
+            memory_spread=dict(type="str", choices=["first_node", "cpu_nodes"], default="first_node"),
+            manage_reservations=dict(type="bool", default=False),
+            state_dir=dict(type="path", default="/var/lib/kubelet"),
+            cpu_manager_state=dict(type="str"),
+            memory_manager_state=dict(type="str"),
+        ),
+        mutually_exclusive=[("topology", "topology_path"), ("config", "config_path")],
+        required_one_of=[("topology", "topology_path"), ("profile", "profile_data"), ("config", "config_path")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    topology = params["topology"]
+    if topology is None:
+        try:
+            topology = json.loads(_read(module, params["topology_path"], "topology_path"))
+        except ValueError as exc:
+            module.fail_json(msg="topology_path: %s is not JSON: %s" % (params["topology_path"], exc))
+    config_source = "config"
+    config = params["config"]
+    if config is None:
+        config_source = "config_path %s" % params["config_path"]
+        config = _read(module, params["config_path"], "config_path")
+
+    states = {}
+    for option, name in (("cpu_manager_state", CPU_STATE_FILE), ("memory_manager_state", MEMORY_STATE_FILE)):
+        states[option] = params[option]
+        path = os.path.join(params["state_dir"], name)
+        if states[option] is None and os.path.exists(path):
+            states[option] = _read(module, path, option)
+
+    try:
+        profile = params["profile_data"]
+        if profile is None:
+            profile = load_profile(params["profile"], params["profiles_dir"])
+        elif params["profile"] is not None and profile.get("name") != params["profile"]:
+            module.fail_json(
+                msg="profile: %r does not match profile_data.name %r; allowed: the same name, or only one of them"
+                % (params["profile"], profile.get("name"))
+            )
+        preset = params["preset"]
+        if preset is None:
+            preset_path = os.path.join(params["presets_dir"], "%s.yml" % profile.get("name"))
+            preset = parse_profile_text(_read(module, preset_path, "presets_dir"), preset_path)
+        result = plan_kubelet(
+            topology,
+            profile,
+            preset,
+            config,
+            kubelet_version=params["kubelet_version"],
+            housekeeping_cores_per_node=params["housekeeping_cores_per_node"],
+            overrides=params["overrides"],
+            memory_spread=params["memory_spread"],
+            manage_reservations=params["manage_reservations"],
+            cpu_state=states["cpu_manager_state"],
+            memory_state=states["memory_manager_state"],
+            state_dir=params["state_dir"],
+            config_source=config_source,
+        )
+    except GpunumaError as exc:
+        module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))
+
+    for warning in result.warnings:
+        module.warn(warning)
+    module.exit_json(changed=False, **result.as_dict())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Read and write a KubeletConfiguration file without disturbing what gpunuma does not own.
+
+A kubelet config is YAML (kubeadm's ``/var/lib/kubelet/config.yaml``,
+Kubespray's ``kubelet-config.yaml``, hand-edited files with comments) or JSON
+(EKS's ``/etc/kubernetes/kubelet/config.json``). :func:`parse_config` keeps
+the format, and :func:`dump_config` writes the document back in it:
+
+* YAML goes through ruamel.yaml's round-trip loader, because PyYAML drops
+  comments and cannot keep the layout of the keys gpunuma leaves alone; the
+  indentation of the file is detected and reused, so an unrelated key's line
+  is written back as it was.
+* JSON keeps key order (``json`` preserves it) and the file's indentation.
+
+Only the standard library is needed for JSON; ruamel.yaml is needed for YAML
+where this code runs (the controller, when the ``kubelet_topology`` role runs
+the planner there; see docs/kubelet.md).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+from ansible.module_utils.gpunuma.errors import GpunumaError
+
+try:  # pragma: no cover - exercised through the import guard below
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError as _RuamelError
+    from ruamel.yaml.util import load_yaml_guess_indent
+
+    HAS_RUAMEL = True
+except ImportError:  # pragma: no cover
+    HAS_RUAMEL = False
+    _RuamelError = Exception
+
+KIND = "KubeletConfiguration"
+API_VERSIONS = ("kubelet.config.k8s.io/v1beta1",)
+FORMATS = ("yaml", "json")
+_JSON_INDENT_RE = re.compile(r"^\{\s*\n([ \t]+)\"", re.MULTILINE)
+
+
+class KubeletConfigError(GpunumaError):
+    """The existing kubelet config cannot be read or is not a KubeletConfiguration."""
+
+
+class ParsedConfig(object):
+    """The document (a mutable mapping in its library's type) and how to write it back."""
+
+    __slots__ = ("doc", "fmt", "text", "indent", "seq_indent")
+
+    def __init__(self, doc, fmt, text, indent=2, seq_indent=0):
+        self.doc = doc
+        self.fmt = fmt
+        self.text = text
+        self.indent = indent
+        self.seq_indent = seq_indent
+
+
+def _yaml(indent=2, seq_indent=0):
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    # seq_indent is how far a block sequence's dash sits right of its parent key.
+    yaml.indent(mapping=indent, sequence=indent + seq_indent, offset=seq_indent)
+    return yaml
+
+
+def parse_config(text, source="config"):
+    """Parse ``text`` (YAML or JSON) into a :class:`ParsedConfig`; check kind and apiVersion."""
+    if not isinstance(text, str):
+        raise KubeletConfigError("%s: is %s, not text; allowed: a KubeletConfiguration as YAML or JSON text"
+                                 % (source, type(text).__name__))
+    if not text.strip():
+        raise KubeletConfigError(
+            "%s: is empty; allowed: an existing KubeletConfiguration (kind: %s, apiVersion: %s)"
+            % (source, KIND, API_VERSIONS[0])
+        )
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise KubeletConfigError("%s: is not valid JSON (%s); allowed: a KubeletConfiguration as YAML or JSON"
+                                     % (source, exc))
+        match = _JSON_INDENT_RE.search(text)
+        parsed = ParsedConfig(doc, "json", text, indent=len(match.group(1).expandtabs(4)) if match else 2)
+    else:
+        if not HAS_RUAMEL:
+            raise KubeletConfigError(
+                "%s: is YAML, and reading it without losing its comments needs the Python package ruamel.yaml, "
+                "which is not installed where this runs; allowed: install ruamel.yaml there (requirements.txt pins "
+                "it for the controller), or a JSON config" % source
+            )
+        try:
+            documents = [d for d in _yaml().load_all(text)]
+        except (_RuamelError, ValueError) as exc:
+            first = str(exc).strip().splitlines()
+            raise KubeletConfigError(
+                "%s: is not valid YAML (%s); allowed: one KubeletConfiguration document"
+                % (source, " ".join(line.strip() for line in first[:6]))
+            )
+        documents = [d for d in documents if d is not None]
+        if len(documents) != 1:
+            raise KubeletConfigError(
+                "%s: holds %d YAML documents; allowed: exactly one KubeletConfiguration document"
+                % (source, len(documents))
+            )
+        doc = documents[0]
+        indent, seq_indent = 2, 0
+        try:
+            _, guessed, block_seq = load_yaml_guess_indent(text)
+            indent = guessed or 2
+            seq_indent = block_seq or 0
+        except Exception:  # noqa: BLE001 - guessing is best effort; defaults stay
+            pass
+        parsed = ParsedConfig(doc, "yaml", text, indent=indent, seq_indent=seq_indent)
+    _check_kind(parsed.doc, source)
+    return parsed
+
+
+def _check_kind(doc, source):
+    if not isinstance(doc, dict):
+        raise KubeletConfigError(
+            "%s: is a %s, not a mapping; allowed: a KubeletConfiguration mapping (kind: %s)"
+            % (source, type(doc).__name__ if doc is not None else "null", KIND)
+        )
+    problems = []
+    if doc.get("kind") != KIND:
+        problems.append("%s: kind is %r; allowed: %s" % (source, doc.get("kind"), KIND))
+    if doc.get("apiVersion") not in API_VERSIONS:
+        problems.append("%s: apiVersion is %r; allowed: %s" % (source, doc.get("apiVersion"), ", ".join(API_VERSIONS)))
+    if problems:
+        raise KubeletConfigError("\n".join(problems))
+
+
+def dump_config(parsed):
+    """The document as text in its original format and indentation."""
+    if parsed.fmt == "json":
+        text = json.dumps(parsed.doc, indent=parsed.indent, separators=(",", ": "))
+        return text + ("\n" if parsed.text.endswith("\n") or not parsed.text else "")
+    stream = io.StringIO()
+    _yaml(parsed.indent, parsed.seq_indent).dump(parsed.doc, stream)
+    out = stream.getvalue()
+    if parsed.text.lstrip().startswith("---") and not out.startswith("---"):
+        out = "---\n" + out
+    return out
+
+
+def plain(value):
+    """A deep copy of ``value`` as plain dict/list/str/int/float/bool/None (for results and comparisons)."""
+    if isinstance(value, dict):
+        return dict((str(k), plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
