@@ -1,0 +1,188 @@
+"""Validation report and fleet table, replaying the probe recorded on a real H200."""
+
+import copy
+import json
+import os
+
+import pytest
+import yaml
+
+from ansible.module_utils.gpunuma import h2d_report
+from conftest import FIXTURES, REPO_ROOT
+
+RECORDED = os.path.join(FIXTURES, "recorded", "h200-probe", "run2", "h2d-probe.json")
+POLICY_FILE = os.path.join(REPO_ROOT, "policies", "validation", "h2d.yml")
+
+
+@pytest.fixture
+def probe():
+    with open(RECORDED) as fh:
+        return json.load(fh)
+
+
+@pytest.fixture
+def policy():
+    with open(POLICY_FILE) as fh:
+        return h2d_report.load_policy(yaml.safe_load(fh), POLICY_FILE)
+
+
+def two_node(probe, local_gbps=55.4, remote_gbps=48.0, local_p99=5.8, remote_p99=7.9, unbound_gbps=None, unbound_p99=None):
+    """The recorded GPU as if on a two-socket host: a remote placement derived from the local one."""
+    p = copy.deepcopy(probe)
+    gpu = p["gpus"][0]
+    local = gpu["placements"]["local"]
+    remote = copy.deepcopy(local)
+    remote["node"] = 1
+    remote["binding"]["mempolicy_nodes"] = [1]
+    gpu["remote_node"] = 1
+    gpu["placements"]["remote"] = remote
+    local["measurement"]["h2d_pinned"]["gbps_median"] = local_gbps
+    local["measurement"]["small_h2d_pinned"]["us_p99"] = local_p99
+    remote["measurement"]["h2d_pinned"]["gbps_median"] = remote_gbps
+    remote["measurement"]["small_h2d_pinned"]["us_p99"] = remote_p99
+    unbound = gpu["placements"]["unbound"]["measurement"]
+    if unbound_gbps is not None:
+        unbound["h2d_pinned"]["gbps_median"] = unbound_gbps
+    if unbound_p99 is not None:
+        unbound["small_h2d_pinned"]["us_p99"] = unbound_p99
+    return p
+
+
+def controls(report, gpu=0):
+    return {c["id"]: c for c in report["gpus"][gpu]["controls"]}
+
+
+def test_recorded_h200_report(probe, policy):
+    report = h2d_report.build_report(probe, policy, profile="strict", generated_at="2026-12-01T03:15:00Z")
+    assert report["schema"] == "gpunuma.validation/v1" and report["status"] == "passed"
+    gpu = report["gpus"][0]
+    assert gpu["uuid"] == "GPU-17feaaa1-be79-190b-6694-75d1b3c48504"
+    assert gpu["link"] == {"gen": 5, "width": 16, "source": "nvml", "theoretical_gbps": 63.015, "theoretical_raw_gbps": 64.0}
+    local = gpu["placements"]["local"]
+    assert local["h2d_pinned_gbps"] == 55.446 and local["link_fraction"] == round(55.446 / 63.015, 4)
+    assert local["h2d_pageable_gbps"] == 8.647  # pageable reported on its own
+    assert gpu["placements"]["remote"]["status"] == "skipped"
+    c = controls(report)
+    assert c["gpunuma-h2d-01"]["status"] == "pass"
+    assert "pageable copies are not counted" in c["gpunuma-h2d-01"]["detail"]
+    assert c["gpunuma-h2d-02"]["status"] == "not_applicable"
+    assert "no other CPU-bearing NUMA node" in c["gpunuma-h2d-02"]["detail"]
+    assert c["gpunuma-h2d-03"]["status"] == "pass" and c["gpunuma-h2d-04"]["status"] == "pass"
+    assert gpu["verdict"] == "binding does not matter here"
+
+
+def test_link_fraction_uses_pinned_never_pageable(probe, policy):
+    p = copy.deepcopy(probe)
+    for place in p["gpus"][0]["placements"].values():
+        if place["status"] == "ok":
+            place["measurement"]["h2d_pinned"]["gbps_median"] = 40.0  # 63% of the link
+            place["measurement"]["h2d_pageable"]["gbps_median"] = 60.0
+    c = controls(h2d_report.build_report(p, policy))
+    assert c["gpunuma-h2d-01"]["status"] == "fail"
+    assert "reached 63.5% of the 63.0 GB/s link" in c["gpunuma-h2d-01"]["detail"]
+
+
+def test_binding_pays_on_two_nodes(probe, policy):
+    report = h2d_report.build_report(two_node(probe, unbound_gbps=50.0, unbound_p99=7.0), policy, profile="strict")
+    gpu = report["gpus"][0]
+    assert gpu["verdict"] == "binding pays" and gpu["suggested_rollback"] is None
+    assert controls(report)["gpunuma-h2d-02"]["status"] == "pass"
+
+
+def test_binding_hurts_suggests_next_rung(probe, policy):
+    report = h2d_report.build_report(two_node(probe, local_gbps=45.0, remote_gbps=55.0, local_p99=9.0, remote_p99=5.0,
+                                              unbound_gbps=55.0, unbound_p99=5.5), policy, profile="strict")
+    gpu = report["gpus"][0]
+    assert gpu["verdict"] == "binding hurts" and gpu["suggested_rollback"] == "preferred"
+    assert controls(report)["gpunuma-h2d-02"]["status"] == "fail" and report["status"] == "failed"
+    table = "\n".join(h2d_report.fleet_table([report]))
+    assert "binding hurts (roll back to preferred)" in table and "fail: gpunuma-h2d-01,gpunuma-h2d-02" in table
+
+
+def test_hurts_at_bottom_of_ladder_has_no_rung(probe, policy):
+    report = h2d_report.build_report(two_node(probe, local_gbps=45.0, unbound_gbps=55.0), policy, profile="off")
+    assert report["gpus"][0]["suggested_rollback"] is None
+
+
+def test_within_tolerance_is_neutral(probe, policy):
+    report = h2d_report.build_report(two_node(probe, local_gbps=55.4, remote_gbps=55.0, local_p99=5.8, remote_p99=5.9),
+                                     policy)
+    assert report["gpus"][0]["verdict"] == "binding does not matter here"
+
+
+def test_unverified_binding_fails(probe, policy):
+    p = copy.deepcopy(probe)
+    p["gpus"][0]["placements"]["local"]["binding"]["pages_verified"] = False
+    c = controls(h2d_report.build_report(p, policy))
+    assert c["gpunuma-h2d-03"]["status"] == "fail" and "local" in c["gpunuma-h2d-03"]["detail"]
+
+
+def test_waiver_with_justification(probe):
+    raw = yaml.safe_load(open(POLICY_FILE))
+    raw["controls"][0]["min_fraction"] = 0.95
+    raw["waivers"] = [{"control": "gpunuma-h2d-01", "hosts": ["vm"], "justification": "Gen5 riser swap pending, ticket 77"}]
+    report = h2d_report.build_report(probe, h2d_report.load_policy(raw))
+    c = controls(report)
+    assert c["gpunuma-h2d-01"]["status"] == "waived" and "ticket 77" in c["gpunuma-h2d-01"]["detail"]
+    assert report["status"] == "passed" and report["summary"]["waived"] == 1
+    other = h2d_report.build_report(probe, h2d_report.load_policy(raw), hostname="gpu-b")
+    assert controls(other)["gpunuma-h2d-01"]["status"] == "fail"
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(schema="v0"), "schema is 'v0'; allowed: gpunuma.validation-policy/v1"),
+    (lambda d: d["controls"][0].update(min_fraction=1.5), "controls[0].min_fraction is 1.5; it must be a number from 0.0 to 1.0"),
+    (lambda d: d["controls"][0].update(min_fraction="0.8"), "controls[0].min_fraction is '0.8'"),
+    (lambda d: d["controls"][1].update(check="faster"), "controls[1].check is 'faster'; allowed:"),
+    (lambda d: d["controls"][2].update(id="Bad ID"), "controls[2].id is 'Bad ID'"),
+    (lambda d: d["controls"][3].update(id="gpunuma-h2d-01"), "controls[3].id 'gpunuma-h2d-01' is used twice"),
+    (lambda d: d["controls"][0].update(tolerance=0.1), "controls[0] has unknown key 'tolerance'"),
+    (lambda d: d["verdict"].pop("latency_tolerance"), "verdict.latency_tolerance is None"),
+    (lambda d: d.update(waivers=[{"control": "gpunuma-h2d-09", "justification": "long enough text"}]),
+     "waivers[0].control is 'gpunuma-h2d-09'; allowed: a control id"),
+    (lambda d: d.update(waivers=[{"control": "gpunuma-h2d-01", "justification": "no"}]), "waivers[0].justification is 'no'"),
+    (lambda d: d.update(controls=[]), "controls is []"),
+])
+def test_bad_policy_is_named(mutate, message):
+    raw = yaml.safe_load(open(POLICY_FILE))
+    mutate(raw)
+    with pytest.raises(h2d_report.PolicyError) as err:
+        h2d_report.load_policy(raw, "h2d.yml")
+    assert message in str(err.value) and "h2d.yml" in str(err.value)
+
+
+def test_policy_not_a_mapping():
+    with pytest.raises(h2d_report.PolicyError, match="the policy must be a mapping"):
+        h2d_report.load_policy(["x"])
+
+
+def test_not_a_probe_is_refused(policy):
+    with pytest.raises(h2d_report.ReportError, match="not a gpunuma.h2d-probe/v1 document"):
+        h2d_report.build_report({"schema": "x"}, policy, hostname="h1")
+
+
+def test_skipped_host_and_error_gpu(policy):
+    skipped = {"schema": "gpunuma.h2d-probe/v1", "status": "skipped", "reason": "no NVIDIA GPU on this node", "gpus": []}
+    report = h2d_report.build_report(skipped, policy, hostname="cpu-1")
+    assert report["status"] == "skipped"
+    errored = {"schema": "gpunuma.h2d-probe/v1", "status": "error", "reason": "GPU 0 ... out of memory",
+               "gpus": [{"index": 0, "uuid": "GPU-x", "pci_bus_id": "0000:01:00.0", "status": "error",
+                         "reason": "GPU 0 (GPU-x, 0000:01:00.0): out of memory", "placements": {}}]}
+    report2 = h2d_report.build_report(errored, policy, hostname="gpu-9")
+    assert report2["status"] == "failed" and report2["gpus"][0]["verdict"] == "not measured"
+    lines = h2d_report.fleet_table([report, report2])
+    assert lines[0].split()[:3] == ["host", "gpu", "node"]
+    assert "no NVIDIA GPU on this node" in lines[1]
+    assert lines[2].split()[11:14] == ["error", "not", "measured:"] and lines[2].endswith("GPU 0 (GPU-x, 0000:01:00.0): out of memory")
+
+
+def test_fleet_table_columns(probe, policy):
+    lines = h2d_report.fleet_table([h2d_report.build_report(probe, policy)])
+    assert len(lines) == 2
+    cells = lines[1].split()
+    assert cells[:8] == ["vm", "0", "0", "63.0", "55.45", "-", "55.32", "6.46"]
+
+
+@pytest.mark.parametrize("name, safe", [("gpu-a01", "gpu-a01"), ("../x", "%2E.%2Fx"), ("a b", "a%20b"), ("", "%00")])
+def test_host_file_name(name, safe):
+    assert h2d_report.host_file_name(name) == safe
