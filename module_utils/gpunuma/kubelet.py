@@ -527,7 +527,7 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
         if user_cpus is not None:
             missing = user_cpus - all_cpus
             if missing:
-                problems.append("reservedSystemCPUs: %r names CPUs %s that %s does not have; allowed: CPUs of %s"
+                problems.append("reservedSystemCPUs: %r names CPUs %s that %s does not have; allowed: CPUs in %s"
                                 % (desired["reservedSystemCPUs"], format_cpulist(missing), host, format_cpulist(all_cpus)))
             elif user_cpus != reserved:
                 warnings.append("reservedSystemCPUs: %s is set by override and differs from the planner's housekeeping "
@@ -563,6 +563,13 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
     # Topology Manager options.
     topo_options = _normalise_options("topologyManagerPolicyOptions", desired.get("topologyManagerPolicyOptions"), problems)
     count = len(node_ids)
+    if MAX_NUMA_NODES_OPTION in topo_options:
+        # A value the user gave is checked even where gpunuma then replaces or drops it.
+        line = _option_problem("topologyManagerPolicyOptions", MAX_NUMA_NODES_OPTION, topo_options[MAX_NUMA_NODES_OPTION],
+                               TOPOLOGY_POLICY_OPTIONS, None, gates, "", "")
+        if line:
+            problems.append(line)
+            topo_options.pop(MAX_NUMA_NODES_OPTION)
     if count > KUBELET_MAX_NUMA_NODES and topology_policy != "none":
         if version is not None and version < TOPOLOGY_POLICY_OPTIONS[MAX_NUMA_NODES_OPTION][0]:
             problems.append(

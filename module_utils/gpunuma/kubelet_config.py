@@ -27,7 +27,6 @@ from ansible.module_utils.gpunuma.errors import GpunumaError
 try:  # pragma: no cover - exercised through the import guard below
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError as _RuamelError
-    from ruamel.yaml.util import load_yaml_guess_indent
 
     HAS_RUAMEL = True
 except ImportError:  # pragma: no cover
@@ -61,8 +60,9 @@ def _yaml(indent=2, seq_indent=0):
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     yaml.width = 4096
-    # seq_indent is how far a block sequence's dash sits right of its parent key.
-    yaml.indent(mapping=indent, sequence=indent + seq_indent, offset=seq_indent)
+    # seq_indent is how far a block sequence's dash sits right of its parent
+    # key; the item's content starts two columns after the dash.
+    yaml.indent(mapping=indent, sequence=seq_indent + 2, offset=seq_indent)
     return yaml
 
 
@@ -106,16 +106,30 @@ def parse_config(text, source="config"):
                 % (source, len(documents))
             )
         doc = documents[0]
-        indent, seq_indent = 2, 0
-        try:
-            _, guessed, block_seq = load_yaml_guess_indent(text)
-            indent = guessed or 2
-            seq_indent = block_seq or 0
-        except Exception:  # noqa: BLE001 - guessing is best effort; defaults stay
-            pass
+        indent, seq_indent = _guess_indent(text)
         parsed = ParsedConfig(doc, "yaml", text, indent=indent, seq_indent=seq_indent)
     _check_kind(parsed.doc, source)
     return parsed
+
+
+def _guess_indent(text):
+    """(mapping indent, dash offset of block sequences) as the file writes them; (2, 0) when unknown."""
+    indent = seq_indent = None
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    for line, following in zip(lines, lines[1:]):
+        body = line.split(" #")[0].rstrip()
+        if not body.endswith(":"):
+            continue
+        here = len(line) - len(line.lstrip(" "))
+        there = len(following) - len(following.lstrip(" "))
+        if following.lstrip().startswith("- "):
+            if seq_indent is None and there >= here:
+                seq_indent = there - here
+        elif indent is None and there > here:
+            indent = there - here
+        if indent is not None and seq_indent is not None:
+            break
+    return indent or 2, seq_indent or 0
 
 
 def _check_kind(doc, source):
