@@ -115,6 +115,13 @@ options:
   memory_manager_state:
     description: Text of the C(memory_manager_state) checkpoint; as O(cpu_manager_state).
     type: str
+  read_checkpoints:
+    description:
+      - Read a checkpoint file from O(state_dir) when its text option is not given. Set false when the
+        module runs somewhere else than the node (the role runs it on the controller and passes the
+        texts it read from the node; an omitted text then means the file does not exist).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -244,6 +251,7 @@ def main():
             state_dir=dict(type="path", default="/var/lib/kubelet"),
             cpu_manager_state=dict(type="str"),
             memory_manager_state=dict(type="str"),
+            read_checkpoints=dict(type="bool", default=True),
         ),
         mutually_exclusive=[("topology", "topology_path"), ("config", "config_path")],
         required_one_of=[("topology", "topology_path"), ("profile", "profile_data"), ("config", "config_path")],
@@ -266,7 +274,7 @@ def main():
     for option, name in (("cpu_manager_state", CPU_STATE_FILE), ("memory_manager_state", MEMORY_STATE_FILE)):
         states[option] = params[option]
         path = os.path.join(params["state_dir"], name)
-        if states[option] is None and os.path.exists(path):
+        if states[option] is None and params["read_checkpoints"] and os.path.exists(path):
             states[option] = _read(module, path, option)
 
     try:
