@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""gpunuma node metrics for the Prometheus node_exporter textfile collector.
+
+Standard library only: the gpunuma_metrics role installs this file on the
+node as a script run by a systemd timer.  It reads
+
+- the H2D probe result (``gpunuma.h2d-probe/v1``, written by validate.yml),
+- the applied plan (``/etc/gpunuma/plan.json``, ``gpunuma.plan/v1``),
+- the audit state (a JSON with ``status`` ``compliant``/``drifted``),
+- the kernel: ``/sys/devices/system/node/node*/numastat`` and, per planned
+  instance, ``/proc/<pid>/numa_maps`` of every process of its unit,
+
+renders the Prometheus text exposition format and writes it atomically: a
+temporary file in the collector directory, fsync, then rename over
+``gpunuma.prom`` - node_exporter never reads a half-written file (it reads
+only ``*.prom``).  Every metric is documented in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+NUMASTAT_COUNTERS = ("numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node")
+PROBE_SERIES = {
+    # probe key: (direction, memory kind)
+    "h2d_pinned": ("h2d", "pinned"),
+    "d2h_pinned": ("d2h", "pinned"),
+    "h2d_pageable": ("h2d", "pageable"),
+    "small_h2d_pinned": ("h2d", "pinned"),
+}
+OUTPUT_NAME = "gpunuma.prom"
+
+
+class MetricsError(Exception):
+    """A bad option; the message names it."""
+
+
+def escape_label(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _fmt(value):
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if value != value:  # NaN
+        return "NaN"
+    return repr(float(value))
+
+
+class Exposition:
+    """Collects families in order and renders the text format (one HELP/TYPE per family)."""
+
+    def __init__(self):
+        self.families = {}
+
+    def add(self, name, kind, help_text, value, labels=None, suffix=""):
+        fam = self.families.setdefault(name, {"type": kind, "help": help_text, "samples": []})
+        fam["samples"].append((name + suffix, labels or {}, value))
+
+    def render(self):
+        lines = []
+        for name, fam in self.families.items():
+            lines.append("# HELP %s %s" % (name, fam["help"].replace("\\", "\\\\").replace("\n", " ")))
+            lines.append("# TYPE %s %s" % (name, fam["type"]))
+            for sample, labels, value in fam["samples"]:
+                if labels:
+                    body = ",".join('%s="%s"' % (k, escape_label(v)) for k, v in labels.items())
+                    lines.append("%s{%s} %s" % (sample, body, _fmt(value)))
+                else:
+                    lines.append("%s %s" % (sample, _fmt(value)))
+        return "\n".join(lines) + "\n"
+
+
+def _read_json(path, what, errors):
+    if not path:
+        return None
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        errors.append("%s %s: %s" % (what, path, exc))
+        return None
+
+
+def _quantile(values, q):
+    ordered = sorted(values)
+    rank = max(1, -(-int(q * 1000) * len(ordered) // 1000))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def probe_metrics(expo, probe, mtime=None):
+    """H2D bandwidth gauges, copy-duration summaries and link figures from a probe result."""
+    ok = isinstance(probe, dict) and probe.get("schema") == "gpunuma.h2d-probe/v1"
+    expo.add("gpunuma_h2d_probe_success", "gauge",
+             "1 when the last H2D probe result is present and its status is ok.",
+             1 if ok and probe.get("status") == "ok" else 0)
+    if not ok:
+        return
+    if mtime is not None:
+        expo.add("gpunuma_h2d_probe_timestamp_seconds", "gauge",
+                 "When the H2D probe result was written (Unix time).", mtime)
+    for gpu in probe.get("gpus", []):
+        base = {"gpu": gpu.get("index"), "gpu_uuid": gpu.get("uuid"), "pci_bus_id": gpu.get("pci_bus_id")}
+        pcie = gpu.get("pcie") or {}
+        if pcie.get("theoretical_gbps"):
+            expo.add("gpunuma_gpu_pcie_link_bandwidth_bytes_per_second", "gauge",
+                     "One-direction PCIe bandwidth of the GPU's link after line encoding (max generation x width).",
+                     pcie["theoretical_gbps"] * 1e9, base)
+        if pcie.get("gen_max"):
+            expo.add("gpunuma_gpu_pcie_link_generation", "gauge", "PCIe generation the GPU's link is capable of.",
+                     pcie["gen_max"], base)
+        if pcie.get("width_max"):
+            expo.add("gpunuma_gpu_pcie_link_width_lanes", "gauge", "PCIe lanes of the GPU's link.", pcie["width_max"], base)
+        for placement, result in sorted((gpu.get("placements") or {}).items()):
+            if not isinstance(result, dict) or result.get("status") != "ok":
+                continue
+            node = result.get("node")
+            labels = dict(base, numa_node="" if gpu.get("numa_node") is None else gpu["numa_node"], placement=placement,
+                          bound_node="" if node is None else node)
+            measurement = result.get("measurement") or {}
+            options = probe.get("options") or {}
+            for key, (direction, memory) in PROBE_SERIES.items():
+                m = measurement.get(key)
+                if not isinstance(m, dict):
+                    continue
+                size = options.get("small_bytes" if key.startswith("small") else "large_bytes")
+                series = dict(labels, direction=direction, memory=memory, size_bytes=size if size is not None else "")
+                if m.get("gbps_median") is not None:
+                    expo.add("gpunuma_h2d_copy_bandwidth_bytes_per_second", "gauge",
+                             "Median copy bandwidth measured by the H2D probe.", m["gbps_median"] * 1e9, series)
+                seconds = [s for s in (m.get("seconds") or []) if isinstance(s, (int, float))]
+                if seconds:
+                    for q in (0.5, 0.99):
+                        expo.add("gpunuma_h2d_copy_duration_seconds", "summary",
+                                 "Duration of one copy measured by the H2D probe (CUDA events; pageable: wall clock).",
+                                 _quantile(seconds, q), dict(series, quantile=q))
+                    expo.add("gpunuma_h2d_copy_duration_seconds", "summary", "", sum(seconds), series, "_sum")
+                    expo.add("gpunuma_h2d_copy_duration_seconds", "summary", "", len(seconds), series, "_count")
+                    expo.add("gpunuma_h2d_copy_duration_max_seconds", "gauge",
+                             "Longest single copy of the probe's series.", max(seconds), series)
+
+
+def numastat_metrics(expo, sysfs_root="/"):
+    base = os.path.join(sysfs_root, "sys/devices/system/node")
+    try:
+        names = sorted(n for n in os.listdir(base) if n.startswith("node") and n[4:].isdigit())
+    except OSError:
+        names = []
+    helps = {
+        "numa_hit": "Pages allocated on this node as intended (numastat numa_hit).",
+        "numa_miss": "Pages allocated on this node although another was preferred (numastat numa_miss).",
+        "numa_foreign": "Pages intended for this node but allocated elsewhere (numastat numa_foreign).",
+        "interleave_hit": "Interleaved pages allocated on this node as intended (numastat interleave_hit).",
+        "local_node": "Pages allocated on this node by a process running on it (numastat local_node).",
+        "other_node": "Pages allocated on this node by a process running on another node - remote NUMA access (numastat other_node).",
+    }
+    for name in names:
+        try:
+            with open(os.path.join(base, name, "numastat")) as fh:
+                values = dict(line.split() for line in fh if len(line.split()) == 2)
+        except (OSError, ValueError):
+            continue
+        for key in NUMASTAT_COUNTERS:
+            if key in values and values[key].isdigit():
+                expo.add("gpunuma_numa_%s_pages_total" % key.replace("numa_", ""), "counter", helps[key],
+                         int(values[key]), {"node": name[4:]})
+
+
+_NUMA_MAPS_NODE = re.compile(r"\bN(\d+)=(\d+)")
+_NUMA_MAPS_PAGESIZE = re.compile(r"\bkernelpagesize_kB=(\d+)")
+
+
+def numa_maps_bytes(text):
+    """{node: bytes} resident per NUMA node from a numa_maps text."""
+    out = {}
+    for line in text.splitlines():
+        size = _NUMA_MAPS_PAGESIZE.search(line)
+        page = int(size.group(1)) * 1024 if size else 4096
+        for node, pages in _NUMA_MAPS_NODE.findall(line):
+            out[int(node)] = out.get(int(node), 0) + int(pages) * page
+    return out
+
+
+def unit_pids(unit, sysfs_root="/", systemctl="systemctl"):
+    """PIDs of a systemd unit: its cgroup (v2) first, else its MainPID."""
+    for cg in ("sys/fs/cgroup/system.slice/%s/cgroup.procs" % unit,
+               "sys/fs/cgroup/systemd/system.slice/%s/cgroup.procs" % unit):
+        try:
+            with open(os.path.join(sysfs_root, cg)) as fh:
+                pids = [int(x) for x in fh.read().split()]
+            if pids:
+                return pids
+        except (OSError, ValueError):
+            continue
+    if sysfs_root != "/":
+        return []
+    try:
+        out = subprocess.run([systemctl, "show", "--property=MainPID", "--value", unit], capture_output=True,
+                             text=True, timeout=10, env=dict(os.environ, LC_ALL="C")).stdout.strip()
+        return [int(out)] if out.isdigit() and int(out) > 0 else []
+    except (OSError, subprocess.SubprocessError):
+        return []
+
+
+def plan_metrics(expo, plan, probe=None, sysfs_root="/"):
+    ok = isinstance(plan, dict) and plan.get("schema") == "gpunuma.plan/v1"
+    if not ok:
+        return
+    expo.add("gpunuma_node_profile_info", "gauge", "The binding profile applied on this node (label profile).", 1,
+             {"profile": plan.get("profile") or "", "topology_fingerprint": plan.get("topology_fingerprint") or ""})
+    for inst in plan.get("instances") or []:
+        if not isinstance(inst, dict) or not inst.get("name"):
+            continue
+        unit = inst.get("unit") or "gpunuma-%s.service" % inst["name"]
+        mem_nodes = [n for n in inst.get("mem_nodes") or [] if isinstance(n, int)]
+        planned = [n for n in (inst.get("numa_nodes") or []) if isinstance(n, int)]
+        expo.add("gpunuma_instance_info", "gauge",
+                 "One per planned instance: its profile, CPU set, memory policy, GPUs and the topology fingerprint.", 1, {
+                     "instance": inst["name"], "unit": unit, "profile": inst.get("profile") or plan.get("profile") or "",
+                     "cpus": inst.get("cpus") or "", "mem_policy": inst.get("mem_policy") or "",
+                     "mem_nodes": ",".join(str(n) for n in mem_nodes),
+                     "numa_nodes": ",".join(str(n) for n in planned),
+                     "gpu_uuids": ",".join(str(u) for u in (inst.get("gpu_uuids") or []) if u),
+                     "topology_fingerprint": plan.get("topology_fingerprint") or "",
+                 })
+        pids = unit_pids(unit, sysfs_root)
+        resident = {}
+        for pid in pids:
+            try:
+                with open(os.path.join(sysfs_root, "proc", str(pid), "numa_maps")) as fh:
+                    for node, nbytes in numa_maps_bytes(fh.read()).items():
+                        resident[node] = resident.get(node, 0) + nbytes
+            except OSError:
+                continue
+        expo.add("gpunuma_instance_up", "gauge", "1 when the instance's unit has a running process.",
+                 1 if pids else 0, {"instance": inst["name"]})
+        for node in sorted(resident):
+            expo.add("gpunuma_instance_memory_resident_bytes", "gauge",
+                     "Resident memory of the instance's processes on each NUMA node (numa_maps).", resident[node],
+                     {"instance": inst["name"], "node": node})
+        total = sum(resident.values())
+        target = set(planned or mem_nodes)
+        if total and target:
+            expo.add("gpunuma_instance_memory_planned_node_ratio", "gauge",
+                     "Share of the instance's resident memory on its planned NUMA node(s).",
+                     sum(v for n, v in resident.items() if n in target) / float(total),
+                     {"instance": inst["name"], "planned_nodes": ",".join(str(n) for n in sorted(target))})
+
+
+def audit_metrics(expo, audit):
+    state = "unknown"
+    if isinstance(audit, dict) and audit.get("status") in ("compliant", "drifted"):
+        state = audit["status"]
+    for name in ("compliant", "drifted", "unknown"):
+        expo.add("gpunuma_audit_state", "gauge",
+                 "The last audit's verdict for this node: 1 on the label of the current state.",
+                 1 if name == state else 0, {"state": name})
+    if isinstance(audit, dict) and isinstance(audit.get("timestamp"), (int, float)) and not isinstance(audit.get("timestamp"), bool):
+        expo.add("gpunuma_audit_timestamp_seconds", "gauge", "When the last audit ran (Unix time).", audit["timestamp"])
+
+
+def collect(probe_path=None, plan_path=None, audit_path=None, sysfs_root="/", now=None):
+    """Render the whole textfile; returns (text, errors)."""
+    errors = []
+    expo = Exposition()
+    probe = _read_json(probe_path, "probe result", errors)
+    mtime = None
+    if probe is not None:
+        try:
+            mtime = os.stat(probe_path).st_mtime
+        except OSError:
+            pass
+    probe_metrics(expo, probe, mtime)
+    numastat_metrics(expo, sysfs_root)
+    plan = _read_json(plan_path, "plan", errors)
+    if plan is not None and not (isinstance(plan, dict) and plan.get("schema") == "gpunuma.plan/v1"):
+        errors.append("plan %s: not a gpunuma.plan/v1 document" % plan_path)
+    plan_metrics(expo, plan, probe, sysfs_root)
+    audit_metrics(expo, _read_json(audit_path, "audit state", errors))
+    for src, path, data in (("probe", probe_path, probe), ("plan", plan_path, plan)):
+        expo.add("gpunuma_metrics_source_up", "gauge", "1 when the source file was read and understood.",
+                 1 if data is not None and not any(e.startswith(("probe result" if src == "probe" else src) + " ") for e in errors) else 0,
+                 {"source": src})
+    expo.add("gpunuma_metrics_errors", "gauge", "Problems met while collecting (see the collector's log).", len(errors))
+    expo.add("gpunuma_metrics_last_run_timestamp_seconds", "gauge", "When the collector last wrote this file (Unix time).",
+             time.time() if now is None else now)
+    return expo.render(), errors
+
+
+def write_atomic(directory, text, name=OUTPUT_NAME):
+    """Write ``directory/name`` through a temporary file in the same directory and rename."""
+    if not os.path.isdir(directory):
+        raise MetricsError("textfile directory %s does not exist; create it or pass the collector's directory" % directory)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + name + ".")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, os.path.join(directory, name))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return os.path.join(directory, name)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Write gpunuma metrics for the node_exporter textfile collector.")
+    ap.add_argument("--textfile-dir", required=True, help="node_exporter --collector.textfile.directory")
+    ap.add_argument("--probe", default="/var/lib/gpunuma/h2d-probe.json")
+    ap.add_argument("--plan", default="/etc/gpunuma/plan.json")
+    ap.add_argument("--audit", default="/var/lib/gpunuma/audit.json")
+    ap.add_argument("--root", default="/", help="read sys/ and proc/ under this directory (tests)")
+    args = ap.parse_args(argv)
+    text, errors = collect(args.probe, args.plan, args.audit, args.root)
+    for err in errors:
+        print("gpunuma-metrics: %s" % err, file=sys.stderr)
+    try:
+        path = write_atomic(args.textfile_dir, text)
+    except (MetricsError, OSError) as exc:
+        print("gpunuma-metrics: %s" % exc, file=sys.stderr)
+        return 1
+    print("gpunuma-metrics: wrote %s" % path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

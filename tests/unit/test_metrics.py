@@ -1,0 +1,187 @@
+"""gpunuma textfile metrics: rendered from the recorded H200 probe, a plan and a fake sys/proc tree,
+and read back with prometheus_client's text-format parser."""
+
+import json
+import os
+import stat
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ansible.module_utils.gpunuma import metrics
+from conftest import FIXTURES
+
+RECORDED = os.path.join(FIXTURES, "recorded", "h200-probe", "run2", "h2d-probe.json")
+UUID = "GPU-17feaaa1-be79-190b-6694-75d1b3c48504"
+
+
+def parse(text):
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def samples(families, name, **labels):
+    out = []
+    for fam in families.values():
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == str(v) for k, v in labels.items()):
+                out.append(s)
+    return out
+
+
+def fake_root(tmp_path, numa_maps=None, procs=None, unit="gpunuma-llm0.service"):
+    for node, hit in ((0, 1000), (1, 50)):
+        d = tmp_path / "sys/devices/system/node" / ("node%d" % node)
+        d.mkdir(parents=True)
+        (d / "numastat").write_text("numa_hit %d\nnuma_miss 3\nnuma_foreign 4\ninterleave_hit 5\nlocal_node 6\nother_node 7\n" % hit)
+    if procs:
+        cg = tmp_path / "sys/fs/cgroup/system.slice" / unit
+        cg.mkdir(parents=True)
+        (cg / "cgroup.procs").write_text("\n".join(str(p) for p in procs) + "\n")
+        for pid, text in zip(procs, numa_maps):
+            d = tmp_path / "proc" / str(pid)
+            d.mkdir(parents=True)
+            (d / "numa_maps").write_text(text)
+    return str(tmp_path)
+
+
+PLAN = {
+    "schema": "gpunuma.plan/v1", "hostname": "gpu-a01", "topology_fingerprint": "sha256:abc", "profile": "strict",
+    "instances": [{"name": "llm0", "unit": "gpunuma-llm0.service", "gpus": [0], "gpu_uuids": [UUID],
+                   "numa_nodes": [0], "cpus": "1-7", "mem_policy": "bind", "mem_nodes": [0], "profile": "strict"}],
+}
+MAPS = ("7f00 bind:0 anon=300 dirty=300 N0=300 kernelpagesize_kB=4\n"
+        "7f10 default anon=100 dirty=100 N1=100 kernelpagesize_kB=4\n"
+        "7f20 default file=/x N0=2 kernelpagesize_kB=2048\n")
+
+
+def test_probe_metrics_from_recorded_h200():
+    text, errors = metrics.collect(probe_path=RECORDED, sysfs_root="/nonexistent")
+    assert errors == []
+    fams = parse(text)
+    bw = samples(fams, "gpunuma_h2d_copy_bandwidth_bytes_per_second", gpu_uuid=UUID, placement="local",
+                 direction="h2d", memory="pinned", size_bytes=268435456)
+    assert len(bw) == 1 and bw[0].value == pytest.approx(55.446e9)
+    assert bw[0].labels["numa_node"] == "0" and bw[0].labels["bound_node"] == "0" and bw[0].labels["pci_bus_id"] == "0000:00:06.0"
+    pageable = samples(fams, "gpunuma_h2d_copy_bandwidth_bytes_per_second", placement="unbound", memory="pageable")
+    assert pageable[0].value == pytest.approx(7.934e9) and pageable[0].labels["bound_node"] == ""
+    assert fams["gpunuma_h2d_copy_duration_seconds"].type == "summary"
+    p99 = samples(fams, "gpunuma_h2d_copy_duration_seconds", placement="local", size_bytes=4096, quantile="0.99")
+    assert p99[0].value == pytest.approx(6.464e-6)
+    count = samples(fams, "gpunuma_h2d_copy_duration_seconds_count", placement="local", size_bytes=4096)
+    assert count[0].value == 1000
+    link = samples(fams, "gpunuma_gpu_pcie_link_bandwidth_bytes_per_second", gpu="0")
+    assert link[0].value == pytest.approx(63.015e9)
+    assert samples(fams, "gpunuma_h2d_probe_success")[0].value == 1
+    assert samples(fams, "gpunuma_metrics_source_up", source="probe")[0].value == 1
+    # remote was skipped on the single-node VM: no series claims to have measured it
+    assert not samples(fams, "gpunuma_h2d_copy_bandwidth_bytes_per_second", placement="remote")
+
+
+def test_names_follow_conventions():
+    text, _ = metrics.collect(probe_path=RECORDED, plan_path=None, sysfs_root="/nonexistent")
+    for fam in parse(text).values():
+        assert fam.name.startswith("gpunuma_")
+        if fam.type == "counter":
+            assert any(s.name.endswith("_total") for s in fam.samples)
+        for bad in ("_ms", "_us", "_gbps", "_kb", "_mb", "_gb"):
+            assert not fam.name.endswith(bad)
+
+
+def test_numastat_counters(tmp_path):
+    text, _ = metrics.collect(sysfs_root=fake_root(tmp_path))
+    fams = parse(text)
+    assert fams["gpunuma_numa_hit_pages"].type == "counter"
+    assert samples(fams, "gpunuma_numa_hit_pages_total", node="1")[0].value == 50
+    assert samples(fams, "gpunuma_numa_other_node_pages_total", node="0")[0].value == 7
+    assert samples(fams, "gpunuma_numa_foreign_pages_total", node="0")[0].value == 4
+    assert samples(fams, "gpunuma_numa_miss_pages_total", node="0")[0].value == 3
+
+
+def test_numa_maps_bytes():
+    assert metrics.numa_maps_bytes(MAPS) == {0: 300 * 4096 + 2 * 2048 * 1024, 1: 100 * 4096}
+
+
+def test_instance_info_and_planned_share(tmp_path):
+    root = fake_root(tmp_path, numa_maps=[MAPS, "7f00 default anon=100 N1=100 kernelpagesize_kB=4\n"], procs=[101, 102])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(PLAN))
+    text, errors = metrics.collect(plan_path=str(plan), sysfs_root=root)
+    assert errors == []
+    fams = parse(text)
+    info = samples(fams, "gpunuma_instance_info", instance="llm0")[0]
+    assert info.labels == {"instance": "llm0", "unit": "gpunuma-llm0.service", "profile": "strict", "cpus": "1-7",
+                           "mem_policy": "bind", "mem_nodes": "0", "numa_nodes": "0", "gpu_uuids": UUID,
+                           "topology_fingerprint": "sha256:abc"}
+    on0 = 300 * 4096 + 2 * 2048 * 1024
+    on1 = 200 * 4096
+    assert samples(fams, "gpunuma_instance_memory_resident_bytes", instance="llm0", node=1)[0].value == on1
+    ratio = samples(fams, "gpunuma_instance_memory_planned_node_ratio", instance="llm0")[0]
+    assert ratio.value == pytest.approx(on0 / (on0 + on1)) and ratio.labels["planned_nodes"] == "0"
+    assert samples(fams, "gpunuma_node_profile_info", profile="strict")[0].value == 1
+    assert samples(fams, "gpunuma_instance_up", instance="llm0")[0].value == 1
+
+
+def test_stopped_instance_is_down_without_share(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(PLAN))
+    fams = parse(metrics.collect(plan_path=str(plan), sysfs_root=fake_root(tmp_path))[0])
+    assert samples(fams, "gpunuma_instance_up", instance="llm0")[0].value == 0
+    assert not samples(fams, "gpunuma_instance_memory_planned_node_ratio")
+
+
+def test_hostile_label_values_round_trip(tmp_path):
+    plan = dict(PLAN, profile='str"ict\\', instances=[dict(PLAN["instances"][0], name='llm"0\nx', cpus="1-7\\")])
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    fams = parse(metrics.collect(plan_path=str(path), sysfs_root="/nonexistent")[0])
+    info = samples(fams, "gpunuma_instance_info")[0]
+    assert info.labels["instance"] == 'llm"0\nx' and info.labels["cpus"] == "1-7\\"
+    assert samples(fams, "gpunuma_node_profile_info")[0].labels["profile"] == 'str"ict\\'
+
+
+@pytest.mark.parametrize("audit, state", [({"status": "compliant", "timestamp": 1700000000}, "compliant"),
+                                          ({"status": "drifted"}, "drifted"), ({"status": "weird"}, "unknown"), (None, "unknown")])
+def test_audit_state(tmp_path, audit, state):
+    path = tmp_path / "audit.json"
+    if audit is not None:
+        path.write_text(json.dumps(audit))
+    fams = parse(metrics.collect(audit_path=str(path), sysfs_root="/nonexistent")[0])
+    assert samples(fams, "gpunuma_audit_state", state=state)[0].value == 1
+    assert sum(s.value for s in samples(fams, "gpunuma_audit_state")) == 1
+
+
+def test_damaged_sources_reported_not_raised(tmp_path):
+    probe = tmp_path / "probe.json"
+    probe.write_text("{not json")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema": "gpunuma.plan/v9"}))
+    text, errors = metrics.collect(probe_path=str(probe), plan_path=str(plan), sysfs_root="/nonexistent")
+    assert any(e.startswith("probe result %s:" % probe) for e in errors)
+    assert "plan %s: not a gpunuma.plan/v1 document" % plan in errors
+    fams = parse(text)
+    assert samples(fams, "gpunuma_h2d_probe_success")[0].value == 0
+    assert samples(fams, "gpunuma_metrics_source_up", source="probe")[0].value == 0
+    assert samples(fams, "gpunuma_metrics_source_up", source="plan")[0].value == 0
+    assert samples(fams, "gpunuma_metrics_errors")[0].value == 2
+
+
+def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):
+    (tmp_path / "gpunuma.prom").write_text("old\n")
+    (tmp_path / "other.prom").write_text("x 1\n")
+    path = metrics.write_atomic(str(tmp_path), "gpunuma_x 1\n")
+    assert open(path).read() == "gpunuma_x 1\n"
+    assert sorted(os.listdir(tmp_path)) == ["gpunuma.prom", "other.prom"]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+
+
+def test_write_atomic_missing_dir(tmp_path):
+    with pytest.raises(metrics.MetricsError, match="textfile directory .*/nope does not exist"):
+        metrics.write_atomic(str(tmp_path / "nope"), "x 1\n")
+
+
+def test_main_cli(tmp_path, capsys):
+    assert metrics.main(["--textfile-dir", str(tmp_path), "--probe", RECORDED, "--plan", str(tmp_path / "none.json"),
+                         "--audit", str(tmp_path / "none.json"), "--root", "/nonexistent"]) == 0
+    assert "gpunuma_h2d_copy_bandwidth_bytes_per_second" in (tmp_path / "gpunuma.prom").read_text()
+    assert metrics.main(["--textfile-dir", str(tmp_path / "missing")]) == 1
+    assert "does not exist" in capsys.readouterr().err
