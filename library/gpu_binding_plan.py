@@ -87,7 +87,11 @@ options:
         for the same hardware fingerprint, the memory its instances declared counts as available to
         them again in the O(strict_capacity) check, so that a running instance's own memory does not
         push a re-plan from C(bind) to C(preferred).
-    type: dict
+      - A value that is not such a plan (not a mapping, another schema, C(instances) not a list, an
+        instance whose C(mem_nodes), C(memory_bytes), C(mem_policy) or C(name) has the wrong type)
+        fails the module with a message naming the field and how to recover (restore the file's
+        backup, or remove it to plan from scratch); it is never ignored silently.
+    type: raw
 attributes:
   check_mode:
     support: full
@@ -242,7 +246,9 @@ def main():
             instances=dict(type="list", elements="dict", default=[]),
             housekeeping_cores_per_node=dict(type="int", default=1),
             strict_capacity=dict(type="str", choices=["fallback", "error"], default="fallback"),
-            applied_plan=dict(type="dict"),
+            # raw: the planner checks it and names the bad field (Ansible's
+            # dict conversion would only say "dictionary requested").
+            applied_plan=dict(type="raw"),
         ),
         mutually_exclusive=[("topology", "topology_path")],
         required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],

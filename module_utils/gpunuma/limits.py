@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.gpunuma.errors import GpunumaError, SysfsError
-from ansible.module_utils.gpunuma.plan import parse_size
+from ansible.module_utils.gpunuma.sizes import MAX_SIZE, SizeError, format_size, parse_size
 
 MEMLOCK = "Max locked memory"
 # linux/capability.h
@@ -25,9 +25,10 @@ CAP_SYS_RESOURCE = 24
 UNLIMITED_WORDS = ("unlimited", "infinity")
 
 # Columns are padded with spaces; the name itself has single spaces.
-_LIMIT_LINE_RE = re.compile(r"^(\S.*?)\s{2,}(\S+)\s+(\S+)(?:\s+(\S+))?\s*$")
-_CAP_LINE_RE = re.compile(r"^(Cap[A-Za-z]+):\s*([0-9a-fA-F]+)\s*$")
-_UID_MAP_LINE_RE = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s*$")
+# Used with fullmatch: a trailing newline is not silently accepted.
+_LIMIT_LINE_RE = re.compile(r"(\S.*?)\s{2,}(\S+)\s+(\S+)(?:\s+(\S+))?\s*")
+_CAP_LINE_RE = re.compile(r"(Cap[A-Za-z]+):\s*([0-9a-fA-F]+)\s*")
+_UID_MAP_LINE_RE = re.compile(r"\s*([0-9]+)\s+([0-9]+)\s+([0-9]+)\s*")
 # The identity map of the initial user namespace: all 2^32-1 ids.
 _INIT_UID_MAP = (0, 0, 4294967295)
 
@@ -56,7 +57,7 @@ def parse_proc_limits(text, source="/proc/<pid>/limits"):
         )
     limits = {}
     for line in lines[1:]:
-        match = _LIMIT_LINE_RE.match(line)
+        match = _LIMIT_LINE_RE.fullmatch(line)
         if not match:
             raise SysfsError(
                 "%s: cannot read the line %r; allowed: '<name>  <soft>  <hard>  [<units>]'" % (source, line)
@@ -85,7 +86,7 @@ def parse_capabilities(text, source="/proc/<pid>/status"):
     caps = {}
     for line in text.splitlines():
         if line.startswith("Cap"):
-            match = _CAP_LINE_RE.match(line)
+            match = _CAP_LINE_RE.fullmatch(line)
             if not match:
                 raise SysfsError("%s: cannot read the line %r; allowed: 'Cap<set>:\\t<hex mask>'" % (source, line))
             caps[match.group(1)] = int(match.group(2), 16)
@@ -108,24 +109,52 @@ def in_initial_user_namespace(uid_map_text, source="/proc/<pid>/uid_map"):
     for line in uid_map_text.splitlines():
         if not line.strip():
             continue
-        match = _UID_MAP_LINE_RE.match(line)
+        match = _UID_MAP_LINE_RE.fullmatch(line)
         if not match:
             raise SysfsError("%s: cannot read the line %r; allowed: '<inside> <outside> <count>'" % (source, line))
         entries.append(tuple(int(part) for part in match.groups()))
     return entries == [_INIT_UID_MAP]
 
 
+class LimitError(GpunumaError, ValueError):
+    """A limit is not a limit at all (``malformed``), or lies outside what can be meant."""
+
+    def __init__(self, message, malformed):
+        super().__init__(message)
+        self.malformed = malformed
+
+
 def parse_limit(value, what="memlock_limit"):
-    """Bytes from a limit (``64G``, ``512M``, ``8k``, an int), or None for unlimited/infinity."""
+    """Bytes from a limit (``64G``, ``512M``, ``8k``, an int), or None for unlimited/infinity.
+
+    The size grammar is ``sizes.parse_size`` (the planner reads instance
+    ``memory`` and ``memlock`` with the same code). A limit of 0 locks no
+    memory at all: CUDA pinned host memory, NCCL and RDMA registration then
+    fail, so 0 is refused rather than written.
+    """
     if isinstance(value, str) and value.strip().lower() in UNLIMITED_WORDS:
         return None
     try:
-        return parse_size(value, what)
-    except GpunumaError:
-        raise GpunumaError(
+        limit = parse_size(value, what)
+    except SizeError as exc:
+        if exc.out_of_range:
+            raise LimitError(
+                "%s: %r is more than any limit the kernel or systemd holds; allowed: 1 to %d bytes, "
+                "unlimited or infinity" % (what, value, MAX_SIZE),
+                malformed=False,
+            )
+        raise LimitError(
             "%s: %r is not a limit; allowed: unlimited, infinity, bytes as an integer, or a size such as 64G"
-            % (what, value)
+            % (what, value),
+            malformed=True,
         )
+    if limit == 0:
+        raise LimitError(
+            "%s: %r locks no memory, so pinned host memory (cudaHostAlloc, NCCL, RDMA registration) fails; "
+            "allowed: 1 byte or more (a size such as 64G), unlimited or infinity" % (what, value),
+            malformed=False,
+        )
+    return limit
 
 
 def systemd_limit(value, what="memlock_limit"):
@@ -138,12 +167,7 @@ def format_limit(limit):
     """``8 MiB``, ``1.5 GiB``, ``1000 bytes`` or ``unlimited`` for messages."""
     if limit is None:
         return "unlimited"
-    for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
-        size = 1024**power
-        if limit >= size:
-            number = limit / size
-            return "%d %s" % (number, unit) if limit % size == 0 else "%.1f %s" % (number, unit)
-    return "%d bytes" % limit
+    return format_size(limit)
 
 
 def memlock_ceiling(limits_text, status_text, uid_map_text=None, source="/proc/1"):

@@ -18,7 +18,9 @@ import math
 import re
 
 from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma import sizes
 from ansible.module_utils.gpunuma.errors import CpuListError, GpunumaError
+from ansible.module_utils.gpunuma.limits import LimitError, parse_limit
 from ansible.module_utils.gpunuma.profiles import ProfileError, validate_profile
 
 SCHEMA = "gpunuma.plan/v1"
@@ -46,16 +48,20 @@ PLACEMENT_KEYS = ("gpus", "gpus_per_instance", "numa_node")
 DEFAULT_SERVICE_USER = "root"
 GPU_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
-_UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.service$")
-_ACCOUNT_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,10})$")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtpe]?)(i?)(b?)\s*$", re.IGNORECASE)
-_SIZE_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5, "e": 6}
+# Names are checked with fullmatch, never match + "$": "$" also matches
+# before a final newline, and systemd silently drops an Environment= key
+# such as "FOO\n" while systemd-analyze verify still passes.
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_UNIT_RE = re.compile(r"[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.service")
+_ACCOUNT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,10}")
+_ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_UUID_RE = re.compile(r"(GPU|MIG)-[A-Za-z0-9-]{1,80}")
+APPLIED_PLAN_SOURCE = "/etc/gpunuma/plan.json"
 # systemd reads these as ExecStart= prefixes even inside quotes, and refuses
 # quotes, backslashes and control characters in the executable name.
 _EXEC_PREFIX_CHARS = "-@:+!|"
 _EXEC_NAME_FORBIDDEN = set("\"'\\")
+_NVLINK_RE = re.compile(r"NV([0-9]{1,4})")
 _LINK_RANK = {"PIX": 6, "PXB": 5, "PHB": 4, "NODE": 3, "SYS": 2, "SOC": 2}
 # Above this many candidate GPU groups the planner grows groups greedily
 # from each seed GPU instead of scoring every combination.
@@ -84,26 +90,13 @@ class PlanError(GpunumaError):
 def parse_size(value, what="memory"):
     """Bytes from an int or a size string (``32G``, ``512M``, ``1Ti``, ``1.5GiB``).
 
-    Suffixes K, M, G, T, P, E (optionally followed by ``i`` and/or ``B``)
-    are powers of 1024, as systemd reads them; a bare number is bytes.
+    The grammar is :func:`sizes.parse_size` (shared with ``limits``); this
+    wrapper raises :class:`PlanError`.
     """
-    if isinstance(value, bool) or value is None:
-        raise PlanError(
-            "%s: %r is not a size; allowed: bytes as an integer, or a string like 512M, 32G, 1Ti" % (what, value)
-        )
-    if isinstance(value, int):
-        if value < 0:
-            raise PlanError("%s: %d is negative; allowed: 0 or more bytes" % (what, value))
-        return value
-    if isinstance(value, str):
-        match = _SIZE_RE.match(value)
-        if match:
-            number, unit = match.group(1), match.group(2).lower()
-            if unit or not match.group(3):
-                return int(float(number) * (1024 ** _SIZE_POWERS[unit]))
-    raise PlanError(
-        "%s: %r is not a size; allowed: bytes as an integer, or a string like 512M, 32G, 1Ti" % (what, value)
-    )
+    try:
+        return sizes.parse_size(value, what)
+    except sizes.SizeError as exc:
+        raise PlanError(str(exc))
 
 
 def _format_bytes(count):
@@ -209,8 +202,9 @@ def link_rank(code):
     if not isinstance(code, str):
         return 0
     code = code.strip().upper()
-    if code.startswith("NV") and code[2:].isdigit():
-        return 100 + int(code[2:])
+    match = _NVLINK_RE.fullmatch(code)
+    if match:
+        return 100 + int(match.group(1))
     return _LINK_RANK.get(code, 0)
 
 
@@ -244,7 +238,12 @@ class _Topology(object):
                 % self.hostname
             )
 
+        hostname = topology.get("hostname")
+        if hostname is not None and not isinstance(hostname, str):
+            problems.append("topology.hostname: %r is not a host name; allowed: a string or null" % (hostname,))
+            self.hostname = "this host"
         self.nodes = {}
+        owners = {}
         for pos, raw in enumerate(topology["numa_nodes"]):
             where = "topology.numa_nodes[%d]" % pos
             if not isinstance(raw, dict) or isinstance(raw.get("id"), bool) or not isinstance(raw.get("id"), int):
@@ -257,6 +256,30 @@ class _Topology(object):
                 continue
             if raw["id"] in self.nodes:
                 problems.append("%s.id: node %d appears twice" % (where, raw["id"]))
+                continue
+            shared = cpus & frozenset(owners)
+            if shared:
+                problems.append(
+                    "%s.cpus: CPUs %s also belong to NUMA node %s; allowed: NUMA nodes with disjoint CPU sets "
+                    "(each CPU on exactly one node, as /sys/devices/system/node/node*/cpulist lists them); "
+                    "discover the topology again or repair the file"
+                    % (where, format_cpulist(shared), ", ".join(str(n) for n in sorted(set(owners[c] for c in shared))))
+                )
+                continue
+            owners.update((cpu, raw["id"]) for cpu in cpus)
+            bad_bytes = False
+            for key in ("memory_total_bytes", "memory_free_bytes"):
+                value = raw.get(key)
+                if value is not None and (not _is_int(value) or value < 0):
+                    problems.append("%s.%s: %r is not a byte count; allowed: an integer 0 or more, or null" % (where, key, value))
+                    bad_bytes = True
+            if raw.get("cores") is not None and not isinstance(raw.get("cores"), list):
+                problems.append(
+                    "%s.cores: %r is not a list of hyperthread sibling groups; allowed: a list of CPU list strings, or null"
+                    % (where, raw.get("cores"))
+                )
+                continue
+            if bad_bytes:
                 continue
             node = _Node()
             node.id = raw["id"]
@@ -274,6 +297,7 @@ class _Topology(object):
                 )
             self.nodes[node.id] = node
         self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
+        self.all_cpus = frozenset(owners)
 
         self.gpus = {}
         for pos, raw in enumerate(topology["gpus"]):
@@ -282,7 +306,20 @@ class _Topology(object):
                 problems.append("%s: must be a mapping with an integer index" % where)
                 continue
             index = raw["index"]
+            if index in self.gpus:
+                problems.append("%s.index: GPU %d appears twice; allowed: each index once" % (where, index))
+                continue
             node_id = raw.get("numa_node")
+            uuid = raw.get("uuid") or None
+            if uuid is not None and (not isinstance(uuid, str) or not _UUID_RE.fullmatch(uuid)):
+                problems.append(
+                    "%s.uuid: %r is not a GPU UUID; allowed: GPU-<hex digits and dashes> as NVML reports it, or null"
+                    % (where, uuid)
+                )
+                continue
+            if node_id is not None and not _is_int(node_id):
+                problems.append("%s.numa_node: %r is not a node id; allowed: an integer node id, or null" % (where, node_id))
+                continue
             if node_id is not None and (node_id not in self.nodes or not self.nodes[node_id].cpus):
                 warnings.append(
                     "topology gives GPU %d numa_node %r, which is not a CPU-bearing node; the GPU is treated as having no known node"
@@ -291,7 +328,7 @@ class _Topology(object):
                 node_id = None
             self.gpus[index] = {
                 "index": index,
-                "uuid": raw.get("uuid") or None,
+                "uuid": uuid,
                 "node": node_id,
                 "mig": bool(raw.get("mig_enabled")),
             }
@@ -395,7 +432,7 @@ def _validate_instance(raw, pos, topo, problems):
 
     spec = {"pos": pos, "path": path, "warnings": []}
     name = raw.get("name")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         problems.append(
             "%s.name: %r is not a valid instance name; allowed: 1-64 characters from A-Z a-z 0-9 _ . - "
             "(not starting with . or -), used in the unit name gpunuma-<name>.service" % (path, name)
@@ -468,7 +505,7 @@ def _validate_instance(raw, pos, topo, problems):
         spec["numa_node"] = node_id
 
     unit = raw.get("unit")
-    if unit is not None and (not isinstance(unit, str) or not _UNIT_RE.match(unit)):
+    if unit is not None and (not isinstance(unit, str) or not _UNIT_RE.fullmatch(unit)):
         problems.append(
             "%s.unit: %r is not a service unit name; allowed: an existing unit such as vllm.service or worker@1.service"
             % (path, unit)
@@ -521,7 +558,7 @@ def _validate_instance(raw, pos, topo, problems):
 
     for key, default in (("user", DEFAULT_SERVICE_USER if unit is None else None), ("group", None)):
         value = raw.get(key)
-        if value is not None and (not isinstance(value, str) or not _ACCOUNT_RE.match(value)):
+        if value is not None and (not isinstance(value, str) or not _ACCOUNT_RE.fullmatch(value)):
             problems.append(
                 "%s.%s: %r is not a %s name; allowed: a POSIX account name or numeric id" % (path, key, value, key)
             )
@@ -537,7 +574,7 @@ def _validate_instance(raw, pos, topo, problems):
         environment = {}
     for key in sorted(environment, key=str):
         value = environment[key]
-        if not isinstance(key, str) or not _ENV_KEY_RE.match(key):
+        if not isinstance(key, str) or not _ENV_KEY_RE.fullmatch(key):
             problems.append(
                 "%s.environment: key %r is not a variable name; allowed: letters, digits and _, not starting with a digit"
                 % (path, key)
@@ -554,23 +591,32 @@ def _validate_instance(raw, pos, topo, problems):
     spec["memory_bytes"] = None
     if raw.get("memory") is not None:
         try:
-            spec["memory_bytes"] = parse_size(raw["memory"], "%s.memory" % path)
-        except PlanError as exc:
-            problems.extend(exc.problems)
+            memory = sizes.parse_size(raw["memory"], "%s.memory" % path)
+        except sizes.SizeError as exc:
+            problems.append(str(exc))
+        else:
+            if memory == 0:
+                problems.append(
+                    "%s.memory: %r declares no memory; allowed: 1 byte or more (a size like 32G), "
+                    "or leave memory out" % (path, raw["memory"])
+                )
+            spec["memory_bytes"] = memory
 
     memlock = raw.get("memlock")
     spec["memlock"] = None
     if memlock is not None:
-        if memlock in ("infinity", "unlimited"):
-            spec["memlock"] = "infinity"
-        else:
-            try:
-                spec["memlock"] = parse_size(memlock, "%s.memlock" % path)
-            except PlanError:
+        try:
+            limit = parse_limit(memlock, "%s.memlock" % path)
+        except LimitError as exc:
+            if exc.malformed:
                 problems.append(
                     "%s.memlock: %r is not a memlock limit; allowed: infinity, unlimited, bytes as an integer, or a size like 64G"
                     % (path, memlock)
                 )
+            else:
+                problems.append(str(exc))
+        else:
+            spec["memlock"] = "infinity" if limit is None else limit
 
     share = raw.get("share_cpus", False)
     if share is None:
@@ -589,6 +635,10 @@ def _validate_instance(raw, pos, topo, problems):
                 problems.append(
                     '%s.cpus: %d is not a CPU count; allowed: 1 or more, or a CPU list string like "2-5"' % (path, cpus)
                 )
+            elif cpus > len(topo.all_cpus):
+                problems.append(
+                    "%s.cpus: %d is more CPUs than %s has; allowed: 1-%d" % (path, cpus, topo.hostname, len(topo.all_cpus))
+                )
             elif share:
                 problems.append(
                     "%s.cpus: a count (%d) needs CPUs of its own, which share_cpus: true does not reserve; "
@@ -603,6 +653,11 @@ def _validate_instance(raw, pos, topo, problems):
             else:
                 if not parsed:
                     problems.append("%s.cpus: %r is empty; allowed: a CPU count or a non-empty CPU list" % (path, cpus))
+                elif not parsed <= topo.all_cpus:
+                    problems.append(
+                        "%s.cpus: CPUs %s do not exist on %s; allowed: %s"
+                        % (path, format_cpulist(parsed - topo.all_cpus), topo.hostname, format_cpulist(topo.all_cpus) or "none")
+                    )
                 spec["cpus_set"] = parsed
         else:
             problems.append(
@@ -934,6 +989,106 @@ def _allocate_node(node, members, problems):
                 spec["cpu_set"].update(node.worker_cpus)
 
 
+def _check_shares(specs, topo):
+    """Refuse a plan whose CPU shares break the invariants (a planner defect).
+
+    Every bound CPU of an instance is a worker CPU of one of its nodes (so
+    never a housekeeping CPU, never a CPU of another node) and, unless
+    ``share_cpus``, no other instance has it. Checked on the finished
+    allocation so that no future change to the allocator can hand one CPU
+    to two workers without the plan failing.
+    """
+    problems = []
+    owner = {}
+    for spec in specs:
+        if not spec["cpu_binding"] or not spec.get("cpu_set"):
+            continue
+        cpus = frozenset(spec["cpu_set"])
+        allowed = frozenset().union(*[topo.nodes[n].worker_cpus for n in spec["numa_nodes"]])
+        if not cpus <= allowed:
+            problems.append(
+                "internal error: instance %r gets CPUs %s, which are not worker CPUs of its NUMA node %s; "
+                "the plan is refused (please report this with the topology and instances)"
+                % (spec["name"], format_cpulist(cpus - allowed), format_cpulist(spec["numa_nodes"]))
+            )
+        if spec["share_cpus"]:
+            continue
+        clashes = {}
+        for cpu in cpus:
+            if cpu in owner:
+                clashes.setdefault(owner[cpu], set()).add(cpu)
+            else:
+                owner[cpu] = spec["name"]
+        for other in sorted(clashes):
+            problems.append(
+                "internal error: instances %r and %r share CPUs %s; the plan is refused "
+                "(please report this with the topology and instances)"
+                % (other, spec["name"], format_cpulist(clashes[other]))
+            )
+    if problems:
+        raise PlanError(problems)
+
+
+# --------------------------------------------------------------------------
+# Applied plan (re-planning a node that runs its instances)
+
+
+def _applied_problem(where, value, what):
+    return (
+        "%s: %r is not %s; allowed: the plan gpunuma wrote (%s). If that file is damaged, restore its backup "
+        "or remove it: the next run then plans from scratch" % (where, value, what, APPLIED_PLAN_SOURCE)
+    )
+
+
+def _validate_applied_plan(applied_plan, problems):
+    """The applied plan's fields the capacity check reads, or None (with problems)."""
+    if applied_plan is None:
+        return None
+    if not isinstance(applied_plan, dict):
+        problems.append(
+            "applied_plan: must be a %s mapping, got %s; allowed: the plan gpunuma wrote (%s), or null. "
+            "If that file is damaged, restore its backup or remove it: the next run then plans from scratch"
+            % (SCHEMA, _type_name(applied_plan), APPLIED_PLAN_SOURCE)
+        )
+        return None
+    before = len(problems)
+    schema = applied_plan.get("schema")
+    if schema is not None and schema != SCHEMA:
+        problems.append(
+            "applied_plan.schema: %r is not supported; allowed: %s, the plan gpunuma wrote (%s). If that file is "
+            "damaged, restore its backup or remove it: the next run then plans from scratch"
+            % (schema, SCHEMA, APPLIED_PLAN_SOURCE)
+        )
+    fingerprint = applied_plan.get("topology_fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        problems.append(_applied_problem("applied_plan.topology_fingerprint", fingerprint, "a fingerprint string"))
+    items = applied_plan.get("instances")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        problems.append(_applied_problem("applied_plan.instances", items, "a list"))
+        items = []
+    for pos, item in enumerate(items):
+        where = "applied_plan.instances[%d]" % pos
+        if not isinstance(item, dict):
+            problems.append(_applied_problem(where, item, "a mapping"))
+            continue
+        if not isinstance(item.get("name"), str):
+            problems.append(_applied_problem(where + ".name", item.get("name"), "an instance name"))
+        nodes = item.get("mem_nodes")
+        if nodes is not None and (not isinstance(nodes, list) or not all(_is_int(n) for n in nodes)):
+            problems.append(_applied_problem(where + ".mem_nodes", nodes, "a list of node ids"))
+        memory = item.get("memory_bytes")
+        if memory is not None and (not _is_int(memory) or memory < 0):
+            problems.append(_applied_problem(where + ".memory_bytes", memory, "a byte count"))
+        policy = item.get("mem_policy")
+        if policy is not None and not isinstance(policy, str):
+            problems.append(_applied_problem(where + ".mem_policy", policy, "a memory policy name"))
+    if len(problems) > before:
+        return None
+    return applied_plan
+
+
 # --------------------------------------------------------------------------
 # Memory capacity
 
@@ -1126,6 +1281,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
         housekeeping_cores_per_node if _is_int(housekeeping_cores_per_node) and housekeeping_cores_per_node >= 0 else 1
     )
     topo = _Topology(topology, housekeeping, warnings)
+    applied_plan = _validate_applied_plan(applied_plan, problems)
 
     if instances is None:
         instances = []
@@ -1152,6 +1308,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
     _check_capacity(specs, topo, strict_capacity, problems, applied_plan)
     if problems:
         raise PlanError(problems)
+    _check_shares(specs, topo)
     if not instances:
         warnings.append("%s is empty: nothing to bind on %s" % (INSTANCES_VAR, topo.hostname))
 
@@ -1187,7 +1344,7 @@ def _check_unique(instances, problems):
         if not isinstance(raw, dict):
             continue
         name = raw.get("name")
-        if isinstance(name, str) and _NAME_RE.match(name):
+        if isinstance(name, str) and _NAME_RE.fullmatch(name):
             if name in names:
                 problems.append(
                     "%s[%d].name: %r is already the name of %s[%d]; allowed: unique names"

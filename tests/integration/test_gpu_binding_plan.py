@@ -136,3 +136,32 @@ def test_ansible_doc_renders():
     assert proc.returncode == 0, proc.stderr
     for word in ("strict_capacity", "housekeeping_cores_per_node", "profile_data", "EXAMPLES", "RETURN VALUES"):
         assert word in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "applied, expected",
+    [
+        ("{not json", "applied_plan: must be a gpunuma.plan/v1 mapping, got a str"),
+        ([1, 2], "applied_plan: must be a gpunuma.plan/v1 mapping, got a list"),
+        ({"schema": "gpunuma.plan/v1", "instances": 5}, "applied_plan.instances: 5 is not a list"),
+        (
+            {"schema": "gpunuma.plan/v1", "instances": [{"name": "llm", "mem_nodes": 0, "mem_policy": "bind"}]},
+            "applied_plan.instances[0].mem_nodes: 0 is not a list of node ids",
+        ),
+    ],
+)
+def test_malformed_applied_plan_fails_naming_the_field(applied, expected):
+    rc, result = run_module(
+        "gpu_binding_plan",
+        {
+            "topology_path": VM,
+            "profile": "strict",
+            "profiles_dir": PROFILES_DIR,
+            "instances": [{"name": "llm", "numa_node": 0, "memory": "1G", "command": ["/bin/true"]}],
+            "applied_plan": applied,
+        },
+    )
+    assert rc != 0, result
+    assert result["problems"][0].startswith(expected), result
+    assert "/etc/gpunuma/plan.json" in result["msg"]
+    assert "Traceback" not in json.dumps(result)

@@ -6,7 +6,7 @@ import pytest
 
 from ansible.module_utils.gpunuma import limits
 from ansible.module_utils.gpunuma.errors import GpunumaError, SysfsError
-from conftest import FIXTURES
+from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -271,3 +271,46 @@ def test_clamp_message_needs_results():
         limits.clamp_message({"clamped": True}, CLAMPING)
     with pytest.raises(GpunumaError, match="memlock ceiling: .* lacks reason"):
         limits.clamp_message(limits.memlock_clamp("64M", CLAMPING), {})
+
+
+# ------------------------------------------------ one size grammar, ranges
+
+
+@pytest.mark.parametrize("value, expected", [("64GiB", 64 << 30), ("1.5G", 3 << 29), ("64gb", 64 << 30), ("1.1G", 1181116006)])
+def test_parse_limit_reads_sizes_like_the_planner(value, expected):
+    from ansible.module_utils.gpunuma import sizes
+
+    assert limits.parse_limit(value) == expected == sizes.parse_size(value)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (0, "memlock_limit: 0 locks no memory, so pinned host memory"),
+        ("0", "memlock_limit: '0' locks no memory"),
+        ("0K", "memlock_limit: '0K' locks no memory"),
+        ("99999999999E", "memlock_limit: '99999999999E' is more than any limit the kernel or systemd holds; allowed: 1 to"),
+        (1 << 63, "memlock_limit: 9223372036854775808 is more than any limit"),
+        ("1.5", "memlock_limit: '1.5' is not a limit; allowed: unlimited, infinity"),
+        ("64G\n", "memlock_limit: '64G\\n' is not a limit"),
+        ("9" * 5000, "memlock_limit: '999"),
+    ],
+)
+def test_parse_limit_refuses_what_cannot_be_meant(value, expected):
+    with pytest.raises(GpunumaError) as info:
+        limits.parse_limit(value)
+    assert str(info.value).startswith(expected)
+    assert "allowed: " in str(info.value)
+
+
+def test_limits_does_not_import_the_planner():
+    import subprocess
+    import sys
+
+    code = (
+        "import ansible.module_utils, sys; ansible.module_utils.__path__.append(%r); "
+        "import ansible.module_utils.gpunuma.limits; "
+        "print('ansible.module_utils.gpunuma.plan' in sys.modules)" % os.path.join(REPO_ROOT, "module_utils")
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

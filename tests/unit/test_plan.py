@@ -1161,3 +1161,148 @@ def test_fallen_back_instance_does_not_flip_back_to_bind():
     applied = {"topology_fingerprint": case.topology["fingerprint"], "instances": [first]}
     case.topology["numa_nodes"][0]["memory_free_bytes"] = 1 << 30
     assert case.plan(applied)["mem_policy"] == "preferred"
+
+
+# --------------------------------------------------------------------------
+# Doubtful and damaged input: refused with the field, the value and the range
+
+
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("name", "vllm0\n", "gpunuma_instances[0].name: 'vllm0\\n' is not a valid instance name"),
+        ("user", "vllm\n", "gpunuma_instances[0].user: 'vllm\\n' is not a user name"),
+        ("group", "vllm\n", "gpunuma_instances[0].group: 'vllm\\n' is not a group name"),
+        ("unit", "vllm.service\n", "gpunuma_instances[0].unit: 'vllm.service\\n' is not a service unit name"),
+        ("environment", {"FOO\n": "1"}, "gpunuma_instances[0].environment: key 'FOO\\n' is not a variable name"),
+    ],
+)
+def test_trailing_newline_is_refused_in_every_name(field, value, expected):
+    instance = {"name": "a", "gpus": [0], "command": ["/bin/x"], field: value}
+    problems = problems_of("hgx-h200-8gpu-2socket-ht", [instance])
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("memory", "1.5", "gpunuma_instances[0].memory: '1.5' has a fraction but no unit"),
+        ("memory", "1.5B", "gpunuma_instances[0].memory: '1.5B' has a fraction but no unit"),
+        ("memory", "99999999999E", "gpunuma_instances[0].memory: '99999999999E' is "),
+        ("memory", 0, "gpunuma_instances[0].memory: 0 declares no memory; allowed: 1 byte"),
+        ("memory", "1" * 5000, "gpunuma_instances[0].memory: '111"),
+        ("memory", "32\u212a", "gpunuma_instances[0].memory: '32\u212a' is not a size"),
+        ("memlock", 0, "gpunuma_instances[0].memlock: 0 locks no memory"),
+        ("memlock", "0G", "gpunuma_instances[0].memlock: '0G' locks no memory"),
+        ("memlock", "99999999999E", "gpunuma_instances[0].memlock: '99999999999E' is more than any limit"),
+        ("cpus", 1048575, "gpunuma_instances[0].cpus: 1048575 is more CPUs than gpu-a01 has; allowed: 1-192"),
+        ("cpus", "0-4095", "gpunuma_instances[0].cpus: CPUs 192-4095 do not exist on gpu-a01; allowed: 0-191"),
+        ("cpus", "0-1048575", "gpunuma_instances[0].cpus '0-1048575': "),
+    ],
+)
+def test_values_that_cannot_be_meant_are_refused_with_the_range(key, value, expected):
+    instance = {"name": "a", "gpus": [0], "command": ["/bin/x"], key: value}
+    problems = problems_of("hgx-h200-8gpu-2socket-ht", [instance])
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_sizes_mean_the_same_in_planner_and_limits():
+    from ansible.module_utils.gpunuma import limits
+
+    for text in ("64GiB", "1.5G", "64gb", "8k", "1Ti", "4194304"):
+        assert planner.parse_size(text) == limits.parse_limit(text)
+    plan = make_plan("h200-1gpu-vm", "strict", [{"name": "a", "gpus": [0], "command": ["/bin/x"], "memlock": "1.5G"}])
+    assert plan["instances"][0]["memlock"] == limits.parse_limit("1.5G") == 3 << 29
+
+
+def _overlapping(second_cpus):
+    topo = topology("hgx-h200-8gpu-2socket-ht")
+    node1 = node_of(topo, 1)
+    node1["cpus"] = second_cpus
+    node1["cores"] = [format_cpulist([c]) for c in sorted(parse_cpulist(second_cpus))]
+    return topo
+
+
+@pytest.mark.parametrize("second", ["0-47,96-143", "40-60"])
+def test_overlapping_numa_nodes_are_refused_not_shared(second):
+    problems = problems_of(_overlapping(second), per_gpu(range(8)))
+    assert any(
+        p.startswith("topology.numa_nodes[1].cpus: CPUs ")
+        and "also belong to NUMA node 0" in p
+        and "allowed: NUMA nodes with disjoint CPU sets" in p
+        for p in problems
+    ), problems
+
+
+def test_plan_shares_are_checked_before_the_plan_is_returned(monkeypatch):
+    """A defect in the allocator that handed one CPU twice is caught, not returned."""
+    real = planner._allocate_node
+
+    def broken(node, members, problems):
+        real(node, members, problems)
+        if len(members) > 1:
+            members[1]["cpu_set"].update(members[0]["cpu_set"])
+
+    monkeypatch.setattr(planner, "_allocate_node", broken)
+    problems = problems_of("hgx-h200-8gpu-2socket-ht", per_gpu(range(2)))
+    assert problems[0].startswith("internal error: instances 'w0' and 'w1' share CPUs")
+
+
+@pytest.mark.parametrize(
+    "applied, expected",
+    [
+        ("plan.json", "applied_plan: must be a gpunuma.plan/v1 mapping, got a str"),
+        ({"schema": "gpunuma.plan/v0", "instances": []}, "applied_plan.schema: 'gpunuma.plan/v0' is not supported"),
+        ({"schema": "gpunuma.plan/v1", "instances": 5}, "applied_plan.instances: 5 is not a list"),
+        ({"schema": "gpunuma.plan/v1", "instances": "abc"}, "applied_plan.instances: 'abc' is not a list"),
+        ({"schema": "gpunuma.plan/v1", "instances": [7]}, "applied_plan.instances[0]: 7 is not a mapping"),
+        (
+            {"schema": "gpunuma.plan/v1", "instances": [{"name": "llm", "mem_nodes": 0, "mem_policy": "bind",
+                                                           "memory_bytes": 1}]},
+            "applied_plan.instances[0].mem_nodes: 0 is not a list of node ids",
+        ),
+        (
+            {"schema": "gpunuma.plan/v1", "instances": [{"name": "llm", "mem_nodes": [[0]], "mem_policy": "bind",
+                                                           "memory_bytes": 1}]},
+            "applied_plan.instances[0].mem_nodes: [[0]] is not a list of node ids",
+        ),
+        (
+            {"schema": "gpunuma.plan/v1", "instances": [{"name": "llm", "mem_nodes": [0], "mem_policy": "bind",
+                                                           "memory_bytes": "6G"}]},
+            "applied_plan.instances[0].memory_bytes: '6G' is not a byte count",
+        ),
+        (
+            {"schema": "gpunuma.plan/v1", "instances": [{"name": ["llm"], "mem_nodes": [0], "mem_policy": "bind",
+                                                           "memory_bytes": 1}]},
+            "applied_plan.instances[0].name: ['llm'] is not an instance name",
+        ),
+    ],
+)
+def test_malformed_applied_plan_is_a_clear_error(applied, expected):
+    topo = topology("h200-1gpu-vm")
+    if isinstance(applied, dict):
+        applied = dict(applied, topology_fingerprint=topo["fingerprint"])
+    instances = [{"name": "llm", "numa_node": 0, "memory": "1G", "command": ["/bin/true"]}]
+    problems = problems_of(topo, instances, applied_plan=applied)
+    assert any(p.startswith(expected) for p in problems), problems
+    assert any("/etc/gpunuma/plan.json" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda t: t["gpus"][0].update(numa_node=[0]), "topology.gpus[0].numa_node: [0] is not a node id"),
+        (lambda t: t["gpus"][0].update(uuid=5), "topology.gpus[0].uuid: 5 is not a GPU UUID"),
+        (lambda t: t["gpus"][0].update(uuid="GPU-1\n"), "topology.gpus[0].uuid: 'GPU-1\\n' is not a GPU UUID"),
+        (lambda t: t["numa_nodes"][0].update(cores="0-15"), "topology.numa_nodes[0].cores: '0-15' is not a list"),
+        (lambda t: t["numa_nodes"][0].update(memory_free_bytes="lots"),
+         "topology.numa_nodes[0].memory_free_bytes: 'lots' is not a byte count"),
+        (lambda t: t["numa_nodes"][0].update(memory_total_bytes=-5),
+         "topology.numa_nodes[0].memory_total_bytes: -5 is not a byte count"),
+    ],
+)
+def test_damaged_topology_fields_are_named(mutate, expected):
+    topo = topology("h200-1gpu-vm")
+    mutate(topo)
+    problems = problems_of(topo, [{"name": "a", "gpus": [0], "command": ["/bin/x"]}])
+    assert any(p.startswith(expected) for p in problems), problems

@@ -1,0 +1,115 @@
+"""Invariants every ``gpunuma.plan/v1`` must hold, checked from the outside.
+
+Shared by the property-based tests (``tests/unit/test_props_plan.py``) and
+the hostile-input corpus (``tests/unit/test_hostile_plan.py``). Only the
+plan document and the topology it was made from are read, so the checks do
+not trust any of the planner's own data structures.
+"""
+
+import copy
+import json
+import signal
+
+from ansible.module_utils.gpunuma.cpulist import parse_cpulist
+from ansible.module_utils.gpunuma.errors import GpunumaError
+from ansible.module_utils.gpunuma.plan import PlanError, build_plan
+
+
+class Overran(Exception):
+    """build_plan took longer than the time bound of one input."""
+
+
+def _timeout(signum, frame):
+    raise Overran("build_plan ran past its time bound")
+
+
+def plan_or_error(topology, profile, instances, time_limit_s=5, **options):
+    """``("plan", plan)`` or ``("error", PlanError)``; anything else propagates.
+
+    The planner must not hang: an alarm interrupts it after ``time_limit_s``.
+    """
+    old = signal.signal(signal.SIGALRM, _timeout)
+    signal.setitimer(signal.ITIMER_REAL, time_limit_s)
+    try:
+        return "plan", build_plan(topology, profile, instances, **options)
+    except GpunumaError as exc:
+        assert isinstance(exc, PlanError), "the planner raised %r, not a PlanError" % (exc,)
+        assert exc.problems, "a PlanError without problems"
+        assert str(exc) == "\n".join(exc.problems)
+        for problem in exc.problems:
+            assert isinstance(problem, str) and problem.strip(), exc.problems
+            assert "Traceback" not in problem
+        return "error", exc
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _cores_of(node):
+    groups = []
+    for text in node.get("cores") or []:
+        try:
+            groups.append(parse_cpulist(text))
+        except GpunumaError:
+            pass
+    return groups
+
+
+def check_plan(plan, topology, instances):
+    """Assert the invariants of a finished plan made from ``topology``."""
+    nodes = {n["id"]: n for n in topology["numa_nodes"]}
+    node_cpus = {i: parse_cpulist(n.get("cpus") or "") if n.get("has_cpus", True) is not False else frozenset()
+                 for i, n in nodes.items()}
+    cpu_nodes = set(i for i, cpus in node_cpus.items() if cpus)
+    assert plan["schema"] == "gpunuma.plan/v1"
+    # housekeeping and worker CPUs: per CPU-bearing node, disjoint, on the node
+    assert set(plan["housekeeping"]) == set(str(i) for i in cpu_nodes)
+    assert set(plan["worker_cpus"]) == set(str(i) for i in cpu_nodes)
+    housekeeping = {}
+    workers = {}
+    for key in plan["housekeeping"]:
+        hk = parse_cpulist(plan["housekeeping"][key])
+        wk = parse_cpulist(plan["worker_cpus"][key])
+        assert not hk & wk, "node %s: housekeeping CPUs are worker CPUs" % key
+        assert hk | wk <= node_cpus[int(key)], "node %s: CPUs outside the node" % key
+        housekeeping[int(key)] = hk
+        workers[int(key)] = wk
+    all_housekeeping = frozenset().union(*housekeeping.values()) if housekeeping else frozenset()
+
+    given = [i for i in instances if isinstance(i, dict)]
+    assert len(plan["instances"]) <= len(given)
+    exclusive_owner = {}
+    for inst in plan["instances"]:
+        name = inst["name"]
+        # CPU-less nodes are never bound, for CPUs or memory
+        for node_id in inst["numa_nodes"] + inst["mem_nodes"]:
+            assert node_id in cpu_nodes, "%s: bound to CPU-less or unknown node %r" % (name, node_id)
+        if inst["cpus"] is None:
+            assert not any(a.startswith("--physcpubind") for a in inst["numactl_args"])
+            continue
+        cpus = parse_cpulist(inst["cpus"])
+        assert cpus, "%s: empty CPU list rendered" % name
+        allowed = frozenset().union(*[workers[n] for n in inst["numa_nodes"]])
+        assert cpus <= allowed, "%s: CPUs %s outside the worker CPUs of its nodes" % (name, sorted(cpus - allowed))
+        assert not cpus & all_housekeeping, "%s: housekeeping CPUs handed to a worker" % name
+        assert inst["numactl_args"][0] == "--physcpubind=%s" % inst["cpus"]
+        if inst["share_cpus"]:
+            continue
+        for cpu in cpus:
+            assert cpu not in exclusive_owner, "%s and %s share CPU %d" % (exclusive_owner[cpu], name, cpu)
+            exclusive_owner[cpu] = name
+        # shares the planner chose itself keep hyperthread siblings together
+        source = [i for i in given if i.get("name") == name]
+        if source and not isinstance(source[0].get("cpus"), str):
+            for node_id in inst["numa_nodes"]:
+                for core in _cores_of(nodes[node_id]):
+                    core = core & workers[node_id]
+                    assert not (core & cpus) or core <= cpus, "%s: sibling group %s split" % (name, sorted(core))
+    warnings = plan["warnings"]
+    assert isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)
+
+
+def check_deterministic(plan, topology, profile, instances, **options):
+    """The same input (copied) gives a byte-identical plan."""
+    again = build_plan(copy.deepcopy(topology), copy.deepcopy(profile), copy.deepcopy(instances), **options)
+    assert json.dumps(again, sort_keys=False) == json.dumps(plan, sort_keys=False)
