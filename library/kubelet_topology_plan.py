@@ -83,8 +83,8 @@ options:
     type: str
   overrides:
     description:
-      - Per-key values that replace the preset's, for owned keys (see the description), for example
-        C({cpuManagerPolicyOptions: {full-pcpus-only: "true"}}) or C({topologyManagerPolicy: restricted}).
+      - "Per-key values that replace the preset's, for owned keys (see the description), for example
+        C({cpuManagerPolicyOptions: {full-pcpus-only: \"true\"}}) or C({topologyManagerPolicy: restricted})."
       - C(kubeReserved), C(systemReserved) and C(evictionHard) are accepted only with O(manage_reservations).
     type: dict
     default: {}

@@ -35,7 +35,7 @@ import signal
 import sys
 import time
 
-STATE = "/var/lib/kubelet-standin"
+STATE = os.environ.get("STANDIN_STATE_DIR", "/var/lib/kubelet-standin")
 _Q = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _POW = {"Ki": 1024, "Mi": 1024 ** 2, "Gi": 1024 ** 3, "Ti": 1024 ** 4, "k": 1000, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
 
