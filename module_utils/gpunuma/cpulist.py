@@ -105,7 +105,7 @@ def parse_cpulist(text, what="CPU list", limit=MAX_CPUS, noun="CPU id"):
         if match.group(3) is not None:
             # any stride of limit or more keeps only the start
             step_digits = match.group(3).lstrip("0")
-            step = int(step_digits) if len(step_digits) <= len(str(limit)) else limit
+            step = int(step_digits or "0") if len(step_digits) <= len(str(limit)) else limit
         if end < start or not step:
             raise CpuListError("%s %s: range %s is empty or reversed" % (what, shown(text), shown(part, 30)))
         ranges.append((start, end, step))

@@ -39,10 +39,28 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.gpunuma.cpulist import canonical_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma.cpulist import MAX_NUMA_NODES, canonical_cpulist, parse_cpulist, parse_nodelist, shown
 from ansible.module_utils.gpunuma.errors import CpuListError, TopoParseError
 
-__all__ = ["parse_topo_matrix", "LINK_CODES", "AFFINITY_COLUMNS"]
+__all__ = ["parse_topo_matrix", "LINK_CODES", "AFFINITY_COLUMNS", "MAX_TEXT_CHARS", "MAX_LINE_CHARS",
+           "MAX_LINES", "MAX_DEVICE_COLUMNS"]
+
+# Input caps. A real ``nvidia-smi topo -m`` of 16 GPUs and 18 NICs is a few
+# KiB; these leave room for text around the matrix and for long CPU lists
+# (every other CPU of 8192 listed alone) while keeping every parse short.
+#: Characters of the whole text.
+MAX_TEXT_CHARS = 1 << 20
+#: Characters of one line.
+MAX_LINE_CHARS = 1 << 17
+#: Lines of the whole text.
+MAX_LINES = 20000
+#: GPU and NIC columns of the matrix (and so its rows). nvidia-smi numbers
+#: GPUs 0..N-1, so GPU labels run from GPU0 to GPU255.
+MAX_DEVICE_COLUMNS = 256
+#: Matrices tried in one text (the first that is not ``topo -p2p`` output is read).
+_MAX_BLOCKS = 8
+#: Lines reported one by one when they are skipped as not being matrix rows.
+_MAX_SKIP_WARNINGS = 10
 
 #: Link codes a parse can contain (``NV#`` stands for ``NV`` + a link count).
 LINK_CODES = ("X", "NV#", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -64,6 +82,8 @@ _ALLOWED_CODES = "X, NV# (e.g. NV12), PIX, PXB, PHB, NODE, SYS (legacy SOC is re
 # No code is a prefix of another; NV# is matched apart because its digit
 # count is what glued cells blur.
 _PLAIN_CODES = {"SYS": "SYS", "SOC": "SYS", "NODE": "NODE", "PHB": "PHB", "PXB": "PXB", "PIX": "PIX"}
+_WHOLE_CODES = dict(_PLAIN_CODES, X="X")
+_NV_RE = re.compile(r"NV[0-9]{1,%d}\Z" % 3)
 _P2P_CODES = {"OK", "CNS", "GNS", "TNS", "NS", "DR", "U"}
 
 # ESC-introduced CSI sequences, plus the bare "[4m" left when a paste lost the ESC.
@@ -78,21 +98,40 @@ _HEADER_PHRASES = (
     ("numa_affinity", re.compile(r"NUMA\s*Affinity", re.IGNORECASE)),
 )
 _MARK = "\x00"
-_CAPTION_RE = re.compile(r"^[^\t:]*:\s*(?=GPU0(?!\d))")
-_GLUED_LABEL_RE = re.compile(r"(?:GPU|NIC)\d+")
+_CAPTION_RE = re.compile(r"^[^\t:]*:\s*(?=GPU0(?![0-9]))")
+_GLUED_LABEL_RE = re.compile(r"(?:GPU|NIC)[0-9]+")
 _LABEL_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.:\-]*\Z")
-_GPU_LABEL_RE = re.compile(r"GPU(\d+)\Z")
-_NIC_LEGEND_LABEL_RE = re.compile(r"NIC\d+\Z")
-_NIC_LEGEND_ENTRY_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+# GPU<n> as nvidia-smi prints it: no sign, no leading zero (GPU01 would repeat GPU1).
+_GPU_LABEL_RE = re.compile(r"GPU(0|[1-9][0-9]{0,2})\Z")
+_NIC_LEGEND_LABEL_RE = re.compile(r"NIC(?:0|[1-9][0-9]{0,2})\Z")
+# NIC columns named directly (drivers before the NIC Legend): RDMA device
+# names as the kernel drivers register them (mlx4_0, mlx5_0, mlx5_bond_0,
+# bnxt_re0, irdma0, efa_0, hfi1_0, qedr0, ionic_0, erdma_0, rxe0, siw0) or as
+# rdma-core's udev rules rename them (rocep59s0f0, ibp59s0, iwp59s0f1).
+_NIC_NAME_RE = re.compile(
+    r"(?:mlx[45]_(?:bond_)?[0-9]+|bnxt_re[0-9]+|irdma[0-9]+|efa_?[0-9]+|hfi1_[0-9]+|qedr[0-9]+|ionic_[0-9]+"
+    r"|erdma_?[0-9]+|rxe[0-9]+|siw[0-9]+|(?:roce|ib|iw)[ps][0-9][a-z0-9]*)\Z"
+)
+_NIC_NAME_HELP = (
+    "NIC<n> (resolved through the NIC Legend) or an RDMA device name such as mlx5_0, mlx4_0, mlx5_bond_0, "
+    "bnxt_re0, irdma0, efa_0, hfi1_0, qedr0, ionic_0, erdma_0, rocep59s0f0"
+)
+_NIC_LEGEND_ENTRY_RE = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
 _LEGEND_RE = re.compile(r"^(?:NIC\s+)?Legend\b", re.IGNORECASE)
 
-_LIST_RE = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\Z")
-_NUMERIC_RUN_RE = re.compile(r"[\d,\-]+")
+_LIST_RE = re.compile(r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*\Z")
+_NUMERIC_RUN_RE = re.compile(r"[0-9,\-]+")
 # What a cell (or several glued cells) can be made of at all.
-_KNOWN_PIECES_RE = re.compile(r"(?:X|SYS|SOC|NODE|PHB|PXB|PIX|NV\d+|[Nn]/[Aa]|[\d,\-]+)+\Z")
+_KNOWN_PIECES_RE = re.compile(r"(?:X|SYS|SOC|NODE|PHB|PXB|PIX|NV[0-9]+|[Nn]/[Aa]|[0-9,\-]+)+\Z")
+_ROW_LIKE_RE = re.compile(r"(GPU[0-9]+|NIC[0-9]+)")
+_DIGITS = "0123456789"
+# NVLink counts are one or two digits (NV18 on H100/H200); three leave room.
+_MAX_NV_DIGITS = 3
 
 _MAX_CANDIDATES = 8
+# Steps of the cell search: per row, and for the whole text.
 _MAX_STEPS = 200000
+_MAX_TOTAL_STEPS = 1000000
 
 
 class _NotTopoMatrix(TopoParseError):
@@ -104,7 +143,8 @@ class _NotTopoMatrix(TopoParseError):
 
 
 def _clean_lines(text):
-    text = _INVISIBLE_RE.sub("", text)
+    # NUL marks the affinity titles found in a header (_MARK): none may come from the text
+    text = _INVISIBLE_RE.sub("", text).replace(_MARK, "")
     lines = []
     for line in _LINE_SPLIT_RE.split(text):
         line = _ANSI_RE.sub("", line).replace("\xa0", " ")
@@ -138,19 +178,21 @@ def _header_tokens(line):
     marked = line
     for key, phrase in _HEADER_PHRASES:
         marked = phrase.sub(" %s%s%s " % (_MARK, key, _MARK), marked)
+    words = marked.split()
+    if not words or not words[0].startswith("GPU0"):
+        return None
     tokens = []
-    for word in marked.split():
-        if word.startswith(_MARK) and word.endswith(_MARK) and len(word) > 2:
+    for word in words:
+        if word.startswith(_MARK) and word.endswith(_MARK) and word.strip(_MARK) in _COLUMN_TITLE:
             tokens.append(("affinity", word.strip(_MARK)))
             continue
         for piece in _split_label_token(word):
+            # a "label" made only of link codes and numbers is a glued data row: stop at the first
+            if not _LABEL_RE.match(piece) or _KNOWN_PIECES_RE.match(piece):
+                return None
             tokens.append(("device", piece))
     if not tokens or tokens[0] != ("device", "GPU0"):
         return None
-    for kind, value in tokens:
-        # a "label" made only of link codes and numbers is a glued data row
-        if kind == "device" and (not _LABEL_RE.match(value) or _KNOWN_PIECES_RE.match(value)):
-            return None
     return tokens
 
 
@@ -167,10 +209,22 @@ def _code_candidates(s, i, own_column):
             out.append((code, i + len(word)))
     if s.startswith("NV", i):
         j = i + 2
-        while j < len(s) and s[j].isdigit():
+        while j < len(s) and j < i + 2 + _MAX_NV_DIGITS and s[j] in _DIGITS:
             j += 1
             out.append(("NV%d" % int(s[i + 2 : j]), j))
     return out
+
+
+class _CodeReader(object):
+    """Reads a link code; ``own_column`` is the row's own column, where only X may stand."""
+
+    __slots__ = ("own_column",)
+
+    def __init__(self, own_column):
+        self.own_column = own_column
+
+    def __call__(self, s, i):
+        return _code_candidates(s, i, self.own_column)
 
 
 def _valid_list(piece):
@@ -184,20 +238,24 @@ def _valid_list(piece):
 
 
 def _value_candidates(kind, s, i):
+    """A value is ``N/A`` or the whole run of digits, commas and dashes at ``s[i]``.
+
+    A shorter prefix of the run is never a reading: what follows it (a
+    digit, comma or dash) can start no cell, since two numbers are never
+    split apart. Trying only the whole run keeps a long CPU list linear.
+    """
     out = []
     if s[i : i + 3].upper() == "N/A":
         out.append(("N/A", i + 3))
     run = _NUMERIC_RUN_RE.match(s, i)
     if run:
-        text = run.group()
-        for end in range(len(text), 0, -1):
-            piece = text[:end]
-            if kind == "gpu_numa_id":
-                ok = piece.isdigit()
-            else:
-                ok = _valid_list(piece)
-            if ok:
-                out.append((piece, i + end))
+        piece = run.group()
+        if kind == "gpu_numa_id":
+            ok = piece.isdigit()
+        else:
+            ok = _valid_list(piece)
+        if ok:
+            out.append((piece, run.end()))
     return out
 
 
@@ -207,36 +265,60 @@ def _read_cells(chunks, readers, budget):
     A chunk (whitespace-separated text) holds one cell or several glued
     cells; a cell never spans two chunks. Two numbers are never split apart
     inside a chunk (see the module docstring). Returns up to
-    ``_MAX_CANDIDATES`` distinct readings.
+    ``_MAX_CANDIDATES`` distinct readings. A depth-first search with an
+    explicit stack: its depth is the number of cells, which the input sets,
+    so it must not be Python recursion.
     """
-    results = []
     total = len(readers)
-
-    def rec(ci, pos, k, acc, prev_numeric):
+    if len(chunks) == total:
+        # One chunk per cell (the undamaged row) is the only reading possible:
+        # every chunk holds at least one cell. Check each chunk whole.
+        budget[0] -= total
+        budget[1] -= total
+        reading = []
+        for chunk, (kind, reader) in zip(chunks, readers):
+            if kind == "code":
+                code = _WHOLE_CODES.get(chunk)
+                if code is None and _NV_RE.match(chunk):
+                    code = "NV%d" % int(chunk[2:])
+                if code is None or (code == "X") != reader.own_column:
+                    return []
+                reading.append(code)
+                continue
+            whole = [value for value, end in reader(chunk, 0) if end == len(chunk)]
+            if not whole:
+                return []
+            reading.append(whole[0])
+        return [tuple(reading)]
+    results = []
+    # (chunk index, position in chunk, cell index, previous value ended in a digit, cells so far)
+    stack = [(0, 0, 0, False, ())]
+    while stack:
+        ci, pos, k, prev_numeric, acc = stack.pop()
         budget[0] -= 1
-        if budget[0] < 0 or len(results) >= _MAX_CANDIDATES:
-            return
+        budget[1] -= 1
+        if budget[0] < 0 or budget[1] < 0 or len(results) >= _MAX_CANDIDATES:
+            break
         if ci == len(chunks):
             if k == total:
-                results.append(tuple(acc))
-            return
+                results.append(acc)
+            continue
         if k == total or len(chunks) - ci > total - k:
-            return
+            continue
         s = chunks[ci]
         kind, reader = readers[k]
+        following = []
         for value, end in reader(s, pos):
-            starts_numeric = s[pos].isdigit()
+            starts_numeric = s[pos] in _DIGITS
             if pos > 0 and prev_numeric and kind != "code" and starts_numeric:
                 continue
-            acc.append(value)
-            numeric_end = kind != "code" and s[end - 1].isdigit()
+            numeric_end = kind != "code" and s[end - 1] in _DIGITS
             if end == len(s):
-                rec(ci + 1, 0, k + 1, acc, False)
+                following.append((ci + 1, 0, k + 1, False, acc + (value,)))
             else:
-                rec(ci, end, k + 1, acc, numeric_end)
-            acc.pop()
-
-    rec(0, 0, 0, [], False)
+                following.append((ci, end, k + 1, numeric_end, acc + (value,)))
+        # pushed in reverse so that readings come out in the reader's order
+        stack.extend(reversed(following))
     return results
 
 
@@ -245,9 +327,11 @@ def _read_cells(chunks, readers, budget):
 
 
 class _Ctx:
-    def __init__(self, source):
+    def __init__(self, source, steps_left=_MAX_TOTAL_STEPS):
         self.source = source
         self.warnings = []
+        # the cell search budget left for the whole text, shared by its blocks
+        self.steps_left = steps_left
 
     def error(self, message, lineno=None, row=None, cls=TopoParseError):
         where = self.source
@@ -277,12 +361,28 @@ def parse_topo_matrix(text, source="nvidia-smi topo -m output"):
         raise TopoParseError(
             "%s: expected the text of `nvidia-smi topo -m`, got %s" % (source, type(text).__name__)
         )
+    if len(text) > MAX_TEXT_CHARS:
+        raise TopoParseError(
+            "%s: the text is %d characters long; allowed: at most %d (MAX_TEXT_CHARS); pass only the output "
+            "of `nvidia-smi topo -m`" % (source, len(text), MAX_TEXT_CHARS)
+        )
     if not text.strip():
         raise TopoParseError(
             "%s: the text is empty; expected the output of `nvidia-smi topo -m` "
             "(a header line whose first column is GPU0, then one row per GPU and NIC)" % source
         )
     lines = _clean_lines(text)
+    if len(lines) > MAX_LINES:
+        raise TopoParseError(
+            "%s: the text has %d lines; allowed: at most %d (MAX_LINES); pass only the output of "
+            "`nvidia-smi topo -m`" % (source, len(lines), MAX_LINES)
+        )
+    for lineno, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE_CHARS:
+            raise TopoParseError(
+                "%s: line %d is %d characters long; allowed: at most %d (MAX_LINE_CHARS)"
+                % (source, lineno, len(line), MAX_LINE_CHARS)
+            )
     headers = [i for i, line in enumerate(lines) if _header_tokens(line) is not None]
     if not headers:
         raise TopoParseError(
@@ -291,12 +391,14 @@ def parse_topo_matrix(text, source="nvidia-smi topo -m output"):
             "row per GPU and NIC" % (source, len(lines))
         )
     first_error = None
-    for header_index in headers:
-        ctx = _Ctx(source)
+    steps_left = _MAX_TOTAL_STEPS
+    for header_index in headers[:_MAX_BLOCKS]:
+        ctx = _Ctx(source, steps_left)
         try:
             result = _parse_block(ctx, lines, header_index)
         except _NotTopoMatrix as exc:
             first_error = first_error or exc
+            steps_left = ctx.steps_left
             continue
         if first_error is not None:
             result["warnings"].insert(0, "%s (skipped)" % first_error)
@@ -313,8 +415,8 @@ def _parse_block(ctx, lines, header_index):
         if kind == "device":
             if affinity:
                 raise ctx.error(
-                    "column %r comes after the affinity columns; expected GPU and NIC columns "
-                    "first, then %s" % (value, ", ".join(t for _, t in AFFINITY_COLUMNS)),
+                    "column %s comes after the affinity columns; expected GPU and NIC columns "
+                    "first, then %s" % (shown(value), ", ".join(t for _, t in AFFINITY_COLUMNS)),
                     header_lineno,
                 )
             devices.append(value)
@@ -323,11 +425,19 @@ def _parse_block(ctx, lines, header_index):
                 raise ctx.error("column %r appears twice in the header" % _COLUMN_TITLE[value], header_lineno)
             affinity.append(value)
 
+    if len(devices) > MAX_DEVICE_COLUMNS:
+        raise ctx.error(
+            "the header lists %d GPU and NIC columns (%s); allowed: at most %d (MAX_DEVICE_COLUMNS)"
+            % (len(devices), _span(devices), MAX_DEVICE_COLUMNS),
+            header_lineno,
+        )
     devices = _repair_header_labels(ctx, lines, header_index, devices)
     if len(set(devices)) != len(devices):
         dup = sorted(set(d for d in devices if devices.count(d) > 1))
         raise ctx.error("column(s) %s appear more than once in the header" % ", ".join(dup), header_lineno)
-    gpu_labels = [d for d in devices if _GPU_LABEL_RE.match(d)]
+    _check_labels(ctx, devices, header_lineno)
+    # nvidia-smi prints GPU0..GPU<N-1> in order; output is ordered by index whatever the column order.
+    gpu_labels = sorted((d for d in devices if _GPU_LABEL_RE.match(d)), key=lambda d: int(d[3:]))
     nic_labels = [d for d in devices if not _GPU_LABEL_RE.match(d)]
     column = dict((label, i) for i, label in enumerate(devices))
 
@@ -335,7 +445,7 @@ def _parse_block(ctx, lines, header_index):
     rows = {}
     skipped = []
     end_index = len(lines)
-    labels_by_length = sorted(devices, key=len, reverse=True)
+    label_lengths = sorted(set(len(d) for d in devices), reverse=True)
     for index in range(header_index + 1, len(lines)):
         lineno = index + 1
         stripped = lines[index].strip()
@@ -349,19 +459,18 @@ def _parse_block(ctx, lines, header_index):
             break
         chunks = stripped.split()
         first = chunks[0]
-        labels = [l for l in labels_by_length if first == l or first.startswith(l)]
+        labels = [first[:n] for n in label_lengths if first[:n] in column]
         if first in devices:
             labels = [first]
         if not labels:
-            row_like = re.match(r"(GPU\d+|NIC\d+)", first)
+            row_like = _ROW_LIKE_RE.match(first)
             if row_like and _KNOWN_PIECES_RE.match("".join(chunks[1:]) or "-"):
                 raise ctx.error(
                     "row %s is not among the header's columns (%s); the header or the row is damaged"
-                    % (row_like.group(1), " ".join(devices)),
+                    % (row_like.group(1)[:24], _span(devices)),
                     lineno,
                 )
-            skipped.append(lineno)
-            ctx.warnings.append("line %d ignored: not a row of the matrix: %r" % (lineno, stripped[:80]))
+            _skip_warning(ctx, skipped, lineno, stripped)
             continue
         candidates = []
         failure = None
@@ -406,7 +515,10 @@ def _parse_block(ctx, lines, header_index):
             % (header_lineno, len(devices), _span(devices), ", ".join(missing))
         )
         if skipped:
-            message += "; line(s) %s could not be read as rows" % ", ".join(str(n) for n in skipped)
+            message += "; line(s) %s%s could not be read as rows" % (
+                ", ".join(str(n) for n in skipped[:_MAX_SKIP_WARNINGS]),
+                " and %d more" % (len(skipped) - _MAX_SKIP_WARNINGS) if len(skipped) > _MAX_SKIP_WARNINGS else "",
+            )
         raise ctx.error(message)
 
     chosen = _resolve(ctx, rows, devices, column, affinity)
@@ -422,11 +534,11 @@ def _parse_block(ctx, lines, header_index):
         gpu_links.append([codes[column[g]] for g in gpu_labels])
         gpu_nic_links.append([codes[column[n]] for n in nic_labels])
 
-    indexes = [g["index"] for g in gpus]
-    if indexes != list(range(len(indexes))):
+    in_header_order = [d for d in devices if _GPU_LABEL_RE.match(d)]
+    if [g["index"] for g in gpus] != list(range(len(gpus))) or in_header_order != gpu_labels:
         ctx.warnings.append(
-            "GPU columns are %s, not GPU0..GPU%d in order; indexes are taken from the labels"
-            % (" ".join(gpu_labels), len(gpu_labels) - 1)
+            "GPU columns are %s, not GPU0..GPU%d in order; indexes are taken from the labels and GPUs "
+            "listed by index" % (_span(in_header_order) if len(gpus) > 8 else " ".join(in_header_order), len(gpus) - 1)
         )
     if any("SOC" in line for line in lines[header_index + 1 : end_index]):
         ctx.warnings.append("legacy link code SOC read as SYS")
@@ -437,6 +549,25 @@ def _parse_block(ctx, lines, header_index):
         "gpu_nic_links": gpu_nic_links,
         "warnings": ctx.warnings,
     }
+
+
+def _check_labels(ctx, devices, header_lineno):
+    """Every device column is a GPU (GPU<n>) or a NIC; anything else is refused, not guessed."""
+    for label in devices:
+        if _GPU_LABEL_RE.match(label):
+            continue
+        if label[:3].upper() == "GPU":
+            raise ctx.error(
+                "column %s is not a GPU label; allowed: GPU<n> with n from 0 to %d and no sign or leading "
+                "zero (GPU0, GPU1, ...), as nvidia-smi prints them" % (shown(label, 30), MAX_DEVICE_COLUMNS - 1),
+                header_lineno,
+            )
+        if _NIC_LEGEND_LABEL_RE.match(label) or _NIC_NAME_RE.match(label):
+            continue
+        raise ctx.error(
+            "column %s is neither a GPU (GPU<n>) nor a NIC (%s)" % (shown(label, 30), _NIC_NAME_HELP),
+            header_lineno,
+        )
 
 
 def _span(labels):
@@ -483,11 +614,11 @@ def _row_candidates(ctx, label, chunks, devices, column, affinity, lineno):
     own = column[label]
     readers = []
     for j in range(len(devices)):
-        readers.append(("code", (lambda s, i, own_col=(j == own): _code_candidates(s, i, own_col))))
+        readers.append(("code", _CodeReader(j == own)))
     is_gpu = _GPU_LABEL_RE.match(label) is not None
     # NIC rows carry no affinity values on most drivers and empty ones on some.
     counts = [len(affinity)] if is_gpu else list(range(0, len(affinity) + 1))
-    budget = [_MAX_STEPS]
+    budget = [_MAX_STEPS, ctx.steps_left]
     found = []
     seen = set()
     for count in counts:
@@ -502,6 +633,14 @@ def _row_candidates(ctx, label, chunks, devices, column, affinity, lineno):
                 continue
             seen.add(key)
             found.append((list(codes), list(values), len(chunks) != len(reading)))
+    ctx.steps_left = budget[1]
+    if budget[1] < 0:
+        raise ctx.error(
+            "the text is too damaged to read (too many ways to split glued cells across its rows); "
+            "expected cells separated by tabs or spaces",
+            lineno,
+            label,
+        )
     if budget[0] < 0:
         raise ctx.error(
             "the row is too damaged to read (too many ways to split its glued cells); "
@@ -510,6 +649,22 @@ def _row_candidates(ctx, label, chunks, devices, column, affinity, lineno):
             label,
         )
     return found
+
+
+def _cells_shown(chunks):
+    text = " ".join(chunks)
+    if not text:
+        return "(none)"
+    return text if len(text) <= 200 else "%s... (%d characters)" % (text[:200], len(text))
+
+
+def _skip_warning(ctx, skipped, lineno, stripped):
+    """One warning per skipped line, up to a few; then one line counting the rest."""
+    skipped.append(lineno)
+    if len(skipped) <= _MAX_SKIP_WARNINGS:
+        ctx.warnings.append("line %d ignored: not a row of the matrix: %r" % (lineno, stripped[:80]))
+    elif len(skipped) == _MAX_SKIP_WARNINGS + 1:
+        ctx.warnings.append("more lines ignored as not rows of the matrix (not listed one by one)")
 
 
 def _diagnose(label, chunks, devices, column, affinity):
@@ -532,30 +687,30 @@ def _diagnose(label, chunks, devices, column, affinity):
             where = "in column %s" % devices[idx] if idx < len(devices) else "after the link codes"
             if cell in _P2P_CODES:
                 return (
-                    "%r %s is a peer-to-peer status, not a link code: this is `nvidia-smi topo -p2p` "
-                    "output; expected `nvidia-smi topo -m` link codes (%s)" % (cell, where, _ALLOWED_CODES),
+                    "%s %s is a peer-to-peer status, not a link code: this is `nvidia-smi topo -p2p` "
+                    "output; expected `nvidia-smi topo -m` link codes (%s)" % (shown(cell), where, _ALLOWED_CODES),
                     True,
                 )
-            return "%r %s is not a link code; allowed: %s" % (cell, where, _ALLOWED_CODES), False
+            return "%s %s is not a link code; allowed: %s" % (shown(cell), where, _ALLOWED_CODES), False
     if positional:
         for j, title in enumerate(devices):
             cell = chunks[j]
             if j == own:
                 if cell != "X":
-                    return "expected X (the row's own column) in column %s, found %r" % (title, cell), False
+                    return "expected X (the row's own column) in column %s, found %s" % (title, shown(cell)), False
             elif cell == "X":
                 return "found X in column %s; X may only mark the row's own column %s" % (title, label), False
             elif not any(end == len(cell) for _, end in _code_candidates(cell, 0, False)):
                 return (
-                    "expected a link code (%s) in column %s, found %r" % (_ALLOWED_CODES, title, cell),
+                    "expected a link code (%s) in column %s, found %s" % (_ALLOWED_CODES, title, shown(cell)),
                     False,
                 )
         for kind, cell in zip(affinity, chunks[len(devices) :]):
             if not any(end == len(cell) for _, end in _value_candidates(kind, cell, 0)):
-                return "expected %s (%s), found %r" % (_COLUMN_TITLE[kind], _VALUE_HELP[kind], cell), False
+                return "expected %s (%s), found %s" % (_COLUMN_TITLE[kind], _VALUE_HELP[kind], shown(cell)), False
     return (
         "expected %s, found %d cell(s): %s; cells are missing, extra, or glued together in a way "
-        "that cannot be read unambiguously" % (expected, len(chunks), " ".join(chunks) or "(none)"),
+        "that cannot be read unambiguously" % (expected, len(chunks), _cells_shown(chunks)),
         False,
     )
 
@@ -618,7 +773,7 @@ def _resolve(ctx, rows, devices, column, affinity):
         if glued:
             ctx.warnings.append(
                 "line %d: row %s had cells glued together; read as %s"
-                % (rows[label][0], label, " ".join(list(codes) + list(values)))
+                % (rows[label][0], label, _cells_shown(list(codes) + list(values)))
             )
         result[label] = (codes, values)
     return result
@@ -685,10 +840,17 @@ def _gpu_entry(ctx, label, lineno, affinity, values):
             entry["cpu_affinity"] = canonical_cpulist(cpu, "CPU Affinity")
         numa = by_kind.get("numa_affinity", "N/A")
         if numa != "N/A":
-            entry["numa_affinity"] = sorted(parse_cpulist(numa, "NUMA Affinity"))
+            entry["numa_affinity"] = sorted(parse_nodelist(numa, "NUMA Affinity"))
     except CpuListError as exc:
         raise ctx.error(str(exc), lineno, label)
     gpu_numa = by_kind.get("gpu_numa_id", "N/A")
     if gpu_numa != "N/A":
+        if len(gpu_numa.lstrip("0")) > len(str(MAX_NUMA_NODES)) or int(gpu_numa) >= MAX_NUMA_NODES:
+            raise ctx.error(
+                "GPU NUMA ID %s is out of range; allowed: NUMA node ids 0-%d or N/A"
+                % (shown(gpu_numa, 12), MAX_NUMA_NODES - 1),
+                lineno,
+                label,
+            )
         entry["gpu_numa_id"] = int(gpu_numa)
     return entry

@@ -724,7 +724,7 @@ def test_device_column_after_affinity_columns():
         ("\tGPU0\nGPU0\n", "no row for GPU0"),
         ("\tGPU0\nGPU0 X X\n", "found 2 cell(s)"),
         ("\tGPU0\tCPU Affinity\nGPU0 X 1-\n", "expected CPU Affinity"),
-        ("\tGPU0\tGPU1\nGPU0 X NV99999999999999999999\nGPU1 NV1 X NV1\n", "found 3 cell(s)"),
+        ("\tGPU0\tGPU1\nGPU0 X NV99999999999999999999\nGPU1 NV1 X NV1\n", "found 'NV99999999999999999999'"),
         ("\tGPU0\tGPU0\nGPU0 X X\n", "GPU0 appear more than once"),
         ("\tGPU0\tCPU Affinity\tCPU Affinity\nGPU0 X 0 0\n", "'CPU Affinity' appears twice"),
         ("\tGPU0\tNIC0\nGPU0 X PIX\nNIC0 PIX X 0-3 0-3\n", "NIC0"),
