@@ -1,0 +1,275 @@
+#!/usr/bin/python
+"""Read-only drift audit of one node against its applied plan (gpunuma.audit/v1)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpunuma_audit_info
+short_description: Compare a node's live NUMA binding with the plan gpunuma applied
+description:
+  - Reads, in one round trip, the applied plan (C(/etc/gpunuma/plan.json)), the persisted topology and state, every
+    planned instance's unit file or drop-in, what systemd loaded (one C(systemctl show) for all units), each running
+    instance's C(/proc/<pid>/status), C(/proc/<pid>/numa_maps) and C(/proc/<pid>/limits), C(kernel.numa_balancing)
+    and gpunuma's sysctl.d file, and re-discovers the topology to compare its fingerprint.
+  - Returns a C(gpunuma.audit/v1) report (docs/audit.md) with one finding per difference. Never changes anything;
+    safe in check mode.
+options:
+  hostname:
+    description: The inventory name written into the report.
+    type: str
+    required: true
+  plan_path: {description: The applied plan., type: path, default: /etc/gpunuma/plan.json}
+  topology_path: {description: The persisted topology., type: path, default: /etc/gpunuma/topology.json}
+  state_path: {description: The node's profile state., type: path, default: /etc/gpunuma/state.json}
+  unit_dir: {description: Where the units and drop-ins are., type: path, default: /etc/systemd/system}
+  dropin_name: {description: File name of gpunuma's drop-ins., type: str, default: 50-gpunuma.conf}
+  proc_root: {description: procfs mount (a copy for tests)., type: path, default: /proc}
+  check_running:
+    description: Expect the instances to run (false for nodes that only get unit files, numa_binding_start false).
+    type: bool
+    default: true
+  numa_balancing:
+    description: The kernel.numa_balancing value the node should have (autonuma_numa_balancing); null skips the check.
+    type: int
+    choices: [0, 1]
+  numa_balancing_file:
+    description: gpunuma's sysctl.d file for kernel.numa_balancing.
+    type: path
+    default: /etc/sysctl.d/60-gpunuma-numa-balancing.conf
+  numa_balancing_live:
+    description:
+      - Compare the live value too. C(auto) skips it in a container (C(/run/systemd/container) or C(/.dockerenv)),
+        whose kernel.numa_balancing is the host's.
+    type: str
+    choices: [auto, "yes", "no"]
+    default: auto
+  min_local_share:
+    description: Share (0-1) of a bind/preferred instance's resident pages that should be on its node.
+    type: float
+    default: 0.9
+  rediscover:
+    description: Re-discover the topology and compare its fingerprint with the persisted one.
+    type: bool
+    default: true
+  sysfs_root:
+    description: Discover from this copy of sys/ and proc/ instead of the live node.
+    type: path
+author: gpunuma
+"""
+
+EXAMPLES = r"""
+- name: Audit the node
+  gpunuma_audit_info:
+    hostname: "{{ inventory_hostname }}"
+    numa_balancing: 0
+  register: audit
+"""
+
+RETURN = r"""
+audit:
+  description: The gpunuma.audit/v1 report (docs/audit.md).
+  returned: always
+  type: dict
+  contains:
+    schema: {description: gpunuma.audit/v1, type: str}
+    status: {description: compliant or drifted., type: str}
+    findings: {description: "Each: id, severity, instance, expected, actual, message.", type: list}
+    instances: {description: Per planned instance, what was expected and what runs., type: list}
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma import audit as auditlib
+from ansible.module_utils.gpunuma.audit import Finding
+
+BINDING_KEYS = ("ExecStart", "CPUAffinity", "NUMAPolicy", "NUMAMask", "LimitMEMLOCK", "AllowedCPUs")
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _json(path):
+    text = _read(path)
+    if text is None:
+        return None, None
+    try:
+        return json.loads(text), None
+    except ValueError as exc:
+        return None, "%s: not valid JSON (%s)" % (path, exc)
+
+
+def _systemctl_show(module, units):
+    if not units:
+        return {}
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return {}
+    rc, out, _err = module.run_command(
+        [systemctl, "show", "--property=Id,ActiveState,MainPID,NeedDaemonReload,DropInPaths", "--"] + units,
+        environ_update={"LC_ALL": "C"})
+    shown = {}
+    for unit, block in zip(units, out.split("\n\n")):
+        props = {}
+        for line in block.splitlines():
+            key, _, value = line.partition("=")
+            props[key] = value
+        shown[unit] = props
+    return shown
+
+
+def _sysctl_value(text, key="kernel.numa_balancing"):
+    value = None
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        name, _, raw = line.partition("=")
+        if name.strip().replace("/", ".") == key:
+            value = raw.strip()
+    return value
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            hostname=dict(type="str", required=True),
+            plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
+            topology_path=dict(type="path", default="/etc/gpunuma/topology.json"),
+            state_path=dict(type="path", default="/etc/gpunuma/state.json"),
+            unit_dir=dict(type="path", default="/etc/systemd/system"),
+            dropin_name=dict(type="str", default="50-gpunuma.conf"),
+            proc_root=dict(type="path", default="/proc"),
+            check_running=dict(type="bool", default=True),
+            numa_balancing=dict(type="int", choices=[0, 1]),
+            numa_balancing_file=dict(type="path", default="/etc/sysctl.d/60-gpunuma-numa-balancing.conf"),
+            numa_balancing_live=dict(type="str", choices=["auto", "yes", "no"], default="auto"),
+            min_local_share=dict(type="float", default=0.9),
+            rediscover=dict(type="bool", default=True),
+            sysfs_root=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not 0 <= p["min_local_share"] <= 1:
+        module.fail_json(msg="min_local_share: %r is not allowed; allowed: a number from 0 to 1" % p["min_local_share"])
+    findings = []
+    report = {
+        "schema": auditlib.SCHEMA,
+        "hostname": p["hostname"],
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "profile": {"plan": None, "state": None, "pinned": False},
+        "fingerprint": {"persisted": None, "live": None, "plan": None},
+        "numa_balancing": {"expected": p["numa_balancing"], "live": None, "file": None},
+        "instances": [],
+    }
+
+    plan, plan_error = _json(p["plan_path"])
+    if plan_error:
+        findings.append(Finding("plan-unreadable", "error", plan_error, expected="gpunuma.plan/v1"))
+    elif plan is None:
+        findings.append(Finding("plan-missing", "error", "%s does not exist: gpunuma has not provisioned this node"
+                                % p["plan_path"], expected=p["plan_path"]))
+    plan = plan if isinstance(plan, dict) else {}
+    report["profile"]["plan"] = plan.get("profile")
+    report["fingerprint"]["plan"] = plan.get("topology_fingerprint")
+
+    state, _state_error = _json(p["state_path"])
+    if isinstance(state, dict):
+        report["profile"]["state"] = state.get("profile")
+        report["profile"]["pinned"] = bool(state.get("pinned"))
+        planned = (plan.get("profile") or "").replace("-cpu-only", "")
+        if plan and state.get("profile") and state.get("profile") != planned:
+            findings.append(Finding("profile-state", "error", "the node's state says profile %s, the applied plan is %s"
+                                    % (state.get("profile"), plan.get("profile")), None, state.get("profile"),
+                                    plan.get("profile")))
+
+    topology, _topo_error = _json(p["topology_path"])
+    if isinstance(topology, dict):
+        report["fingerprint"]["persisted"] = topology.get("fingerprint")
+    if p["rediscover"]:
+        try:
+            from ansible.module_utils.gpunuma.discover import discover
+
+            live_topo = discover(p["hostname"], sysfs_root=p["sysfs_root"])["topology"]
+            report["fingerprint"]["live"] = live_topo.get("fingerprint")
+        except Exception as exc:  # discovery problems are findings, not crashes
+            findings.append(Finding("topology-unverified", "warning", "the topology could not be re-discovered: %s" % exc))
+        persisted = report["fingerprint"]["persisted"]
+        if report["fingerprint"]["live"] and persisted and report["fingerprint"]["live"] != persisted:
+            findings.append(Finding("topology-changed", "error", "the hardware layout changed since it was persisted in %s "
+                                    "(a BIOS NPS/SNC change, a moved GPU): re-plan with site.yml and "
+                                    "gpu_topology_accept_changes: true" % p["topology_path"], None, persisted,
+                                    report["fingerprint"]["live"]))
+    if plan and report["fingerprint"]["persisted"] and plan.get("topology_fingerprint") not in (
+            None, report["fingerprint"]["persisted"]):
+        findings.append(Finding("topology-changed", "error", "the applied plan was made for topology %s, %s holds %s"
+                                % (plan.get("topology_fingerprint"), p["topology_path"], report["fingerprint"]["persisted"]),
+                                None, plan.get("topology_fingerprint"), report["fingerprint"]["persisted"]))
+
+    instances = [i for i in plan.get("instances") or [] if isinstance(i, dict)]
+    shown = _systemctl_show(module, [i.get("unit") for i in instances if i.get("unit")])
+    for item in instances:
+        unit_name = item.get("unit")
+        own = os.path.join(p["unit_dir"], unit_name if item.get("mode") != "dropin"
+                           else "%s.d/%s" % (unit_name, p["dropin_name"]))
+        props = shown.get(unit_name, {})
+        extra = []
+        for path in (props.get("DropInPaths") or "").split():
+            if path != own:
+                text = _read(path) or ""
+                if any(auditlib.parse_unit(text).get(k) for k in ("CPUAffinity", "NUMAPolicy", "NUMAMask", "LimitMEMLOCK",
+                                                                  "AllowedCPUs", "exec")):
+                    extra.append(path)
+        try:
+            pid = int(props.get("MainPID") or 0)
+        except ValueError:
+            pid = 0
+        unit = {"unit": unit_name, "path": own, "text": _read(own), "extra_dropins": extra,
+                "need_reload": props.get("NeedDaemonReload") == "yes", "active": props.get("ActiveState"),
+                "pid": pid, "check_running": p["check_running"]}
+        proc = None
+        if pid:
+            base = os.path.join(p["proc_root"], str(pid))
+            proc = {"status": _read(os.path.join(base, "status")), "numa_maps": _read(os.path.join(base, "numa_maps")),
+                    "limits": _read(os.path.join(base, "limits"))}
+        item_findings, live = auditlib.audit_instance(item, unit, proc, p["min_local_share"])
+        findings.extend(item_findings)
+        report["instances"].append({
+            "name": item.get("name"), "unit": unit_name,
+            "expected": {"cpus": item.get("cpus"), "mem_policy": item.get("mem_policy"),
+                         "mem_nodes": item.get("mem_nodes") or []},
+            "live": live,
+        })
+
+    if p["numa_balancing"] is not None:
+        file_value = _sysctl_value(_read(p["numa_balancing_file"]))
+        report["numa_balancing"]["file"] = file_value
+        if file_value != str(p["numa_balancing"]):
+            findings.append(Finding("numa-balancing-file", "error", "%s sets kernel.numa_balancing to %s, expected %d"
+                                    % (p["numa_balancing_file"], file_value if file_value is not None else "nothing (missing)",
+                                       p["numa_balancing"]), None, p["numa_balancing"], file_value))
+        live_text = _read(os.path.join(p["proc_root"], "sys/kernel/numa_balancing"))
+        live_value = live_text.strip() if live_text else None
+        report["numa_balancing"]["live"] = live_value
+        in_container = os.path.exists("/run/systemd/container") or os.path.exists("/.dockerenv")
+        check_live = p["numa_balancing_live"] == "yes" or (p["numa_balancing_live"] == "auto" and not in_container)
+        if check_live and live_value is not None and live_value != str(p["numa_balancing"]):
+            findings.append(Finding("numa-balancing-live", "error", "kernel.numa_balancing is %s, expected %d"
+                                    % (live_value, p["numa_balancing"]), None, p["numa_balancing"], live_value))
+
+    report["findings"] = findings
+    report["status"] = auditlib.status_of(findings)
+    module.exit_json(changed=False, audit=report)
+
+
+if __name__ == "__main__":
+    main()
