@@ -16,14 +16,28 @@ from ansible.module_utils.gpunuma.topology import build_topology
 
 ALL_SOURCES = ("nvml", "nvidia_smi", "sysfs")
 
+# nvidia-smi topo -m for 64 GPUs and 64 NICs is about 130 KiB; 1 MiB leaves
+# room for any real node and bounds what a wrong file can cost.
+MAX_TOPO_TEXT_BYTES = 1 << 20
+# How many lost sysfs paths the completeness warning names (each also has
+# its own warning).
+_LOST_NAMED = 5
+
 
 def _read_topo_file(path):
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        raw = sysfs_source.read_bounded(path, MAX_TOPO_TEXT_BYTES, follow_symlinks=True,
+                                        what="an nvidia-smi topo -m text")
     except (IOError, OSError) as exc:
         raise TopoParseError("nvidia_smi_topo_file %s cannot be read: %s" % (path, exc.strerror or exc))
     return raw.decode("utf-8", "replace")
+
+
+def _lost_warning(lost):
+    named = ", ".join(lost[:_LOST_NAMED])
+    more = " and %d more" % (len(lost) - _LOST_NAMED) if len(lost) > _LOST_NAMED else ""
+    return ("topology incomplete: %d sysfs path(s) could not be read or held malformed values (%s%s; see the "
+            "warnings naming each); devices or values behind them may be missing" % (len(lost), named, more))
 
 
 def _nvml_absent(message):
@@ -39,6 +53,11 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
     unreadable or garbage topo file, a bad NVML dump) raise: the user asked
     for them. Live sources that fail (NVML mid-query, nvidia-smi missing) add
     a warning and discovery continues with the next source.
+
+    ``complete`` is true only when nothing was lost: a sysfs file or
+    directory that exists but could not be read, or held a malformed value
+    (``host["lost"]``), makes it false with a warning naming the paths, as
+    does NVML failing while GPUs are visible.
     """
     sources = tuple(sources or ALL_SOURCES)
     warnings = []
@@ -95,4 +114,9 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
                                     % ("; ".join(why), " and ".join(used) or "nothing"))
     elif not topology["gpus"] and nvml_error and not _nvml_absent(nvml_error):
         topology["complete"] = False
+    if host is not None and host.get("lost"):
+        # A GPU whose class or vendor could not be read is not in the
+        # topology at all: nothing may be lost from a complete one.
+        topology["complete"] = False
+        topology["warnings"].append(_lost_warning(host["lost"]))
     return {"topology": topology, "nvml_dump": dump if keep_nvml_dump else None, "nvml_error": nvml_error}

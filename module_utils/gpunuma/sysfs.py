@@ -59,21 +59,33 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 
 from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist, parse_cpumask
 from ansible.module_utils.gpunuma.errors import CpuListError, SysfsError
 
 NVIDIA_VENDOR = "0x10de"
 
-_NODE_DIR_RE = re.compile(r"^node(\d+)$")
-_CPU_DIR_RE = re.compile(r"^cpu(\d+)$")
+# Every pattern is matched in full (fullmatch: "$" would accept a final
+# newline) and with ASCII digits only: int() also takes "\u0661", and
+# isdigit() is true for "\u00b2", which int() refuses.
+_NODE_DIR_RE = re.compile(r"node([0-9]+)", re.ASCII)
+_CPU_DIR_RE = re.compile(r"cpu([0-9]+)", re.ASCII)
+# Node and CPU directory ids as the kernel writes them: no leading zeros, and
+# far below MAX_NUMNODES (1024) and NR_CPUS (8192 at most on x86_64).
+_DIR_ID_RE = re.compile(r"0|[1-9][0-9]{0,6}", re.ASCII)
 # Domains are 4 hex digits on most hosts; Intel VMD exposes 5-digit ones.
-_BDF_RE = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
-_HEX_RE = re.compile(r"^0x[0-9a-f]+$")
-_INT_RE = re.compile(r"^-?\d+$")
-_MEMINFO_NODE_RE = re.compile(r"^Node\s+(\d+)\s+(\S+):\s+(\d+)(?:\s+kB)?\s*$")
-_MEMINFO_RE = re.compile(r"^(\S+):\s+(\d+)(?:\s+kB)?\s*$")
-_SPEED_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s")
+_BDF_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])", re.ASCII)
+_HEX_RE = re.compile(r"0x[0-9a-f]{1,8}", re.ASCII)
+# 18 digits fit any 64-bit value and stay clear of Python's int() digit limit.
+_INT_RE = re.compile(r"-?[0-9]{1,18}", re.ASCII)
+_MEMINFO_NODE_RE = re.compile(r"Node\s+([0-9]{1,7})\s+(\S+):\s+([0-9]{1,18})(?:\s+kB)?\s*", re.ASCII)
+_MEMINFO_RE = re.compile(r"(\S+):\s+([0-9]{1,18})(?:\s+kB)?\s*", re.ASCII)
+_DISTANCE_RE = re.compile(r"[0-9]{1,9}", re.ASCII)
+_SPEED_RE = re.compile(r"\s*([0-9]{1,4}(?:\.[0-9]{1,4})?)\s*GT/s", re.ASCII)
+# A netdev, RDMA or NVMe name as the kernel allows them (dev_valid_name():
+# no "/", ":" or white space; IB_DEVICE_NAME_MAX is 64), printable.
+_DEVICE_NAME_RE = re.compile(r"[^\s/:\x00-\x1f\x7f]{1,64}")
 
 _MISSING_ERRNOS = (errno.ENOENT, errno.ENOTDIR)
 
@@ -82,7 +94,107 @@ _MISSING_ERRNOS = (errno.ENOENT, errno.ENOTDIR)
 _GEN_BY_SPEED = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 
 _MISSING = object()
-_CHUNK = 65536
+
+# Read bounds. A sysfs attribute holds at most one page (PAGE_SIZE: 4 KiB on
+# x86_64, up to 64 KiB on arm64 kernels built with 64K pages, as on many
+# Grace hosts), and the CPU list and mask files that became binary attributes
+# in Linux 5.14 stay below CPULIST_FILE_MAX_BYTES = NR_CPUS * 7 / 2 (28 KiB
+# for NR_CPUS = 8192). proc/meminfo is about 1.5 KiB. One cap covers them all.
+MAX_ATTRIBUTE_BYTES = 65536
+# How much of an unexpected value a warning or error quotes.
+_QUOTE_CHARS = 60
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
+
+
+def _file_kind(mode):
+    for test, name in _FILE_KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def quote(value, limit=_QUOTE_CHARS):
+    """``repr`` of a value read from a file, cut to ``limit`` characters with its full length."""
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        return "%r... (%d characters)" % (value[:limit], len(value))
+    return repr(value)
+
+
+def _clip(message, limit=600):
+    """Messages quote what they read; keep one from growing with the input."""
+    if len(message) > limit:
+        return "%s... (%d characters in all)" % (message[:limit], len(message))
+    return message
+
+
+def read_bounded(path, limit=MAX_ATTRIBUTE_BYTES, follow_symlinks=False, what="a sysfs or procfs attribute"):
+    """The bytes of the regular file ``path``, at most ``limit`` of them.
+
+    Only regular files are opened: a FIFO, socket, directory or device node
+    (a link to ``/dev/zero``) is refused before ``open()``, so nothing can
+    block or stream forever, and nothing under ``/dev`` is opened (opening
+    some devices, such as a watchdog, has effects). With
+    ``follow_symlinks=False`` (sysfs and procfs attributes, which are never
+    links) a symbolic link is refused too, which also stops symlink loops;
+    with ``True`` (files a user names) the link's target must be a regular
+    file outside ``/dev``. The file is opened ``O_NONBLOCK``, checked again
+    with ``fstat`` and read up to ``limit + 1`` bytes.
+
+    Raises ``OSError``: ``ENOENT``/``ENOTDIR`` when absent (as ``open``
+    would), otherwise with a ``strerror`` that says what the file is and
+    what is allowed (``ELOOP`` for a link, ``EINVAL`` for a file of the wrong
+    type, ``EFBIG`` when larger than ``limit``).
+    """
+    info = os.stat(path) if follow_symlinks else os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise OSError(errno.ELOOP, "it is a symbolic link (to %s); %s is read only as a regular file"
+                      % (target, what))
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EINVAL, "it is %s%s; %s is read only as a regular file"
+                      % (_file_kind(info.st_mode),
+                         " (%s)" % os.path.realpath(path) if follow_symlinks and os.path.islink(path) else "",
+                         what))
+    if follow_symlinks:
+        real = os.path.realpath(path)
+        if real == "/dev" or real.startswith("/dev/"):
+            raise OSError(errno.EINVAL, "it resolves to %s, under /dev; %s is read only from a regular file"
+                          % (real, what))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
+    try:
+        # The path may have been swapped between lstat() and open().
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "it is %s; %s is read only as a regular file" % (_file_kind(mode), what))
+        # A sysfs or procfs attribute arrives whole in one read; a file a
+        # user names may sit on a file system that returns less.
+        data = os.read(fd, limit + 1)
+        if follow_symlinks:
+            chunks, chunk, total = [data], data, len(data)
+            while chunk and total <= limit:
+                chunk = os.read(fd, limit + 1 - total)
+                chunks.append(chunk)
+                total += len(chunk)
+            data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, "it is larger than %d bytes, the most %s may hold" % (limit, what))
+    return data
 
 
 def pcie_gen_from_speed(speed):
@@ -162,10 +274,14 @@ class _HostReader:
     def __init__(self, root):
         self.root = root
         self.warnings = []
+        # Paths whose value was lost: present but unreadable, malformed or
+        # refused (see read_bounded), or a directory that could not be listed.
+        self.lost = []
         self.node_ids = None
         # Many files repeat the same CPU list text (sibling pairs, a node's
         # local_cpulist on each of its devices): parse each spelling once.
         self._cpu_cache = {}
+        self._cpu_ids = None
 
     # -- low-level reading -------------------------------------------------
 
@@ -174,23 +290,14 @@ class _HostReader:
 
     @staticmethod
     def _read_raw(path):
-        # os.open/os.read: sysfs attributes are small, and on large hosts
-        # this runs a thousand times, where file objects cost more. A sysfs
-        # attribute arrives in one read; only procfs files may need more.
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            data = os.read(fd, _CHUNK)
-            if len(data) == _CHUNK:
-                chunks = [data]
-                while True:
-                    chunk = os.read(fd, _CHUNK)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                data = b"".join(chunks)
-        finally:
-            os.close(fd)
-        return data.decode("utf-8", "replace")
+        # os.open/os.read rather than file objects: on large hosts this runs
+        # a thousand times. read_bounded refuses anything but a small regular file.
+        return read_bounded(path).decode("utf-8", "replace")
+
+    def warn_lost(self, path, message):
+        """A warning for a value that existed but could not be used: the result is incomplete."""
+        self.warnings.append(message)
+        self.lost.append(path)
 
     def read_text(self, path, required=False, warn_missing=False):
         """File text, or ``_MISSING`` when absent, or ``None`` after a warning.
@@ -202,12 +309,12 @@ class _HostReader:
         except OSError as exc:
             if exc.errno in _MISSING_ERRNOS:
                 if warn_missing:
-                    self.warnings.append("%s is missing" % path)
+                    self.warn_lost(path, "%s is missing" % path)
                 return _MISSING
             message = "cannot read %s: %s" % (path, exc.strerror or exc)
             if required:
                 raise SysfsError(message)
-            self.warnings.append(message + "; value treated as unknown")
+            self.warn_lost(path, message + "; value treated as unknown")
             return None
 
     def listdir(self, path, what):
@@ -217,18 +324,30 @@ class _HostReader:
         except OSError as exc:
             if exc.errno in _MISSING_ERRNOS:
                 return []
-            self.warnings.append("cannot list %s (%s): %s" % (path, what, exc.strerror or exc))
+            self.warn_lost(path, "cannot list %s (%s): %s" % (path, what, exc.strerror or exc))
             return []
+
+    def device_names(self, path, what):
+        """Entries of a net/, infiniband/ or nvme/ directory that are valid kernel device names."""
+        names = []
+        for name in self.listdir(path, what):
+            if _DEVICE_NAME_RE.fullmatch(name):
+                names.append(name)
+            else:
+                self.warn_lost(path, "%s: entry %s is not a device name (1-64 printable characters without "
+                                     "white space, '/' or ':'); skipped" % (path, quote(name)))
+        return names
 
     def optional_int(self, path, allow_negative=True, warn_missing=False):
         text = self.read_text(path, warn_missing=warn_missing)
         if text is _MISSING or text is None:
             return None
         value = text.strip()
-        if not _INT_RE.match(value) or (not allow_negative and value.startswith("-")):
-            self.warnings.append(
-                "%s holds %r, not %s; value treated as unknown"
-                % (path, value, "an integer" if allow_negative else "a non-negative integer")
+        if not _INT_RE.fullmatch(value) or (not allow_negative and value.startswith("-")):
+            self.warn_lost(
+                path,
+                "%s holds %s, not %s; value treated as unknown"
+                % (path, quote(value), "an integer" if allow_negative else "a non-negative integer"),
             )
             return None
         return int(value)
@@ -239,8 +358,8 @@ class _HostReader:
         if text is _MISSING:
             return None
         value = text.strip()
-        if not _INT_RE.match(value):
-            raise SysfsError("%s holds %r; expected an integer" % (path, value))
+        if not _INT_RE.fullmatch(value):
+            raise SysfsError("%s holds %s; expected an integer" % (path, quote(value)))
         return int(value)
 
     def parse_cpus(self, text, path, mask=False):
@@ -248,7 +367,14 @@ class _HostReader:
         key = (text, mask)
         hit = self._cpu_cache.get(key)
         if hit is None:
-            cpus = parse_cpumask(text, path) if mask else parse_cpulist(text, path)
+            try:
+                cpus = parse_cpumask(text, path) if mask else parse_cpulist(text, path)
+            except CpuListError as exc:
+                raise CpuListError(_clip(str(exc)))
+            except (ValueError, OverflowError, MemoryError) as exc:
+                # int() refuses more than 4300 decimal digits with a plain ValueError.
+                raise CpuListError("%s %s is not a %s: %s" % (
+                    path, quote(text.strip()), "CPU mask" if mask else "CPU list", _clip(str(exc))))
             hit = (cpus, format_cpulist(cpus))
             self._cpu_cache[key] = hit
         return hit
@@ -273,7 +399,7 @@ class _HostReader:
             if exc.errno not in _MISSING_ERRNOS:
                 raise SysfsError("cannot list %s: %s" % (node_root, exc.strerror or exc))
             return None
-        ids = sorted(int(m.group(1)) for m in map(_NODE_DIR_RE.match, entries) if m)
+        ids = sorted(self.dir_ids(node_root, entries, _NODE_DIR_RE, "node"))
         if not ids:
             return None
 
@@ -310,15 +436,15 @@ class _HostReader:
             return None, None
         values = {}
         for line in text.splitlines():
-            match = _MEMINFO_NODE_RE.match(line)
+            match = _MEMINFO_NODE_RE.fullmatch(line)
             if match and int(match.group(1)) == node_id:
                 values[match.group(2)] = int(match.group(3)) * 1024
         total = values.get("MemTotal")
         free = values.get("MemFree")
         for key, value in (("MemTotal", total), ("MemFree", free)):
             if value is None:
-                self.warnings.append(
-                    "%s has no 'Node %d %s: <n> kB' line; value treated as unknown" % (path, node_id, key)
+                self.warn_lost(
+                    path, "%s has no 'Node %d %s: <n> kB' line; value treated as unknown" % (path, node_id, key)
                 )
         return total, free
 
@@ -327,16 +453,17 @@ class _HostReader:
         if text is _MISSING or text is None:
             return []
         fields = text.split()
-        if not fields or not all(f.isdigit() for f in fields):
-            self.warnings.append(
-                "%s holds %r, not space-separated distances; distances treated as unknown"
-                % (path, text.strip())
+        if not fields or not all(_DISTANCE_RE.fullmatch(f) for f in fields):
+            self.warn_lost(
+                path,
+                "%s holds %s, not space-separated distances; distances treated as unknown"
+                % (path, quote(text.strip())),
             )
             return []
         distances = [int(f) for f in fields]
         if len(distances) != node_count:
-            self.warnings.append(
-                "%s lists %d distances for %d NUMA nodes" % (path, len(distances), node_count)
+            self.warn_lost(
+                path, "%s lists %d distances for %d NUMA nodes" % (path, len(distances), node_count)
             )
         return distances
 
@@ -356,13 +483,13 @@ class _HostReader:
         if isinstance(text, str):
             values = {}
             for line in text.splitlines():
-                match = _MEMINFO_RE.match(line)
+                match = _MEMINFO_RE.fullmatch(line)
                 if match:
                     values[match.group(1)] = int(match.group(2)) * 1024
             total = values.get("MemTotal")
             free = values.get("MemFree")
             if total is None or free is None:
-                self.warnings.append("%s lacks MemTotal or MemFree; memory treated as unknown" % meminfo_path)
+                self.warn_lost(meminfo_path, "%s lacks MemTotal or MemFree; memory treated as unknown" % meminfo_path)
         self.warnings.append(
             "%s is missing (kernel without NUMA support): the host is treated as one NUMA node 0 "
             "holding CPUs %s" % (self.path("sys", "devices", "system", "node"), format_cpulist(cpus))
@@ -383,10 +510,24 @@ class _HostReader:
     # -- CPUs ------------------------------------------------------------------
 
     def cpu_dir_ids(self):
-        cpu_root = self.path("sys", "devices", "system", "cpu")
-        return sorted(
-            int(m.group(1)) for m in map(_CPU_DIR_RE.match, self.listdir(cpu_root, "CPU directories")) if m
-        )
+        if self._cpu_ids is None:
+            cpu_root = self.path("sys", "devices", "system", "cpu")
+            self._cpu_ids = sorted(self.dir_ids(cpu_root, self.listdir(cpu_root, "CPU directories"), _CPU_DIR_RE, "cpu"))
+        return self._cpu_ids
+
+    def dir_ids(self, parent, entries, pattern, prefix):
+        """Ids of ``node<N>`` / ``cpu<N>`` entries; an id the kernel could not have written warns."""
+        ids = []
+        for entry in entries:
+            match = pattern.fullmatch(entry)
+            if not match:
+                continue  # online, possible, cpufreq, power, uevent...
+            if _DIR_ID_RE.fullmatch(match.group(1)):
+                ids.append(int(match.group(1)))
+            else:
+                self.warn_lost(parent, "%s: entry %s is not a %s<N> directory the kernel writes (N without "
+                                       "leading zeros, at most 7 digits); skipped" % (parent, quote(entry), prefix))
+        return ids
 
     def read_online(self, required):
         path = self.path("sys", "devices", "system", "cpu", "online")
@@ -399,7 +540,7 @@ class _HostReader:
         try:
             return self.parse_cpus(text, path)[0]
         except CpuListError as exc:
-            self.warnings.append("%s; online state of CPUs treated as unknown" % exc)
+            self.warn_lost(path, "%s; online state of CPUs treated as unknown" % exc)
             return None
 
     def read_cpus(self, node_of_cpu, online):
@@ -453,7 +594,8 @@ class _HostReader:
                 }
             )
         if no_topology:
-            self.warnings.append(
+            self.warn_lost(
+                cpu_root,
                 "CPUs %s have no %s/cpu<N>/topology/thread_siblings_list; their hyperthread "
                 "siblings are unknown" % (format_cpulist(no_topology), cpu_root)
             )
@@ -469,8 +611,10 @@ class _HostReader:
         for name in ("package_cpus_list", "core_siblings_list"):
             try:
                 text = self._read_raw(topo + name)
-            except OSError:
-                continue
+            except OSError as exc:
+                if exc.errno in _MISSING_ERRNOS:
+                    continue
+                return ()  # an odd shortcut file costs reads, not correctness
             try:
                 members = self.parse_cpus(text, topo + name)[0]
             except CpuListError:
@@ -484,23 +628,53 @@ class _HostReader:
         pci_root = self.path("sys", "bus", "pci", "devices")
         devices = []
         for name in self.listdir(pci_root, "PCI devices"):
-            match = _BDF_RE.match(name)
+            match = _BDF_RE.fullmatch(name)
             if not match:
-                self.warnings.append(
-                    "%s: %r is not a PCI bus id (domain:bus:device.function); skipped" % (pci_root, name)
+                self.warn_lost(
+                    pci_root,
+                    "%s: %s is not a PCI bus id (domain:bus:device.function); skipped" % (pci_root, quote(name)),
                 )
                 continue
-            devices.append(self.read_pci_device(pci_root + "/" + name, name.lower()))
+            dev_dir = pci_root + "/" + name
+            if self.usable_device_dir(dev_dir):
+                devices.append(self.read_pci_device(dev_dir, name.lower()))
         devices.sort(key=lambda dev: dev["pci_bus_id"])
         return devices
+
+    def usable_device_dir(self, dev_dir):
+        """False, after a warning, for an entry that is not a directory inside this tree's sys/devices.
+
+        On a live host ``bus/pci/devices/<bdf>`` links into ``sys/devices``;
+        in a copy it is a plain directory. A dangling link, a symlink loop or
+        a link leading elsewhere (into ``/dev``) loses the device: one
+        warning, not one per attribute.
+        """
+        try:
+            info = os.stat(dev_dir)
+        except OSError as exc:
+            self.warn_lost(dev_dir, "cannot read PCI device %s: %s; device skipped" % (dev_dir, exc.strerror or exc))
+            return False
+        if not stat.S_ISDIR(info.st_mode):
+            self.warn_lost(dev_dir, "PCI device %s is %s, not a directory; device skipped"
+                           % (dev_dir, _file_kind(info.st_mode)))
+            return False
+        if os.path.islink(dev_dir):
+            devices = os.path.realpath(self.path("sys", "devices"))
+            target = os.path.realpath(dev_dir)
+            if not target.startswith(devices + os.sep):
+                self.warn_lost(dev_dir, "PCI device %s leads to %s, outside %s; device skipped"
+                               % (dev_dir, target, devices))
+                return False
+        return True
 
     def hex_attr(self, path, width=None):
         text = self.read_text(path)
         if text is _MISSING or text is None:
             return None
         value = text.strip().lower()
-        if not _HEX_RE.match(value):
-            self.warnings.append("%s holds %r, not a 0x-prefixed hex number; value treated as unknown" % (path, value))
+        if not _HEX_RE.fullmatch(value):
+            self.warn_lost(path, "%s holds %s, not a 0x-prefixed hex number of at most 8 digits; value treated "
+                                 "as unknown" % (path, quote(value)))
             return None
         if width:
             return "0x%0*x" % (width, int(value, 16))
@@ -517,7 +691,8 @@ class _HostReader:
         raw_node = self.optional_int(base + "numa_node")
         numa_node = raw_node if raw_node is not None and raw_node >= 0 else None
         if numa_node is not None and self.node_ids is not None and numa_node not in self.node_ids:
-            self.warnings.append(
+            self.warn_lost(
+                base + "numa_node",
                 "%s says %d, which is not a NUMA node of this host (%s); node treated as unknown"
                 % (base + "numa_node", numa_node, ",".join(str(n) for n in sorted(self.node_ids)))
             )
@@ -528,11 +703,11 @@ class _HostReader:
             # infiniband/ or nvme/: skip three lookups on every bridge.
             netdevs, rdma, nvme = [], [], []
         else:
-            netdevs = self.listdir(base + "net", "network interfaces")
+            netdevs = self.device_names(base + "net", "network interfaces")
             if not netdevs and pci_class is not None and pci_class.startswith("0x02"):
                 netdevs = self.virtio_netdevs(base)
-            rdma = self.listdir(base + "infiniband", "RDMA devices")
-            nvme = self.listdir(base + "nvme", "NVMe controllers")
+            rdma = self.device_names(base + "infiniband", "RDMA devices")
+            nvme = self.device_names(base + "nvme", "NVMe controllers")
         return {
             "pci_bus_id": bus_id,
             "vendor": self.hex_attr(base + "vendor"),
@@ -556,7 +731,7 @@ class _HostReader:
         names = []
         for entry in self.listdir(base, "PCI device directory"):
             if entry.startswith("virtio") and entry[6:].isdigit():
-                names.extend(self.listdir(base + entry + "/net", "network interfaces"))
+                names.extend(self.device_names(base + entry + "/net", "network interfaces"))
         return sorted(names)
 
     def read_local_cpus(self, base):
@@ -570,7 +745,7 @@ class _HostReader:
             try:
                 return self.parse_cpus(text, path, mask)[1]
             except CpuListError as exc:
-                self.warnings.append("%s; local CPUs treated as unknown" % exc)
+                self.warn_lost(path, "%s; local CPUs treated as unknown" % exc)
                 return None
         return None
 
@@ -580,7 +755,7 @@ class _HostReader:
             target = os.readlink(dev_dir)
         except OSError as exc:
             if exc.errno != errno.EINVAL:  # EINVAL: not a symlink (a capture)
-                self.warnings.append("cannot read link %s: %s" % (dev_dir, exc.strerror or exc))
+                self.warn_lost(dev_dir, "cannot read link %s: %s" % (dev_dir, exc.strerror or exc))
                 return None
             return self.str_attr(dev_dir + "/_realpath")
         # The kernel's links are relative and the directories they cross are
@@ -629,4 +804,5 @@ class _HostReader:
             "pci": pci,
             "numa_balancing": numa_balancing,
             "warnings": self.warnings,
+            "lost": sorted(set(self.lost)),
         }

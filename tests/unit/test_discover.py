@@ -4,6 +4,7 @@ The live host is simulated by pointing sysfs reads of "/" at a recorded tree
 and handing discover() a pynvml stand-in and an nvidia-smi runner.
 """
 
+import json
 import os
 
 import pytest
@@ -12,7 +13,7 @@ import sysfs_factory
 from conftest import FIXTURES
 from ansible.module_utils.gpunuma import sysfs
 from ansible.module_utils.gpunuma.discover import discover
-from ansible.module_utils.gpunuma.errors import SysfsError, TopoParseError
+from ansible.module_utils.gpunuma.errors import NvmlError, SysfsError, TopoParseError
 from test_nvml import fake_pynvml
 
 pytestmark = pytest.mark.unit
@@ -102,3 +103,66 @@ def test_explicit_bad_inputs_raise(tmp_path):
     with pytest.raises(TopoParseError) as err:
         discover("x", topo_file=str(tmp_path / "missing.txt"))
     assert "missing.txt" in str(err.value)
+
+
+# -- completeness: true only when nothing was lost ---------------------------------
+
+
+def test_a_gpu_lost_to_binary_bytes_in_class_makes_the_topology_incomplete(tmp_path):
+    root = sysfs_factory.small_two_node(str(tmp_path))
+    path = os.path.join(root, "sys/bus/pci/devices/0000:18:00.0/class")
+    with open(path, "wb") as handle:
+        handle.write(b"\x00\xff\x7f\n")
+    topo = discover("n", sysfs_root=root)["topology"]
+    assert topo["gpus"] == [] and topo["complete"] is False
+    assert any(path in w and "not a 0x-prefixed hex number" in w for w in topo["warnings"])
+    assert topo["warnings"][-1].startswith("topology incomplete: 1 sysfs path(s)") and path in topo["warnings"][-1]
+
+
+def test_a_symlink_loop_in_bus_pci_devices_makes_the_topology_incomplete(tmp_path):
+    root = sysfs_factory.small_two_node(str(tmp_path))
+    devices = os.path.join(root, "sys/bus/pci/devices")
+    sysfs_factory.apply_damage(root, {"op": "symlink", "path": "sys/bus/pci/devices", "target": "devices"})
+    topo = discover("n", sysfs_root=root)["topology"]
+    assert topo["gpus"] == [] and topo["nics"] == [] and topo["complete"] is False
+    assert any(devices in w and "symbolic links" in w for w in topo["warnings"])
+
+
+def test_an_unreadable_gpu_numa_node_makes_the_topology_incomplete_even_if_placed(tmp_path):
+    root = sysfs_factory.small_two_node(str(tmp_path))
+    sysfs_factory.apply_damage(root, {"op": "fifo", "path": "sys/bus/pci/devices/0000:18:00.0/numa_node"})
+    topo = discover("n", sysfs_root=root)["topology"]
+    # Still placed, from its local_cpulist; but a value was lost.
+    assert topo["gpus"][0]["numa_node"] == 1 and topo["gpus"][0]["numa_node_source"] == "cpu_affinity"
+    assert topo["complete"] is False
+
+
+def test_numa_node_minus_one_in_a_vm_is_not_a_loss(tmp_path):
+    topo = discover("vm", sysfs_root=sysfs_factory.vm_numa_minus_one(str(tmp_path)))["topology"]
+    assert topo["complete"] is True and topo["gpus"][0]["numa_node"] == 0
+
+
+def test_a_bad_nvml_dump_fails_naming_the_field(tmp_path):
+    dump = nvml_dump_two(tmp_path, lambda d: d["gpus"][0].update(numa_node_id="zero"))
+    with pytest.raises(NvmlError) as err:
+        discover("n", sysfs_root=sysfs_factory.small_two_node(str(tmp_path / "root")), nvml_dump=dump)
+    assert str(err.value) == ("nvml_dump %s: gpus[0].numa_node_id is 'zero'; allowed: an integer from -1 (none) "
+                              "to 1023 (Linux MAX_NUMNODES is at most 1024), null or {\"nvml_error\": \"<name>\"}"
+                              % dump)
+
+
+def test_a_topo_file_that_is_a_fifo_fails_at_once_naming_it(tmp_path):
+    fifo = str(tmp_path / "topo.txt")
+    os.mkfifo(fifo)
+    with pytest.raises(TopoParseError, match="nvidia_smi_topo_file %s cannot be read: it is a FIFO" % fifo):
+        discover("x", topo_file=fifo)
+
+
+def nvml_dump_two(tmp_path, mutate):
+    with open(os.path.join(FIXTURES, "hostile", "nvml", "valid.json")) as handle:
+        dump = json.load(handle)
+    mutate(dump)
+    path = str(tmp_path / "dump.json")
+    with open(path, "w") as handle:
+        json.dump(dump, handle)
+    return path

@@ -191,3 +191,101 @@ def test_load_dump_errors_name_the_file(tmp_path):
                                            (b"00000000:AB:00.0", "0000:ab:00.0")])
 def test_normalize_bus_id(bus, expected):
     assert nvml.normalize_bus_id(bus) == expected
+
+
+# -- schema validation (gpunuma.nvml-dump/v1) ------------------------------------
+
+
+@pytest.mark.parametrize("bus", ["zzzz:18:00.0", "0000:18:00.0\n", " 0000:18:00.0", "18:00.0", "0:18:00.0",
+                                 "0000:18:20.0", "0000:18:00.8", "0000:1:00.0", "0000:18:00", 18, None,
+                                 "000000000:18:00.0"])
+def test_normalize_bus_id_refuses_anything_but_the_full_form(bus):
+    with pytest.raises(NvmlError) as err:
+        nvml.normalize_bus_id(bus)
+    assert "is not of the form DOMAIN:BUS:DEVICE.FUNCTION" in str(err.value) and "0000:18:00.0" in str(err.value)
+
+
+def test_normalize_bus_id_keeps_wide_vmd_domains():
+    assert nvml.normalize_bus_id("00010000:01:1F.7") == "10000:01:1f.7"
+
+
+def test_validate_dump_collects_every_problem_with_its_field_path():
+    dump = nvml.collect(two_gpus())
+    dump["gpus"][0]["pci_bus_id"] = "zzzz:18:00.0"
+    dump["gpus"][1]["numa_node_id"] = "1"
+    dump["gpus"][1]["cpu_affinity_words"] = [0, "x"]
+    dump["cpu_word_bits"] = -64
+    with pytest.raises(NvmlError) as err:
+        nvml.validate_dump(dump, source="nvml_dump d.json")
+    message = str(err.value)
+    assert message.startswith("nvml_dump d.json: 4 problems: ")
+    for needle in ("gpus[0].pci_bus_id is 'zzzz:18:00.0'; allowed: DOMAIN:BUS:DEVICE.FUNCTION",
+                   "gpus[1].numa_node_id is '1'; allowed: an integer from -1 (none) to 1023",
+                   "gpus[1].cpu_affinity_words[1] is 'x'", "cpu_word_bits is -64; allowed: 32 or 64"):
+        assert needle in message
+
+
+@pytest.mark.parametrize("field", ["name", "numa_node_id", "cpu_affinity_words", "pcie", "mig_mode",
+                                   "memory_total_bytes"])
+def test_fields_nvml_may_not_answer_accept_errors_and_null(field):
+    for value in ({"nvml_error": "NotSupported"}, None):
+        dump = nvml.collect(two_gpus())
+        dump["gpus"][0][field] = value
+        assert nvml.validate_dump(dump)["gpus"][0][field] == value
+
+
+def test_validate_dump_normalises_bus_ids_and_nvlink_peers():
+    dump = nvml.collect(two_gpus())
+    dump["gpus"][0]["pci_bus_id"] = "00000000:18:00.0"
+    dump["gpus"][0]["nvlinks"] = [{"link": 0, "remote_pci_bus_id": "00000000:9A:00.0"}]
+    out = nvml.validate_dump(dump)
+    assert out["gpus"][0]["pci_bus_id"] == "0000:18:00.0"
+    assert out["gpus"][0]["nvlinks"][0]["remote_pci_bus_id"] == "0000:9a:00.0"
+
+
+def test_duplicates_are_named_against_the_first_holder():
+    dump = nvml.collect(two_gpus())
+    dump["gpus"][1]["pci_bus_id"] = "00000000:18:00.0"
+    dump["gpus"][1]["uuid"] = dump["gpus"][0]["uuid"]
+    with pytest.raises(NvmlError) as err:
+        nvml.validate_dump(dump)
+    assert "gpus[1].pci_bus_id is '00000000:18:00.0'; allowed: a bus id of its own (gpus[0] is at 0000:18:00.0" \
+        in str(err.value)
+    assert "gpus[1].uuid is 'GPU-aaaa'; allowed: a UUID of its own (gpus[0] has this UUID as well)" in str(err.value)
+
+
+def test_unknown_keys_are_ignored_and_word_bits_32_accepted():
+    dump = nvml.collect(two_gpus())
+    dump["recorded_by"] = "someone"
+    dump["cpu_word_bits"] = 32
+    dump["gpus"][0]["cpu_affinity_words"] = [0xFFFFFFFF]
+    assert nvml.validate_dump(dump)["recorded_by"] == "someone"
+    dump["gpus"][0]["cpu_affinity_words"] = [1 << 32]
+    with pytest.raises(NvmlError, match=r"gpus\[0\].cpu_affinity_words\[0\] is 4294967296; allowed: an integer "
+                                        r"from 0 to 2\*\*32 - 1"):
+        nvml.validate_dump(dump)
+
+
+def test_load_dump_refuses_a_fifo_and_a_large_file_naming_them(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(str(fifo))
+    with pytest.raises(NvmlError, match="nvml_dump %s cannot be read: it is a FIFO" % fifo):
+        nvml.load_dump(str(fifo))
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (nvml.MAX_DUMP_BYTES + 1))
+    with pytest.raises(NvmlError, match="larger than %d bytes" % nvml.MAX_DUMP_BYTES):
+        nvml.load_dump(str(big))
+    link = tmp_path / "link.json"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(NvmlError, match="character device"):
+        nvml.load_dump(str(link))
+
+
+def test_load_dump_follows_a_link_to_a_regular_file(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text(json.dumps(nvml.collect(two_gpus())))
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert nvml.load_dump(str(link))["gpus"][1]["pci_bus_id"] == "0000:9a:00.0"

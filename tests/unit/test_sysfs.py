@@ -775,3 +775,114 @@ def test_does_not_walk_unrelated_sysfs(tmp_path, monkeypatch):
     # siblings share a core, CPUs of a package share its id: 96 cores, 2 packages
     assert sum(p.endswith("/thread_siblings_list") for p in relative) == 96
     assert sum(p.endswith("/physical_package_id") for p in relative) == 2
+
+
+# -- bounded reads ---------------------------------------------------------------
+
+
+def test_read_bounded_reads_a_regular_file_up_to_the_cap(tmp_path):
+    path = tmp_path / "attr"
+    path.write_bytes(b"x" * sysfs.MAX_ATTRIBUTE_BYTES)
+    assert len(sysfs.read_bounded(str(path))) == sysfs.MAX_ATTRIBUTE_BYTES
+    path.write_bytes(b"x" * (sysfs.MAX_ATTRIBUTE_BYTES + 1))
+    with pytest.raises(OSError) as err:
+        sysfs.read_bounded(str(path))
+    assert err.value.errno == errno.EFBIG and "larger than 65536 bytes" in err.value.strerror
+
+
+@pytest.mark.parametrize("make, kind", [
+    (lambda p: os.mkfifo(p), "a FIFO"),
+    (lambda p: os.mkdir(p), "a directory"),
+    (lambda p: os.symlink("/dev/zero", p), "a symbolic link (to /dev/zero)"),
+    (lambda p: os.symlink(os.path.basename(p), p), "a symbolic link"),
+])
+def test_read_bounded_opens_nothing_but_regular_files(tmp_path, monkeypatch, make, kind):
+    path = str(tmp_path / "attr")
+    make(path)
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(sysfs.os, "open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k))
+    with pytest.raises(OSError) as err:
+        sysfs.read_bounded(path)
+    assert kind in err.value.strerror and "read only as a regular file" in err.value.strerror
+    assert opened == []
+
+
+def test_read_bounded_follows_links_for_named_files_but_never_into_dev(tmp_path):
+    real = tmp_path / "real.txt"
+    real.write_text("hello")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    assert sysfs.read_bounded(str(link), follow_symlinks=True) == b"hello"
+    zero = tmp_path / "zero"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(OSError, match="character device"):
+        sysfs.read_bounded(str(zero), follow_symlinks=True)
+    with pytest.raises(OSError, match="symbolic link"):
+        sysfs.read_bounded(str(link))
+
+
+def test_a_clean_tree_loses_nothing(tmp_path):
+    assert sysfs.read_host(simple_tree(tmp_path))["lost"] == []
+    assert sysfs.read_host(H200_ROOT)["lost"] == []
+
+
+def test_kernel_without_numa_is_not_a_loss(tmp_path):
+    # Without NUMA the kernel writes numa_node -1 for every device.
+    pci = [dict(bdf="0000:18:00.0", vendor="0x10de", device="0x2330", numa_node=-1, **{"class": "0x030200"})]
+    root = simple_tree(tmp_path, numa=False, pci=pci)
+    host = sysfs.read_host(root)
+    assert host["lost"] == [] and any("kernel without NUMA" in w for w in host["warnings"])
+
+
+@pytest.mark.parametrize("relpath, damage, needle", [
+    ("sys/bus/pci/devices/0000:18:00.0/class", lambda p: os.mkfifo(p), "FIFO"),
+    ("sys/bus/pci/devices/0000:18:00.0/class", lambda p: open(p, "wb").write(b"\x00\xff\xfe"), "hex"),
+    ("sys/bus/pci/devices/0000:18:00.0/vendor", lambda p: os.symlink("/dev/zero", p), "/dev/zero"),
+    ("sys/bus/pci/devices/0000:18:00.0/local_cpus", lambda p: open(p, "w").write("f" * 400000), "65536 bytes"),
+])
+def test_a_gpu_lost_to_an_unreadable_attribute_is_recorded(tmp_path, relpath, damage, needle):
+    root = simple_tree(tmp_path)
+    path = os.path.join(root, relpath)
+    if relpath.endswith("local_cpus"):
+        os.remove(os.path.join(root, "sys/bus/pci/devices/0000:18:00.0/local_cpulist"))
+    os.remove(path)
+    damage(path)
+    host = sysfs.read_host(root)
+    assert host["lost"] == [path]
+    assert [w for w in host["warnings"] if path in w and needle in w]
+
+
+def test_a_pci_device_link_loop_loses_the_device_with_one_warning(tmp_path):
+    root = simple_tree(tmp_path)
+    link = os.path.join(root, "sys/bus/pci/devices/0000:18:00.0")
+    os.remove(link)
+    os.symlink("0000:18:00.0", link)
+    host = sysfs.read_host(root)
+    assert [d["pci_bus_id"] for d in host["pci"]] == ["0000:19:00.0"]
+    assert host["lost"] == [link] and len(host["warnings"]) == 1 and "symbolic links" in host["warnings"][0]
+
+
+def test_entries_with_a_trailing_newline_are_not_bus_ids(tmp_path):
+    root = simple_tree(tmp_path)
+    os.mkdir(os.path.join(root, "sys/bus/pci/devices/0000:1a:00.0\n"))
+    host = sysfs.read_host(root)
+    assert [d["pci_bus_id"] for d in host["pci"]] == ["0000:18:00.0", "0000:19:00.0"]
+    assert "'0000:1a:00.0\\n' is not a PCI bus id" in host["warnings"][0]
+
+
+@pytest.mark.parametrize("relpath, text", [
+    ("sys/devices/system/node/node0/distance", "10 \u00b2\n"),
+    ("sys/bus/pci/devices/0000:18:00.0/numa_node", "9" * 5000 + "\n"),
+    ("sys/bus/pci/devices/0000:18:00.0/numa_node", "\u0661\n"),
+    ("sys/devices/system/node/node1/meminfo", "Node 1 MemTotal: %s kB\nNode 1 MemFree: 1 kB\n" % ("9" * 5000)),
+    ("sys/bus/pci/devices/0000:18:00.0/local_cpulist", "4-" + "7" * 5000 + "\n"),
+])
+def test_numbers_python_cannot_or_should_not_parse_are_warnings(tmp_path, relpath, text):
+    root = simple_tree(tmp_path)
+    path = os.path.join(root, relpath)
+    with open(path, "w") as handle:
+        handle.write(text)
+    host = sysfs.read_host(root)
+    assert host["lost"] == [path]
+    assert all(len(w) < 1000 for w in host["warnings"])
