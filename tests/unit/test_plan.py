@@ -1236,14 +1236,16 @@ def test_overlapping_numa_nodes_are_refused_not_shared(second):
 
 def test_plan_shares_are_checked_before_the_plan_is_returned(monkeypatch):
     """A defect in the allocator that handed one CPU twice is caught, not returned."""
-    real = planner._allocate_node
+    from ansible.module_utils.gpunuma import plan_alloc
+
+    real = plan_alloc.allocate_node
 
     def broken(node, members, problems):
         real(node, members, problems)
         if len(members) > 1:
-            members[1]["cpu_set"].update(members[0]["cpu_set"])
+            members[1].allocated_cpus.update(members[0].allocated_cpus)
 
-    monkeypatch.setattr(planner, "_allocate_node", broken)
+    monkeypatch.setattr(plan_alloc, "allocate_node", broken)
     problems = problems_of("hgx-h200-8gpu-2socket-ht", per_gpu(range(2)))
     assert problems[0].startswith("internal error: instances 'w0' and 'w1' share CPUs")
 

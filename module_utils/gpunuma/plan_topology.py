@@ -1,0 +1,234 @@
+"""The planner's view of a topology: checked NUMA nodes, their cores and housekeeping, GPUs, links.
+
+``PlanTopology`` reads a ``gpunuma.topology/v1`` mapping, refuses what
+cannot be planned on (NUMA nodes sharing CPUs, duplicate GPU indexes, fields
+of the wrong type: each a problem naming the field), and splits every
+CPU-bearing node into housekeeping cores and worker cores.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma.errors import CpuListError
+from ansible.module_utils.gpunuma.plan_model import TOPOLOGY_SCHEMA, PlanError, is_int
+
+_UUID_RE = re.compile(r"(GPU|MIG)-[A-Za-z0-9-]{1,80}")
+_NVLINK_RE = re.compile(r"NV([0-9]{1,4})")
+_LINK_RANK = {"PIX": 6, "PXB": 5, "PHB": 4, "NODE": 3, "SYS": 2, "SOC": 2}
+
+
+def link_rank(code):
+    """Rank of a GPU link code: NV# (more links better) > PIX > PXB > PHB > NODE > SYS."""
+    if not isinstance(code, str):
+        return 0
+    code = code.strip().upper()
+    match = _NVLINK_RE.fullmatch(code)
+    if match:
+        return 100 + int(match.group(1))
+    return _LINK_RANK.get(code, 0)
+
+
+@dataclass
+class PlanNode:
+    """One NUMA node: its CPUs as whole cores, split into housekeeping and worker cores."""
+
+    id: int
+    cpus: frozenset
+    free: Optional[int] = None
+    total: Optional[int] = None
+    cores: List[frozenset] = field(default_factory=list)  # sibling groups, by lowest CPU
+    housekeeping: List[frozenset] = field(default_factory=list)
+    worker_cores: List[frozenset] = field(default_factory=list)
+    worker_cpus: frozenset = frozenset()
+
+
+@dataclass
+class PlanGpu:
+    index: int
+    uuid: Optional[str]
+    node: Optional[int]  # CPU-bearing binding node, or None when unknown
+    mig: bool = False
+
+
+class PlanTopology(object):
+    """The parts of a ``gpunuma.topology/v1`` document the planner uses, checked."""
+
+    def __init__(self, topology, housekeeping_cores, warnings):
+        problems = []
+        if not isinstance(topology, dict):
+            raise PlanError("topology: must be a %s mapping, got %s" % (TOPOLOGY_SCHEMA, type(topology).__name__))
+        if topology.get("schema") != TOPOLOGY_SCHEMA:
+            raise PlanError(
+                "topology.schema: %r is not supported; allowed: %s" % (topology.get("schema"), TOPOLOGY_SCHEMA)
+            )
+        for key in ("numa_nodes", "gpus"):
+            if not isinstance(topology.get(key), list):
+                problems.append("topology.%s: must be a list" % key)
+        if problems:
+            raise PlanError(problems)
+        self.hostname = topology.get("hostname") or "this host"
+        self.fingerprint = topology.get("fingerprint")
+        if topology.get("complete") is False:
+            warnings.append(
+                "topology of %s is incomplete (a discovery source failed); the plan may miss GPUs or nodes"
+                % self.hostname
+            )
+
+        hostname = topology.get("hostname")
+        if hostname is not None and not isinstance(hostname, str):
+            problems.append("topology.hostname: %r is not a host name; allowed: a string or null" % (hostname,))
+            self.hostname = "this host"
+        self.nodes = {}
+        owners = {}
+        for pos, raw in enumerate(topology["numa_nodes"]):
+            where = "topology.numa_nodes[%d]" % pos
+            if not isinstance(raw, dict) or isinstance(raw.get("id"), bool) or not isinstance(raw.get("id"), int):
+                problems.append("%s: must be a mapping with an integer id" % where)
+                continue
+            try:
+                cpus = parse_cpulist(raw.get("cpus") or "", "%s.cpus" % where)
+            except CpuListError as exc:
+                problems.append(str(exc))
+                continue
+            if raw["id"] in self.nodes:
+                problems.append("%s.id: node %d appears twice" % (where, raw["id"]))
+                continue
+            shared = cpus & frozenset(owners)
+            if shared:
+                problems.append(
+                    "%s.cpus: CPUs %s also belong to NUMA node %s; allowed: NUMA nodes with disjoint CPU sets "
+                    "(each CPU on exactly one node, as /sys/devices/system/node/node*/cpulist lists them); "
+                    "discover the topology again or repair the file"
+                    % (where, format_cpulist(shared), ", ".join(str(n) for n in sorted(set(owners[c] for c in shared))))
+                )
+                continue
+            owners.update((cpu, raw["id"]) for cpu in cpus)
+            bad_bytes = False
+            for key in ("memory_total_bytes", "memory_free_bytes"):
+                value = raw.get(key)
+                if value is not None and (not is_int(value) or value < 0):
+                    problems.append("%s.%s: %r is not a byte count; allowed: an integer 0 or more, or null" % (where, key, value))
+                    bad_bytes = True
+            if raw.get("cores") is not None and not isinstance(raw.get("cores"), list):
+                problems.append(
+                    "%s.cores: %r is not a list of hyperthread sibling groups; allowed: a list of CPU list strings, or null"
+                    % (where, raw.get("cores"))
+                )
+                continue
+            if bad_bytes:
+                continue
+            node = PlanNode(
+                id=raw["id"],
+                cpus=cpus if raw.get("has_cpus", True) is not False else frozenset(),
+                free=raw.get("memory_free_bytes"),
+                total=raw.get("memory_total_bytes"),
+            )
+            node.cores = self._cores(raw, node, where, warnings, problems)
+            node.housekeeping = node.cores[:housekeeping_cores]
+            node.worker_cores = node.cores[housekeeping_cores:]
+            node.worker_cpus = frozenset().union(*node.worker_cores) if node.worker_cores else frozenset()
+            if node.cpus and not node.worker_cores:
+                warnings.append(
+                    "numa node %d has %d cores, all kept for housekeeping (housekeeping_cores_per_node: %d); no worker can bind there"
+                    % (node.id, len(node.cores), housekeeping_cores)
+                )
+            self.nodes[node.id] = node
+        self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
+        self.all_cpus = frozenset(owners)
+
+        self.gpus = {}
+        for pos, raw in enumerate(topology["gpus"]):
+            where = "topology.gpus[%d]" % pos
+            if not isinstance(raw, dict) or isinstance(raw.get("index"), bool) or not isinstance(raw.get("index"), int):
+                problems.append("%s: must be a mapping with an integer index" % where)
+                continue
+            index = raw["index"]
+            if index in self.gpus:
+                problems.append("%s.index: GPU %d appears twice; allowed: each index once" % (where, index))
+                continue
+            node_id = raw.get("numa_node")
+            uuid = raw.get("uuid") or None
+            if uuid is not None and (not isinstance(uuid, str) or not _UUID_RE.fullmatch(uuid)):
+                problems.append(
+                    "%s.uuid: %r is not a GPU UUID; allowed: GPU-<hex digits and dashes> as NVML reports it, or null"
+                    % (where, uuid)
+                )
+                continue
+            if node_id is not None and not is_int(node_id):
+                problems.append("%s.numa_node: %r is not a node id; allowed: an integer node id, or null" % (where, node_id))
+                continue
+            if node_id is not None and (node_id not in self.nodes or not self.nodes[node_id].cpus):
+                warnings.append(
+                    "topology gives GPU %d numa_node %r, which is not a CPU-bearing node; the GPU is treated as having no known node"
+                    % (index, node_id)
+                )
+                node_id = None
+            self.gpus[index] = PlanGpu(index=index, uuid=uuid, node=node_id, mig=bool(raw.get("mig_enabled")))
+        if problems:
+            raise PlanError(problems)
+        self.gpu_ids = sorted(self.gpus)
+        self.links = self._links(topology.get("gpu_links"), warnings)
+
+    @staticmethod
+    def _cores(raw, node, where, warnings, problems):
+        if not node.cpus:
+            return []
+        groups = []
+        listed = raw.get("cores")
+        if not isinstance(listed, list):
+            warnings.append(
+                "numa node %d has no cores list in the topology; hyperthread siblings are unknown, so each CPU is treated as a core"
+                % node.id
+            )
+            listed = []
+        seen = set()
+        for pos, text in enumerate(listed):
+            try:
+                group = parse_cpulist(text, "%s.cores[%d]" % (where, pos)) & node.cpus
+            except CpuListError as exc:
+                problems.append(str(exc))
+                continue
+            group = group - seen
+            if group:
+                groups.append(frozenset(group))
+                seen |= group
+        if listed and seen != node.cpus:
+            warnings.append(
+                "numa node %d: CPUs %s are in no cores group of the topology; each is treated as a core"
+                % (node.id, format_cpulist(node.cpus - seen))
+            )
+        groups.extend(frozenset([cpu]) for cpu in sorted(node.cpus - seen))
+        groups.sort(key=min)
+        return groups
+
+    def _links(self, matrix, warnings):
+        count = len(self.gpu_ids)
+        positions = dict((index, pos) for pos, index in enumerate(self.gpu_ids))
+        ranks = {}
+        shaped = (
+            isinstance(matrix, list)
+            and len(matrix) == count
+            and all(isinstance(row, list) and len(row) == count for row in matrix)
+        )
+        if count > 1 and not shaped:
+            warnings.append(
+                "topology.gpu_links is missing or not a %dx%d matrix; GPU groups are chosen by NUMA node only"
+                % (count, count)
+            )
+        for a in self.gpu_ids:
+            for b in self.gpu_ids:
+                if a < b:
+                    rank = 0
+                    if shaped:
+                        rank = min(
+                            link_rank(matrix[positions[a]][positions[b]]), link_rank(matrix[positions[b]][positions[a]])
+                        )
+                    ranks[(a, b)] = rank
+        return ranks
+
+    def link(self, a, b):
+        return self.links[(a, b) if a < b else (b, a)]
