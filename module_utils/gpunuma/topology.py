@@ -391,7 +391,8 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
         "hostname": hostname,
         "fingerprint": None,
         "sources": sources,
-        "warnings": warnings,
+        # the same problem reported by two sources (or twice by one) is shown once
+        "warnings": list(dict.fromkeys(warnings)),
         "complete": True,
         "driver_version": _value(driver),
         "numa_balancing": (host or {}).get("numa_balancing"),

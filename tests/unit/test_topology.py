@@ -313,3 +313,12 @@ def test_topo_gpu_label_gap_with_nvml_says_which_rows_are_unused(tmp_path):
     topo = topology.build_topology("gap", host=host, nvml=dump, smi=smi, sources=["nvml", "nvidia_smi", "sysfs"])
     assert [g["index"] for g in topo["gpus"]] == [0, 1]
     assert any("labels its GPUs GPU0 GPU5 but NVML indexes them GPU0 GPU1" in w for w in topo["warnings"])
+
+
+def test_each_warning_appears_once(tmp_path):
+    host = copy.deepcopy(host_of(factory.two_socket_8gpu_ht, tmp_path))
+    repeated = "nvidia-smi topo lists 8 GPUs but sysfs 7 NVIDIA GPUs"
+    host["warnings"] = [repeated, "x", repeated]
+    topo = topology.build_topology("w", host=host, warnings=[repeated], sources=["sysfs"])
+    assert topo["warnings"].count(repeated) == 1 and topo["warnings"].count("x") == 1
+    assert len(topo["warnings"]) == len(set(topo["warnings"]))
