@@ -334,3 +334,24 @@ def test_crashing_child_reported():
         os._exit(9)
     out = h2d.run_in_child(boom, (), 10)
     assert out == {"error": "the measuring process died without an answer (exit status 9)", "type": "crash"}
+
+
+def test_two_node_placements_and_a_refused_binding_is_reported(fake_libcuda, tmp_path):
+    """A two-node layout on a one-node kernel: local binds and verifies; the remote node does not exist in
+    the kernel, so set_mempolicy is refused, the measurement still runs and the binding is reported unverified."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or os.path.exists("/sys/devices/system/node/node1"):
+        pytest.skip("needs two CPUs and a kernel with a single NUMA node")
+    root = sysfs_tree(tmp_path, {0: (str(cpus[0]), [10, 21]), 1: (str(cpus[1]), [21, 10])},
+                      {"0000:06:00.0": "0", "0000:07:00.0": "0"})
+    report = h2d.probe(opts(fake_libcuda, gpus=[0]), root=root)
+    gpu = report["gpus"][0]
+    assert gpu["numa_node"] == 0 and gpu["remote_node"] == 1
+    local = gpu["placements"]["local"]["binding"]
+    assert local["cpus_allowed"] == str(cpus[0]) and local["cpus_verified"] and local["mem_verified"]
+    remote = gpu["placements"]["remote"]
+    assert remote["status"] == "ok" and remote["node"] == 1
+    assert remote["binding"]["cpus_allowed"] == str(cpus[1]) and remote["binding"]["cpus_verified"]
+    assert "set_mempolicy" in remote["binding"]["mem_bind_error"]
+    assert remote["binding"]["mem_verified"] is False and remote["binding"]["pages_verified"] is False
+    assert remote["binding"]["buffer_pages"]["pinned"] == {"0": 256}
