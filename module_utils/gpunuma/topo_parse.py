@@ -30,6 +30,16 @@ users save or paste varies a lot:
   together (``0-470``) are never guessed at: the same text also reads as a
   CPU list with a missing NUMA cell.
 
+Device columns are GPUs (``GPU<n>``, n from 0 to 255, no sign or leading
+zero) or NICs (``NIC<n>`` or an RDMA device name, see ``_NIC_NAME_RE``); any
+other label is an error, never guessed to be a NIC. GPUs are returned ordered
+by index, with their link matrices in that order.
+
+Input is capped (``MAX_TEXT_CHARS``, ``MAX_LINES``, ``MAX_LINE_CHARS``,
+``MAX_DEVICE_COLUMNS``, CPU and node ids as in :mod:`cpulist`); the cell
+search is iterative and has a step budget for the whole text, so no input
+recurses deeply or runs long (docs/topology-v1.md, "Input limits").
+
 Anything that cannot be read completely raises :class:`TopoParseError` with
 the source, the line and what was expected; a result is never returned with
 rows or columns missing.
