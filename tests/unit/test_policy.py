@@ -1,0 +1,184 @@
+"""Policy rules as data: every shipped rule has a passing and a failing case;
+waivers apply by host or group until they expire; bad files name the file and field."""
+
+import datetime
+import os
+
+import pytest
+import yaml
+
+from ansible.module_utils.gpunuma import policy
+from conftest import REPO_ROOT
+
+RULES_DIR = os.path.join(REPO_ROOT, "policies", "rules")
+RULES = {r["id"]: r for r in policy.load_rules(RULES_DIR, yaml.safe_load)}
+TODAY = datetime.date(2026, 6, 1)
+
+TOPO = {"numa_nodes": [
+    {"id": 0, "cpus": "0-7", "has_cpus": True, "memory_free_bytes": 100 << 30, "cores": ["0,4", "1,5", "2,6", "3,7"]},
+    {"id": 1, "cpus": "8-15", "has_cpus": True, "memory_free_bytes": 100 << 30,
+     "cores": ["8,12", "9,13", "10,14", "11,15"]},
+    {"id": 2, "cpus": "", "has_cpus": False, "memory_free_bytes": 90 << 30, "cores": []},
+]}
+
+
+def inst(name="llm0", **kw):
+    item = {"name": name, "unit": "gpunuma-%s.service" % name, "numa_nodes": [0], "cpus": "1-3,5-7",
+            "mem_policy": "bind", "mem_nodes": [0], "memory_bytes": 10 << 30, "memlock": None, "share_cpus": False}
+    item.update(kw)
+    return item
+
+
+def plan(*instances, profile="strict", housekeeping=None, hk_cores=1):
+    return {"profile": profile, "options": {"housekeeping_cores_per_node": hk_cores},
+            "housekeeping": housekeeping if housekeeping is not None else {"0": "0,4", "1": "8,12"},
+            "instances": list(instances)}
+
+
+SETTINGS = {"memlock_limit": "4M", "memlock_users": ["svc"], "limit_memlock": "4M", "numa_balancing": 0}
+
+
+def status(rule_id, the_plan, settings=None, topology=TOPO, live=None):
+    ctx = policy.Context("gpu-a01", topology, the_plan, dict(SETTINGS, **(settings or {})), live)
+    results, _ = policy.evaluate([RULES[rule_id]], ctx, [], [], TODAY)
+    return results[0]["status"], results[0]["violations"]
+
+
+KUBELET = {"enabled": True, "topology_manager_policy": "single-numa-node"}
+
+CASES = {
+    "GN-MEM-001": (
+        (plan(inst()), {}),
+        (plan(inst(memory_bytes=60 << 30), inst("llm1", memory_bytes=60 << 30)), {}),
+    ),
+    "GN-LIM-001": (
+        (plan(inst()), {}),
+        (plan(inst()), {"limit_memlock": "infinity"}),
+    ),
+    "GN-NB-001": (
+        (plan(inst()), {}),
+        (plan(inst()), {"numa_balancing": 1}),
+    ),
+    "GN-CPU-001": (
+        (plan(inst()), {}),
+        (plan(inst(numa_nodes=[2])), {}),
+    ),
+    "GN-SPAN-001": (
+        (plan(inst(numa_nodes=[0, 1], mem_policy="interleave", mem_nodes=[0, 1])), {}),
+        (plan(inst(numa_nodes=[0, 1])), {}),
+    ),
+    "GN-K8S-001": (
+        (plan(inst()), {"kubelet": KUBELET}),
+        (plan(inst()), {"kubelet": dict(KUBELET, max_allowable_numa_nodes=2)}),
+    ),
+    "GN-K8S-002": (
+        (plan(inst()), {"kubelet": KUBELET}),
+        (plan(inst()), {"kubelet": dict(KUBELET, topology_manager_policy="none")}),
+    ),
+    "GN-HK-001": (
+        (plan(inst()), {}),
+        (plan(inst(), housekeeping={"0": "0", "1": "8,12"}), {}),
+    ),
+}
+
+
+def test_every_shipped_rule_has_cases():
+    assert sorted(CASES) == sorted(RULES)
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_passes(rule_id):
+    the_plan, settings = CASES[rule_id][0]
+    assert status(rule_id, the_plan, settings) == ("pass", [])
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fails(rule_id):
+    the_plan, settings = CASES[rule_id][1]
+    state, violations = status(rule_id, the_plan, settings)
+    assert state == "fail" and violations
+
+
+def test_kubelet_rules_do_not_apply_without_kubelet():
+    assert status("GN-K8S-002", plan(inst()))[0] == "not_applicable"
+
+
+def test_live_numa_balancing_file_is_checked():
+    live = {"numa_balancing": {"file": "1"}, "instances": []}
+    assert status("GN-NB-001", plan(inst()), live=live)[0] == "fail"
+
+
+def waiver(**kw):
+    w = {"control": "GN-SPAN-001", "hosts": ["gpu-a01"], "justification": "measured", "owner": "alice",
+         "expires": "2026-12-31"}
+    w.update(kw)
+    return w
+
+
+def evaluate_span(waivers, groups=()):
+    ws = policy.validate_waivers(waivers, set(RULES))
+    ctx = policy.Context("gpu-a01", TOPO, plan(inst(numa_nodes=[0, 1])), SETTINGS)
+    results, expired = policy.evaluate([RULES["GN-SPAN-001"]], ctx, ws, list(groups), TODAY)
+    return results[0], expired
+
+
+def test_waiver_by_host_and_group():
+    result, _ = evaluate_span([waiver()])
+    assert result["status"] == "waived" and result["waiver"]["owner"] == "alice"
+    result, _ = evaluate_span([waiver(hosts=[], groups=["h100"])], groups=["h100"])
+    assert result["status"] == "waived"
+    result, _ = evaluate_span([waiver(hosts=["other"])])
+    assert result["status"] == "fail"
+
+
+def test_expired_waiver_no_longer_applies_and_is_reported():
+    result, expired = evaluate_span([waiver(expires=datetime.date(2026, 1, 1))])
+    assert result["status"] == "fail" and expired[0]["control"] == "GN-SPAN-001" and expired[0]["expires"] == "2026-01-01"
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"control": "GN-NOPE-001"}, "gpunuma_policy_waivers[0].control: 'GN-NOPE-001' is not a known control id"),
+    ({"expires": "next year"}, "gpunuma_policy_waivers[0].expires: 'next year' is not a date"),
+    ({"expires": "2026-02-30"}, "is not a date"),
+    ({"justification": ""}, "gpunuma_policy_waivers[0].justification"),
+    ({"hosts": [], "groups": []}, "names no hosts or groups"),
+    ({"color": "red"}, "gpunuma_policy_waivers[0].color: unknown field"),
+])
+def test_bad_waivers_name_the_field(bad, needle):
+    with pytest.raises(policy.PolicyError) as err:
+        policy.validate_waivers([waiver(**bad)], set(RULES))
+    assert needle in str(err.value)
+
+
+def test_waivers_must_be_a_list():
+    with pytest.raises(policy.PolicyError):
+        policy.validate_waivers({"control": "x"}, set(RULES))
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("id: GN-X-1\ntitle: t\nseverity: fatal\nrationale: r\nsource: https://x\ncheck: no_span_without_interleave\n",
+     "severity: 'fatal' is not allowed"),
+    ("id: gn-x\ntitle: t\nseverity: error\nrationale: r\nsource: https://x\ncheck: no_span_without_interleave\n",
+     "id: 'gn-x' is not a control id"),
+    ("id: GN-X-1\ntitle: t\nseverity: error\nrationale: r\nsource: https://x\ncheck: magic\n", "check: 'magic'"),
+    ("id: GN-X-1\ntitle: t\nseverity: error\nsource: https://x\ncheck: no_span_without_interleave\n",
+     "rationale: missing"),
+    ("id: GN-X-1\ntitle: t\nseverity: error\nrationale: r\nsource: my head\ncheck: no_span_without_interleave\n",
+     "source: 'my head'"),
+    ("id: [unclosed\n", "cannot be read as YAML"),
+    ("- a list\n", "a rule must be a mapping"),
+])
+def test_bad_rule_files_name_the_file_and_field(tmp_path, text, needle):
+    (tmp_path / "bad.yml").write_text(text)
+    with pytest.raises(policy.PolicyError) as err:
+        policy.load_rules(str(tmp_path), yaml.safe_load)
+    assert str(tmp_path / "bad.yml") in str(err.value) and needle in str(err.value)
+
+
+def test_duplicate_ids_are_refused(tmp_path):
+    text = "id: GN-X-1\ntitle: t\nseverity: error\nrationale: r\nsource: https://x\ncheck: no_span_without_interleave\n"
+    (tmp_path / "a.yml").write_text(text)
+    (tmp_path / "b.yml").write_text(text)
+    with pytest.raises(policy.PolicyError) as err:
+        policy.load_rules(str(tmp_path), yaml.safe_load)
+    assert "already used" in str(err.value)
