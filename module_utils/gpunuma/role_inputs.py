@@ -186,7 +186,7 @@ def _same(value, choice):
     return value == choice or (isinstance(value, (int, float)) and str(value) == choice)
 
 
-def name_problems(variable, names, pattern, allowed, extra_ok=()):
+def name_problems(variable, names, pattern, allowed, extra_ok=(), noun="names"):
     """``variable: [...] are not valid names`` for the items not matching all of ``pattern``.
 
     Full match: a trailing newline (``"root\\n"``) is not a name.
@@ -196,7 +196,7 @@ def name_problems(variable, names, pattern, allowed, extra_ok=()):
     bad = [n for n in names if n not in extra_ok and (not isinstance(n, str) or not re.fullmatch(pattern, n))]
     if not bad:
         return []
-    return ["%s: %s %s not valid; allowed: %s" % (variable, shown(bad), "is" if len(bad) == 1 else "are", allowed)]
+    return ["%s: %s %s not valid %s; allowed: %s" % (variable, shown(bad), "is" if len(bad) == 1 else "are", noun, allowed)]
 
 
 def host_file_stem(host):

@@ -52,7 +52,9 @@ def _entries(path):
 @pytest.mark.parametrize(
     "limit,pam,systemd",
     [("64G", "67108864", "68719476736"), ("512M", "524288", "536870912"), ("unlimited", "unlimited", "infinity"),
-     ("infinity", "unlimited", "infinity"), (1048576, "1024", "1048576"), ("8k", "8", "8192")],
+     ("infinity", "unlimited", "infinity"), (1048576, "1024", "1048576"), ("8k", "8", "8192"),
+     # The grammar instance memory uses (limits.parse_limit): binary suffixes and fractions.
+     ("64GiB", "67108864", "68719476736"), ("1.5G", "1572864", "1610612736")],
 )
 def test_limit_in_each_unit(tmp_path, limit, pam, systemd):
     proc, limits = _run(tmp_path, memlock_limit=limit, memlock_users=["svc"], memlock_groups=["gpu"])
@@ -81,16 +83,25 @@ def test_check_mode_writes_nothing(tmp_path):
 @pytest.mark.parametrize(
     "limit,message",
     [
-        ("lots", "memlock_limit: 'lots' is invalid; allowed: unlimited, infinity, or a size such as 64G"),
-        ("64 G", "memlock_limit: '64 G' is invalid; allowed: unlimited, infinity, or a size such as 64G"),
-        ("-1", "memlock_limit: '-1' is invalid"),
-        ("1000", "memlock_limit: '1000' bytes is not a whole number of KiB"),
+        # The grammar is limits.parse_limit's (the code that converts the
+        # limit), so the message names the value and what is allowed.
+        ("lots", ["memlock_limit: 'lots'", "allowed: unlimited, infinity"]),
+        ("64X", ["memlock_limit: '64X'", "allowed:"]),
+        ("-1", ["memlock_limit: '-1'", "allowed:"]),
+        ("1000", ['memlock_limit: "1000" is 1000 bytes, not a whole number of KiB']),
+        ("1.5K", ['memlock_limit: "1.5K" is 1536 bytes, not a whole number of KiB']),
+        # 0 locks nothing: refused with the allowed range, string or number.
+        ("0", ["memlock_limit: '0'", "allowed:"]),
+        (0, ["memlock_limit: 0", "allowed:"]),
+        ("99999999999E", ["memlock_limit: '99999999999E'", "allowed:"]),
     ],
 )
 def test_bad_limit_fails_before_any_change(tmp_path, limit, message):
     proc, limits = _run(tmp_path, memlock_limit=limit, memlock_users=["svc"])
     assert proc.returncode != 0
-    assert message in proc.stdout
+    for needle in message:
+        assert needle in proc.stdout, (needle, proc.stdout[-2000:])
+    assert "argument_spec_data" not in proc.stdout
     assert not limits.exists()
 
 
@@ -107,9 +118,12 @@ def test_wildcard_needs_consent(tmp_path):
 @pytest.mark.parametrize(
     "users,groups,message",
     [
-        (["bad name"], [], "memlock_users: ['bad name'] are not valid user names"),
-        (["ok", "x\ny"], [], "are not valid user names"),
-        ([], ["@gpu"], "memlock_groups: ['@gpu'] are not valid group names"),
+        (["bad name"], [], 'memlock_users: ["bad name"] is not valid user names'),
+        (["ok", "x\ny"], [], 'memlock_users: ["x\\ny"] is not valid user names'),
+        # Full match: a trailing newline is not part of a name ($ would match before it).
+        (["svc\n"], [], 'memlock_users: ["svc\\n"] is not valid user names'),
+        ([], ["gpu\n"], 'memlock_groups: ["gpu\\n"] is not valid group names'),
+        ([], ["@gpu"], 'memlock_groups: ["@gpu"] is not valid group names'),
         ("svc", [], 'memlock_users: "svc" is not a list'),
     ],
 )

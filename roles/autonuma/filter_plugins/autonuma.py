@@ -64,7 +64,7 @@ def input_problems(options, values, aliases=None):
     if "autonuma_sysctl_file" not in named and isinstance(path, str) and not re.fullmatch(SYSCTL_FILE_PATTERN, path):
         problems.append(
             "autonuma_sysctl_file: %s is invalid; allowed: an absolute path ending in .conf "
-            "(systemd-sysctl ignores other names)" % role_inputs.shown(path)
+            "(systemd-sysctl ignores other names)" % repr(path)
         )
     return problems
 

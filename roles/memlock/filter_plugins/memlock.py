@@ -94,11 +94,13 @@ def input_problems(options, values, aliases=None):
         problems += role_inputs.name_problems(
             "memlock_users", users, NAME_PATTERN,
             "letters, digits, '_', '.', '-' (groups go in memlock_groups, without '@')", extra_ok=("*",),
+            noun="user names",
         )
     groups = values.get("memlock_groups")
     if "memlock_groups" not in named:
         problems += role_inputs.name_problems(
-            "memlock_groups", groups, NAME_PATTERN, "letters, digits, '_', '.', '-', without a leading '@'"
+            "memlock_groups", groups, NAME_PATTERN, "letters, digits, '_', '.', '-', without a leading '@'",
+            noun="group names",
         )
     return problems
 
