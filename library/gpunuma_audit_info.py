@@ -76,6 +76,8 @@ audit:
     status: {description: compliant or drifted., type: str}
     findings: {description: "Each: id, severity, instance, expected, actual, message.", type: list}
     instances: {description: Per planned instance, what was expected and what runs., type: list}
+applied_plan: {description: The applied plan read (for the policy rules)., returned: always, type: dict}
+persisted_topology: {description: The persisted topology read (for the policy rules)., returned: always, type: dict}
 """
 
 import json
@@ -250,6 +252,9 @@ def main():
             "live": live,
         })
 
+    live_text = _read(os.path.join(p["proc_root"], "sys/kernel/numa_balancing"))
+    live_value = live_text.strip() if live_text else None
+    report["numa_balancing"]["live"] = live_value
     if p["numa_balancing"] is not None:
         file_value = _sysctl_value(_read(p["numa_balancing_file"]))
         report["numa_balancing"]["file"] = file_value
@@ -257,9 +262,6 @@ def main():
             findings.append(Finding("numa-balancing-file", "error", "%s sets kernel.numa_balancing to %s, expected %d"
                                     % (p["numa_balancing_file"], file_value if file_value is not None else "nothing (missing)",
                                        p["numa_balancing"]), None, p["numa_balancing"], file_value))
-        live_text = _read(os.path.join(p["proc_root"], "sys/kernel/numa_balancing"))
-        live_value = live_text.strip() if live_text else None
-        report["numa_balancing"]["live"] = live_value
         in_container = os.path.exists("/run/systemd/container") or os.path.exists("/.dockerenv")
         check_live = p["numa_balancing_live"] == "yes" or (p["numa_balancing_live"] == "auto" and not in_container)
         if check_live and live_value is not None and live_value != str(p["numa_balancing"]):
@@ -268,7 +270,9 @@ def main():
 
     report["findings"] = findings
     report["status"] = auditlib.status_of(findings)
-    module.exit_json(changed=False, audit=report)
+    # The documents compared, for the policy rules on live state (not part of the report).
+    module.exit_json(changed=False, audit=report, applied_plan=plan,
+                     persisted_topology=topology if isinstance(topology, dict) else {})
 
 
 if __name__ == "__main__":

@@ -129,12 +129,17 @@ def check_numa_balancing_off_with_bind(ctx, params):
         return None
     problems = []
     wanted = ctx.settings.get("numa_balancing")
-    if wanted != 0:
+    live = (ctx.live or {}).get("numa_balancing") or {}
+    if wanted is None and not live:
+        # autonuma_numa_balancing: null leaves the node's value alone; only
+        # the audit, reading the node, can tell.
+        return None
+    if wanted is not None and wanted != 0:
         problems.append("instances %s use membind but autonuma_numa_balancing is %s, not 0" % (", ".join(bound), wanted))
-    if ctx.live:
-        live = (ctx.live.get("numa_balancing") or {})
-        if live.get("file") not in (None, "0"):
-            problems.append("the node's sysctl file sets kernel.numa_balancing = %s" % live.get("file"))
+    if live.get("file") not in (None, "0"):
+        problems.append("the node's sysctl file sets kernel.numa_balancing = %s" % live.get("file"))
+    if wanted is None and live.get("live") not in (None, "0"):
+        problems.append("kernel.numa_balancing is %s on the node" % live.get("live"))
     return problems
 
 

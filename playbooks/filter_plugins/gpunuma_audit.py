@@ -10,6 +10,9 @@ def gpunuma_audit_line(report):
         "%s%s" % (f.get("id"), ("(%s)" % f["instance"]) if f.get("instance") else "")
         for f in findings if f.get("severity") in ("error", "warning")
     )
+    failed = ["policy %s" % r.get("id") for r in (report.get("policy") or {}).get("results") or []
+              if r.get("status") == "fail" and r.get("severity") == "error"]
+    what = ", ".join(x for x in [what] + failed if x)
     return "%-24s %-12s %s" % (report.get("hostname"), report.get("status"), what or "-")
 
 

@@ -103,6 +103,12 @@ def test_kubelet_rules_do_not_apply_without_kubelet():
     assert status("GN-K8S-002", plan(inst()))[0] == "not_applicable"
 
 
+def test_numa_balancing_left_alone_is_checked_only_live():
+    assert status("GN-NB-001", plan(inst()), {"numa_balancing": None})[0] == "not_applicable"
+    live = {"numa_balancing": {"live": "1", "file": None}, "instances": []}
+    assert status("GN-NB-001", plan(inst()), {"numa_balancing": None}, live=live)[0] == "fail"
+
+
 def test_live_numa_balancing_file_is_checked():
     live = {"numa_balancing": {"file": "1"}, "instances": []}
     assert status("GN-NB-001", plan(inst()), live=live)[0] == "fail"
