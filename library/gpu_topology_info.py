@@ -27,6 +27,15 @@ description:
     C(numa_node) is -1 in many VMs). A CPU-less node (Grace HBM) is never the binding node;
     it is reported as the GPU's RV(topology.gpus[].gpu_numa_id).
   - A node without GPUs returns C(gpus=[]); that is not an error.
+  - Every file discovery reads is bounded. sysfs and procfs attributes must be regular files (a FIFO, a
+    socket, a device node or a symbolic link such as one to C(/dev/zero) is refused without being opened)
+    of at most 64 KiB (a sysfs attribute holds at most one page, 64 KiB on arm64 with 64K pages). The
+    files a user names may be symbolic links to regular files outside C(/dev), of at most 1 MiB
+    (O(nvidia_smi_topo_file)) and 16 MiB (O(nvml_dump)).
+  - Files that define NUMA nodes and hyperthread siblings (C(node<N>/cpulist), C(cpu<N>/topology/*)) fail
+    the task, naming the file, when unreadable or malformed; PCI attributes, node C(meminfo) and
+    C(distance), C(numa_balancing) degrade to a warning naming the file. Any such loss makes
+    RV(topology.complete) false.
   - Offline inputs make the same discovery run anywhere - O(sysfs_root), O(nvidia_smi_topo_file),
     O(nvml_dump) - for support bundles, tests and CI.
 version_added: "0.1.0"
@@ -46,6 +55,10 @@ options:
     description:
       - A recorded NVML dump (C(gpunuma.nvml-dump/v1), see O(record_nvml_dump)) replayed instead of
         live NVML.
+      - The dump is checked field by field before it is used (bus ids in full domain form, C(GPU-) UUIDs
+        without control characters, unique bus ids and UUIDs, NUMA ids, affinity words that fit
+        C(cpu_word_bits) of 32 or 64, object and list shapes); the task fails listing every problem with its
+        field path, for example C(gpus[3].pci_bus_id), what was found and what is allowed.
     type: path
   record_nvml_dump:
     description:
@@ -129,7 +142,11 @@ topology:
       type: list
       elements: str
     complete:
-      description: False when a source failed and what it would have given is missing.
+      description: >-
+        True only when nothing was lost. False when a source failed and what it would have given is missing
+        (NVML failing while GPUs are visible), or when a sysfs file or directory exists but could not be read
+        or held a malformed value (a GPU whose C(class) holds binary bytes, a symlink loop in
+        C(bus/pci/devices), an unreadable C(numa_node)); a warning then names each path.
       type: bool
     numa_nodes:
       description: C(id), C(cpus) (canonical list), C(has_cpus), C(memory_total_bytes), C(memory_free_bytes), C(distances), C(cores).
@@ -181,6 +198,7 @@ nvml_dump_path:
 import json
 import os
 import socket
+import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.discover import discover
@@ -225,6 +243,9 @@ def main():
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc))
+    except Exception as exc:  # a defect: still a task failure with a message, not a module crash
+        module.fail_json(msg="gpu_topology_info failed unexpectedly (%s: %s); this is a gpunuma bug, please report "
+                         "it with the inputs" % (type(exc).__name__, exc), exception=traceback.format_exc())
 
     out = dict(changed=False, topology=result["topology"])
     dest = params["record_nvml_dump"]

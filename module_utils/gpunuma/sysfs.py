@@ -128,6 +128,26 @@ def quote(value, limit=_QUOTE_CHARS):
     return repr(value)
 
 
+_S_ISREG = stat.S_ISREG
+# O_NONBLOCK: a FIFO swapped in after the type check still cannot block.
+_FOLLOW_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+_ATTRIBUTE_FLAGS = _FOLLOW_FLAGS | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _refuse(path, mode, follow_symlinks, what):
+    if stat.S_ISLNK(mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise OSError(errno.ELOOP, "it is a symbolic link (to %s); %s is read only as a regular file"
+                      % (target, what))
+    raise OSError(errno.EINVAL, "it is %s%s; %s is read only as a regular file"
+                  % (_file_kind(mode),
+                     " (%s)" % os.path.realpath(path) if follow_symlinks and os.path.islink(path) else "",
+                     what))
+
+
 def _clip(message, limit=600):
     """Messages quote what they read; keep one from growing with the input."""
     if len(message) > limit:
@@ -153,32 +173,20 @@ def read_bounded(path, limit=MAX_ATTRIBUTE_BYTES, follow_symlinks=False, what="a
     what is allowed (``ELOOP`` for a link, ``EINVAL`` for a file of the wrong
     type, ``EFBIG`` when larger than ``limit``).
     """
-    info = os.stat(path) if follow_symlinks else os.lstat(path)
-    if stat.S_ISLNK(info.st_mode):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
-        raise OSError(errno.ELOOP, "it is a symbolic link (to %s); %s is read only as a regular file"
-                      % (target, what))
-    if not stat.S_ISREG(info.st_mode):
-        raise OSError(errno.EINVAL, "it is %s%s; %s is read only as a regular file"
-                      % (_file_kind(info.st_mode),
-                         " (%s)" % os.path.realpath(path) if follow_symlinks and os.path.islink(path) else "",
-                         what))
+    mode = (os.stat if follow_symlinks else os.lstat)(path).st_mode
+    if not _S_ISREG(mode):
+        _refuse(path, mode, follow_symlinks, what)
     if follow_symlinks:
         real = os.path.realpath(path)
         if real == "/dev" or real.startswith("/dev/"):
             raise OSError(errno.EINVAL, "it resolves to %s, under /dev; %s is read only from a regular file"
                           % (real, what))
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-    if not follow_symlinks:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
+    flags = _FOLLOW_FLAGS if follow_symlinks else _ATTRIBUTE_FLAGS
     fd = os.open(path, flags)
     try:
         # The path may have been swapped between lstat() and open().
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        if not _S_ISREG(mode):
             raise OSError(errno.EINVAL, "it is %s; %s is read only as a regular file" % (_file_kind(mode), what))
         # A sysfs or procfs attribute arrives whole in one read; a file a
         # user names may sit on a file system that returns less.
@@ -282,6 +290,7 @@ class _HostReader:
         # local_cpulist on each of its devices): parse each spelling once.
         self._cpu_cache = {}
         self._cpu_ids = None
+        self._devices_dir = None
 
     # -- low-level reading -------------------------------------------------
 
@@ -658,13 +667,19 @@ class _HostReader:
             self.warn_lost(dev_dir, "PCI device %s is %s, not a directory; device skipped"
                            % (dev_dir, _file_kind(info.st_mode)))
             return False
-        if os.path.islink(dev_dir):
-            devices = os.path.realpath(self.path("sys", "devices"))
-            target = os.path.realpath(dev_dir)
-            if not target.startswith(devices + os.sep):
-                self.warn_lost(dev_dir, "PCI device %s leads to %s, outside %s; device skipped"
-                               % (dev_dir, target, devices))
-                return False
+        try:
+            target = os.readlink(dev_dir)
+        except OSError:
+            return True  # a plain directory: a copy, or a capture
+        # As in read_realpath: the kernel's links are relative and cross real
+        # directories, so normalising the joined path resolves them.
+        target = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(dev_dir)), target))
+        if self._devices_dir is None:
+            self._devices_dir = os.path.abspath(self.path("sys", "devices")) + os.sep
+        if not target.startswith(self._devices_dir):
+            self.warn_lost(dev_dir, "PCI device %s leads to %s, outside %s; device skipped"
+                           % (dev_dir, target, self._devices_dir.rstrip(os.sep)))
+            return False
         return True
 
     def hex_attr(self, path, width=None):

@@ -169,3 +169,51 @@ def test_discover_persists_then_is_idempotent_then_keeps_old_on_change(tmp_path)
     assert json.loads(node_file.read_text())["fingerprint"] == pending["fingerprint"]
     backups = [p for p in os.listdir(node_file.parent) if p.startswith("topology.json.") and p != "topology.json"]
     assert backups, "the replaced inventory must be backed up"
+
+
+# --- hostile inputs through the module: a named failure or an incomplete result, quickly
+
+
+def test_fifo_and_dev_zero_in_sysfs_degrade_to_warnings_quickly(tmp_path):
+    import time
+
+    import sysfs_factory
+
+    root = sysfs_factory.small_two_node(str(tmp_path / "root"))
+    gpu = os.path.join(root, "sys/bus/pci/devices/0000:18:00.0")
+    sysfs_factory.apply_damage(root, {"op": "fifo", "path": "sys/bus/pci/devices/0000:18:00.0/class"})
+    sysfs_factory.apply_damage(root, {"op": "symlink", "path": "sys/bus/pci/devices/0000:19:00.0/local_cpulist",
+                                      "target": "/dev/zero"})
+    start = time.monotonic()
+    rc, result = run_module("gpu_topology_info", {"sysfs_root": root})
+    assert time.monotonic() - start < 60
+    assert rc == 0, result
+    topo = result["topology"]
+    assert topo["complete"] is False and topo["gpus"] == []
+    assert any(gpu + "/class" in w and "FIFO" in w for w in topo["warnings"])
+    assert any("/dev/zero" in w for w in topo["warnings"])
+
+
+def test_fifo_node_cpulist_fails_naming_it(tmp_path):
+    import sysfs_factory
+
+    root = sysfs_factory.small_two_node(str(tmp_path / "root"))
+    path = sysfs_factory.apply_damage(root, {"op": "fifo", "path": "sys/devices/system/node/node0/cpulist"})
+    rc, result = run_module("gpu_topology_info", {"sysfs_root": root})
+    assert rc != 0 and "module_stderr" not in result
+    assert result["msg"] == "cannot read %s: it is a FIFO (named pipe); a sysfs or procfs attribute is read only " \
+                            "as a regular file" % path
+
+
+def test_nvml_dump_schema_errors_name_each_field(tmp_path):
+    with open(os.path.join(FIXTURES, "hostile", "nvml", "several-problems.json")) as handle:
+        content = handle.read()
+    dump = tmp_path / "dump.json"
+    dump.write_text(content)
+    rc, result = run_module("gpu_topology_info", {"sysfs_root": os.path.join(RECORDED, "sysfs"),
+                                                  "nvml_dump": str(dump)})
+    assert rc != 0 and "module_stderr" not in result and "Traceback" not in result["msg"]
+    assert result["msg"].startswith("nvml_dump %s: 3 problems: " % dump)
+    for needle in ("cpu_word_bits is -1; allowed: 32 or 64", "gpus[0].pci_bus_id is 'zzzz:18:00.0'",
+                   "gpus[1].uuid is 'GPU\\n'"):
+        assert needle in result["msg"]
