@@ -160,6 +160,7 @@ def main():
                 self.send_error(404)
                 return
             self.send_response(200)
+            self.send_header("Content-Type", "application/json" if self.path == "/configz" else "text/plain")
             self.end_headers()
             self.wfile.write(body)
 
