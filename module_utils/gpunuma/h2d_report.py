@@ -225,7 +225,19 @@ def _verdict(places, tolerances, profile, ladder):
 
 
 def build_report(probe, policy, hostname=None, profile=None, ladder=None, generated_at=None):
-    """One host's ``gpunuma.validation/v1`` report from its probe result and a loaded policy."""
+    """One host's ``gpunuma.validation/v1`` report from its probe result and a loaded policy.
+
+    A damaged result (a replayed file edited by hand, a wrong type in a field) raises ReportError
+    naming the host and what was wrong, never a bare TypeError.
+    """
+    try:
+        return _build_report(probe, policy, hostname, profile, ladder, generated_at)
+    except (TypeError, KeyError, AttributeError, ValueError, ZeroDivisionError) as exc:
+        raise ReportError("the probe result for %s is malformed (%s: %s); expected the fields of %s (docs/probe.md)"
+                          % (hostname or "this host", type(exc).__name__, exc, PROBE_SCHEMA))
+
+
+def _build_report(probe, policy, hostname, profile, ladder, generated_at):
     if not isinstance(probe, dict) or probe.get("schema") != PROBE_SCHEMA:
         raise ReportError("the probe result for %s is not a %s document (schema %r)"
                           % (hostname or "this host", PROBE_SCHEMA, probe.get("schema") if isinstance(probe, dict) else probe))

@@ -177,6 +177,7 @@ def numastat_metrics(expo, sysfs_root="/"):
                          int(values[key]), {"node": name[4:]})
 
 
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]{1,255}\.(service|scope)$")
 _NUMA_MAPS_NODE = re.compile(r"\bN(\d+)=(\d+)")
 _NUMA_MAPS_PAGESIZE = re.compile(r"\bkernelpagesize_kB=(\d+)")
 
@@ -223,6 +224,8 @@ def plan_metrics(expo, plan, probe=None, sysfs_root="/"):
         if not isinstance(inst, dict) or not inst.get("name"):
             continue
         unit = inst.get("unit") or "gpunuma-%s.service" % inst["name"]
+        if not isinstance(unit, str) or not _UNIT_NAME.match(unit):
+            raise ValueError("instance %r has unit %r, not a systemd unit name" % (inst["name"], unit))
         mem_nodes = [n for n in inst.get("mem_nodes") or [] if isinstance(n, int)]
         planned = [n for n in (inst.get("numa_nodes") or []) if isinstance(n, int)]
         expo.add("gpunuma_instance_info", "gauge",
@@ -270,6 +273,20 @@ def audit_metrics(expo, audit):
         expo.add("gpunuma_audit_timestamp_seconds", "gauge", "When the last audit ran (Unix time).", audit["timestamp"])
 
 
+def _guarded(expo, errors, what, function, *args):
+    """Render one source into a scratch exposition; merge it only when the source was well-formed."""
+    scratch = Exposition()
+    try:
+        function(scratch, *args)
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        errors.append("%s: malformed (%s: %s)" % (what, type(exc).__name__, exc))
+        return False
+    for name, fam in scratch.families.items():
+        target = expo.families.setdefault(name, {"type": fam["type"], "help": fam["help"], "samples": []})
+        target["samples"].extend(fam["samples"])
+    return True
+
+
 def collect(probe_path=None, plan_path=None, audit_path=None, sysfs_root="/", now=None):
     """Render the whole textfile; returns (text, errors)."""
     errors = []
@@ -281,12 +298,16 @@ def collect(probe_path=None, plan_path=None, audit_path=None, sysfs_root="/", no
             mtime = os.stat(probe_path).st_mtime
         except OSError:
             pass
-    probe_metrics(expo, probe, mtime)
+    if not _guarded(expo, errors, "probe result %s" % probe_path, probe_metrics, probe, mtime):
+        probe = None
+        expo.add("gpunuma_h2d_probe_success", "gauge",
+                 "1 when the last H2D probe result is present and its status is ok.", 0)
     numastat_metrics(expo, sysfs_root)
     plan = _read_json(plan_path, "plan", errors)
     if plan is not None and not (isinstance(plan, dict) and plan.get("schema") == "gpunuma.plan/v1"):
         errors.append("plan %s: not a gpunuma.plan/v1 document" % plan_path)
-    plan_metrics(expo, plan, probe, sysfs_root)
+    if not _guarded(expo, errors, "plan %s" % plan_path, plan_metrics, plan, probe, sysfs_root):
+        plan = None
     audit_metrics(expo, _read_json(audit_path, "audit state", errors))
     for src, path, data in (("probe", probe_path, probe), ("plan", plan_path, plan)):
         expo.add("gpunuma_metrics_source_up", "gauge", "1 when the source file was read and understood.",

@@ -186,3 +186,14 @@ def test_fleet_table_columns(probe, policy):
 @pytest.mark.parametrize("name, safe", [("gpu-a01", "gpu-a01"), ("../x", "%2E.%2Fx"), ("a b", "a%20b"), ("", "%00")])
 def test_host_file_name(name, safe):
     assert h2d_report.host_file_name(name) == safe
+
+
+@pytest.mark.parametrize("damage", [
+    lambda p: p.update(gpus=["x"]),
+    lambda p: p["gpus"][0].update(placements={"local": {"status": "ok", "measurement": {"h2d_pinned": {"gbps_median": "fast"}}}}),
+    lambda p: p["gpus"][0].update(pcie="gen5"),
+])
+def test_malformed_replay_is_a_report_error(probe, policy, damage):
+    damage(probe)
+    with pytest.raises(h2d_report.ReportError, match="the probe result for h1 is malformed"):
+        h2d_report.build_report(probe, policy, hostname="h1")

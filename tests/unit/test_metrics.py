@@ -185,3 +185,34 @@ def test_main_cli(tmp_path, capsys):
     assert "gpunuma_h2d_copy_bandwidth_bytes_per_second" in (tmp_path / "gpunuma.prom").read_text()
     assert metrics.main(["--textfile-dir", str(tmp_path / "missing")]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", [
+    lambda p: p.update(gpus="x"),
+    lambda p: p["gpus"][0].update(placements=["local"]),
+    lambda p: p["gpus"][0]["placements"]["local"]["measurement"]["h2d_pinned"].update(gbps_median="fast"),
+    lambda p: p["gpus"][0].update(pcie={"theoretical_gbps": "63"}),
+    lambda p: p["gpus"].append(None),
+])
+def test_malformed_probe_is_an_error_not_a_crash(tmp_path, damage):
+    probe = json.load(open(RECORDED))
+    damage(probe)
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(probe))
+    text, errors = metrics.collect(probe_path=str(path), sysfs_root="/nonexistent")
+    assert len(errors) == 1 and errors[0].startswith("probe result %s: malformed" % path)
+    fams = parse(text)
+    assert samples(fams, "gpunuma_h2d_probe_success")[0].value == 0
+    assert not samples(fams, "gpunuma_h2d_copy_bandwidth_bytes_per_second")
+    assert samples(fams, "gpunuma_metrics_source_up", source="probe")[0].value == 0
+
+
+def test_plan_with_a_path_for_a_unit_is_refused(tmp_path):
+    plan = dict(PLAN, instances=[dict(PLAN["instances"][0], unit="../../../etc/passwd")])
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    text, errors = metrics.collect(plan_path=str(path), sysfs_root="/nonexistent")
+    assert errors == ["plan %s: malformed (ValueError: instance 'llm0' has unit '../../../etc/passwd', not a systemd unit name)" % path]
+    fams = parse(text)
+    assert not samples(fams, "gpunuma_instance_info")
+    assert samples(fams, "gpunuma_metrics_source_up", source="plan")[0].value == 0
