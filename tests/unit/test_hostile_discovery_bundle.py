@@ -29,7 +29,7 @@ def test_support_bundle_skips_fifos_links_and_huge_files_and_names_them(tmp_path
     with open(os.path.join(out, "SKIPPED")) as handle:
         skipped = handle.read()
     for path, why in ((fifo, "not a regular file"), (zero, "a symbolic link"), (huge, "larger than 65536 bytes"),
-                      (loop, "dangling or looping link")):
+                      (loop, "a dangling or looping link")):
         assert "%s: %s" % (path, why) in skipped and path in proc.stderr
     # The GPU survives the copy (its local_cpulist is intact); the NIC lost its vendor.
     topology = discover("bundle", sysfs_root=out)["topology"]
