@@ -123,6 +123,9 @@ def check_options(opts):
     positive_int("small_repeats", 10, 1000000)
     positive_int("warmup", 0, 1000)
     positive_int("timeout_s", 1, 3600)
+    if not errors and out["small_bytes"] > out["large_bytes"]:
+        errors.append("small_bytes is %d, larger than large_bytes (%d); the small copies reuse the large device buffer"
+                      % (out["small_bytes"], out["large_bytes"]))
     placements = out["placements"]
     if not isinstance(placements, (list, tuple)) or not placements:
         errors.append("placements is %r; it must be a non-empty list of %s" % (placements, ", ".join(PLACEMENTS)))

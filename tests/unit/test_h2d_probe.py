@@ -80,6 +80,7 @@ def one_node_root(tmp_path):
     ({"remote_node": -1}, "remote_node is -1"),
     ({"gpus": "0"}, "gpus is '0'"),
     ({"colour": "blue"}, "unknown option 'colour'"),
+    ({"large_bytes": 8192, "small_bytes": 65536}, "small_bytes is 65536, larger than large_bytes (8192)"),
 ])
 def test_bad_options_are_named_with_what_is_allowed(bad, field):
     with pytest.raises(h2d.ProbeError) as err:
