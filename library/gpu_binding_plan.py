@@ -81,6 +81,18 @@ options:
     type: str
     choices: [fallback, error]
     default: fallback
+  allow_unknown_siblings:
+    description:
+      - Whether a plan may bind CPUs on a NUMA node whose hyperthread siblings are unknown.
+      - A topology without C(cores) (one built from C(nvidia-smi topo -m) alone) has them inferred
+        when every node's CPU list is two equal ranges one offset apart (CPU N and N+T/2, the
+        standard Linux x86 enumeration); the plan says so in C(siblings) and its warnings.
+      - When they cannot be inferred, each CPU would be planned as a core, so two workers could share
+        a physical core and a worker could get the sibling of a housekeeping CPU. With C(false) the
+        module then fails naming the node; C(true) plans each CPU as a core, with a warning (for a
+        dry run, or a node known to have SMT off).
+    type: bool
+    default: false
   applied_plan:
     description:
       - The plan the node runs now (the content of C(/etc/gpunuma/plan.json)), if any. When it was made
@@ -172,8 +184,16 @@ plan:
     profile:
       description: Name of the profile the plan was computed under.
       type: str
+    schema_minor:
+      description: Minor version of C(gpunuma.plan/v1) (additive fields); 1 adds C(siblings).
+      type: int
     options:
-      description: C(housekeeping_cores_per_node) and C(strict_capacity) as used.
+      description: C(housekeeping_cores_per_node), C(strict_capacity) and C(allow_unknown_siblings) as used.
+      type: dict
+    siblings:
+      description: >-
+        CPU-bearing node id (string) -> where its hyperthread sibling groups come from: C(topology)
+        (sysfs), C(inferred) (CPU N and N+T/2) or C(unknown) (each CPU planned as a core).
       type: dict
     housekeeping:
       description: CPU-bearing node id (string) -> canonical list of its housekeeping CPUs.
@@ -249,6 +269,7 @@ def main():
             # raw: the planner checks it and names the bad field (Ansible's
             # dict conversion would only say "dictionary requested").
             applied_plan=dict(type="raw"),
+            allow_unknown_siblings=dict(type="bool", default=False),
         ),
         mutually_exclusive=[("topology", "topology_path")],
         required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],
@@ -275,6 +296,7 @@ def main():
             housekeeping_cores_per_node=params["housekeeping_cores_per_node"],
             strict_capacity=params["strict_capacity"],
             applied_plan=params["applied_plan"],
+            allow_unknown_siblings=params["allow_unknown_siblings"],
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))

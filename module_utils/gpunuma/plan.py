@@ -35,6 +35,7 @@ from ansible.module_utils.gpunuma.plan_alloc import (  # noqa: F401 (choose_gpu_
     apply_profile,
     assign_gpus,
     check_shares,
+    check_siblings_known,
     choose_gpu_group,
 )
 from ansible.module_utils.gpunuma.plan_capacity import check_capacity
@@ -53,6 +54,7 @@ from ansible.module_utils.gpunuma.plan_model import (  # noqa: F401
     INSTANCES_VAR,
     PLACEMENT_KEYS,
     SCHEMA,
+    SCHEMA_MINOR,
     TOPOLOGY_SCHEMA,
     InstanceSpec,
     PlanError,
@@ -170,14 +172,16 @@ def render_instance(spec, topo, profile):
 
 
 def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, strict_capacity="fallback",
-               applied_plan=None):
+               applied_plan=None, allow_unknown_siblings=False):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
     mapping (``profiles.load_profile``), ``instances`` the inventory's
     ``gpunuma_instances`` list. ``applied_plan`` is the plan the node runs
     now (``/etc/gpunuma/plan.json``), if any: the memory its instances hold
-    counts as available to them in the capacity check. Raises
+    counts as available to them in the capacity check. A plan that binds
+    CPUs on a node whose hyperthread siblings are unknown (and cannot be
+    inferred) is refused unless ``allow_unknown_siblings``. Raises
     :class:`PlanError` listing every problem found.
     """
     problems = []
@@ -218,6 +222,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
     for spec in specs:
         apply_profile(spec, topo, profile)
     allocate_cpus(specs, topo, problems)
+    check_siblings_known(specs, topo, allow_unknown_siblings, problems)
     check_capacity(specs, topo, strict_capacity, problems, applied_plan)
     if problems:
         raise PlanError(problems)
@@ -230,12 +235,14 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
         warnings.extend("%s: %s" % (item["name"], w) for w in item["warnings"])
     return {
         "schema": SCHEMA,
+        "schema_minor": SCHEMA_MINOR,
         "hostname": topology.get("hostname"),
         "topology_fingerprint": topo.fingerprint,
         "profile": profile["name"],
         "options": {
             "housekeeping_cores_per_node": housekeeping_cores_per_node,
             "strict_capacity": strict_capacity,
+            "allow_unknown_siblings": bool(allow_unknown_siblings),
         },
         "housekeeping": dict(
             (
@@ -245,6 +252,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
             for n in topo.cpu_node_ids
         ),
         "worker_cpus": dict((str(n), format_cpulist(topo.nodes[n].worker_cpus)) for n in topo.cpu_node_ids),
+        "siblings": dict((str(n), topo.nodes[n].siblings) for n in topo.cpu_node_ids),
         "instances": rendered,
         "warnings": warnings,
     }

@@ -313,6 +313,33 @@ def allocate_node(node, members, problems):
                 spec.allocated_cpus.update(node.worker_cpus)
 
 
+def check_siblings_known(specs, topo, allow_unknown_siblings, problems):
+    """Refuse to bind CPUs where hyperthread siblings are unknown, unless allowed.
+
+    With siblings unknown every CPU is planned as a core, so two workers may
+    get the two threads of one physical core, and a worker the sibling of a
+    housekeeping CPU. A text-only topology of a machine whose layout shows
+    the siblings gets them inferred instead (``plan_topology``).
+    """
+    if allow_unknown_siblings:
+        return
+    unknown = set(n for n in topo.cpu_node_ids if topo.nodes[n].siblings == "unknown")
+    users = {}
+    for spec in specs:
+        if spec.cpu_binding:
+            for node_id in spec.numa_nodes:
+                if node_id in unknown:
+                    users.setdefault(node_id, []).append(spec.name)
+    for node_id in sorted(users):
+        problems.append(
+            "topology.numa_nodes: hyperthread siblings of NUMA node %d on %s are unknown and cannot be inferred, "
+            "so instances %s could share physical cores with each other or with housekeeping; "
+            "allowed: a topology discovered with sysfs (gpu_topology_info on the node reads the cores), "
+            "or allow_unknown_siblings: true to plan each CPU as a core"
+            % (node_id, topo.hostname, ", ".join(repr(n) for n in users[node_id]))
+        )
+
+
 def check_shares(specs, topo):
     """Refuse a plan whose CPU shares break the invariants (a planner defect).
 

@@ -17,6 +17,9 @@ from ansible.module_utils.gpunuma.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.errors import GpunumaError
 
 SCHEMA = "gpunuma.plan/v1"
+# Additive fields raise the minor version; readers of v1 ignore fields they
+# do not know. 1: siblings, options.allow_unknown_siblings (docs/plan-v1.md).
+SCHEMA_MINOR = 1
 TOPOLOGY_SCHEMA = "gpunuma.topology/v1"
 INSTANCES_VAR = "gpunuma_instances"
 APPLIED_PLAN_SOURCE = "/etc/gpunuma/plan.json"

@@ -32,6 +32,51 @@ def link_rank(code):
     return _LINK_RANK.get(code, 0)
 
 
+def _runs(cpus):
+    """Maximal runs of consecutive ids: ``{0,1,2,8,9}`` -> ``[(0, 2), (8, 9)]``."""
+    runs = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], cpu)
+        else:
+            runs.append((cpu, cpu))
+    return runs
+
+
+def infer_sibling_offset(node_cpus):
+    """The sibling offset (half the machine's CPU count) when the layout shows it unambiguously, else None.
+
+    Linux numbers x86 hyperthreads so that the second thread of core ``c``
+    is CPU ``c + T/2`` (``T`` CPUs in all): each socket/NUMA node then holds
+    two equal ranges ``a..b`` and ``a+T/2..b+T/2``, as ``nvidia-smi topo -m``
+    prints them (``0-47,96-143``). Only that exact shape counts as evidence:
+    every CPU-bearing node two equal ranges, one offset ``d`` for all nodes,
+    every first range below ``d`` and every second below ``2d`` (so ``d`` is
+    half the CPU count; a text that shows only the GPUs' nodes, as on a DGX
+    A100 in NPS4, still qualifies). A single range per node (no SMT, SMT
+    numbered otherwise, a VM's ``0-15``) is no evidence.
+    """
+    offset = None
+    lows = []
+    highs = []
+    for cpus in node_cpus.values():
+        runs = _runs(cpus)
+        if len(runs) != 2:
+            return None
+        (a, b), (c, d) = runs
+        if b - a != d - c:
+            return None
+        if offset is None:
+            offset = c - a
+        elif c - a != offset:
+            return None
+        lows.append(b)
+        highs.append(d)
+    if offset is None or max(lows) >= offset or max(highs) >= 2 * offset:
+        return None
+    return offset
+
+
 @dataclass
 class PlanNode:
     """One NUMA node: its CPUs as whole cores, split into housekeeping and worker cores."""
@@ -41,6 +86,10 @@ class PlanNode:
     free: Optional[int] = None
     total: Optional[int] = None
     cores: List[frozenset] = field(default_factory=list)  # sibling groups, by lowest CPU
+    # Where the sibling groups come from: "topology" (sysfs thread_siblings),
+    # "inferred" (the standard x86 enumeration, see infer_siblings) or
+    # "unknown" (each CPU planned as a core); "none" for a CPU-less node.
+    siblings: str = "none"
     housekeeping: List[frozenset] = field(default_factory=list)
     worker_cores: List[frozenset] = field(default_factory=list)
     worker_cpus: frozenset = frozenset()
@@ -128,17 +177,20 @@ class PlanTopology(object):
                 total=raw.get("memory_total_bytes"),
             )
             node.cores = self._cores(raw, node, where, warnings, problems)
+            self.nodes[node.id] = node
+        self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
+        self.all_cpus = frozenset(owners)
+        self._resolve_siblings(warnings)
+        for node_id in self.cpu_node_ids:
+            node = self.nodes[node_id]
             node.housekeeping = node.cores[:housekeeping_cores]
             node.worker_cores = node.cores[housekeeping_cores:]
             node.worker_cpus = frozenset().union(*node.worker_cores) if node.worker_cores else frozenset()
-            if node.cpus and not node.worker_cores:
+            if not node.worker_cores:
                 warnings.append(
                     "numa node %d has %d cores, all kept for housekeeping (housekeeping_cores_per_node: %d); no worker can bind there"
                     % (node.id, len(node.cores), housekeeping_cores)
                 )
-            self.nodes[node.id] = node
-        self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
-        self.all_cpus = frozenset(owners)
 
         self.gpus = {}
         for pos, raw in enumerate(topology["gpus"]):
@@ -173,18 +225,48 @@ class PlanTopology(object):
         self.gpu_ids = sorted(self.gpus)
         self.links = self._links(topology.get("gpu_links"), warnings)
 
+    def _resolve_siblings(self, warnings):
+        """Infer the sibling groups of nodes whose topology has none, or say they are unknown."""
+        unknown = [n for n in self.cpu_node_ids if self.nodes[n].siblings == "unknown"]
+        if not unknown:
+            return
+        half = infer_sibling_offset(dict((n, self.nodes[n].cpus) for n in self.cpu_node_ids))
+        if half is not None and any(min(g) + half not in g for n in self.cpu_node_ids if self.nodes[n].siblings == "topology"
+                                    for g in self.nodes[n].cores if len(g) == 2):
+            # known cores elsewhere on the machine contradict the inferred pairing
+            half = None
+        nodes_text = ", ".join(str(n) for n in unknown)
+        if half is not None:
+            for node_id in unknown:
+                node = self.nodes[node_id]
+                node.cores = [frozenset([cpu, cpu + half]) for cpu in sorted(node.cpus) if cpu < half]
+                node.siblings = "inferred"
+            warnings.append(
+                "hyperthread siblings of NUMA node %s are not in the topology (built without sysfs, e.g. from "
+                "nvidia-smi topo -m alone); inferred as CPU N and N+%d: every node's CPUs are two equal ranges %d "
+                "apart, the standard Linux x86 enumeration that NVIDIA's bind scripts assume. Discover the "
+                "topology with sysfs to read them" % (nodes_text, half, half)
+            )
+            return
+        warnings.append(
+            "hyperthread siblings of NUMA node %s are unknown (no cores in the topology, e.g. built from "
+            "nvidia-smi topo -m alone, and the CPU lists are not the two-ranges layout they can be inferred from): "
+            "each CPU is planned as a core, so two workers may share a physical core and a worker may get the "
+            "sibling of a housekeeping CPU. Discover the topology with sysfs to read them" % nodes_text
+        )
+
     @staticmethod
     def _cores(raw, node, where, warnings, problems):
         if not node.cpus:
             return []
         groups = []
         listed = raw.get("cores")
-        if not isinstance(listed, list):
-            warnings.append(
-                "numa node %d has no cores list in the topology; hyperthread siblings are unknown, so each CPU is treated as a core"
-                % node.id
-            )
-            listed = []
+        if not listed:
+            # null/absent and [] alike: a node with CPUs has at least one
+            # core, so an empty list says "not known", never "none".
+            node.siblings = "unknown"
+            return [frozenset([cpu]) for cpu in sorted(node.cpus)]
+        node.siblings = "topology"
         seen = set()
         for pos, text in enumerate(listed):
             try:

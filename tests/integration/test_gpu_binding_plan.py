@@ -165,3 +165,25 @@ def test_malformed_applied_plan_fails_naming_the_field(applied, expected):
     assert result["problems"][0].startswith(expected), result
     assert "/etc/gpunuma/plan.json" in result["msg"]
     assert "Traceback" not in json.dumps(result)
+
+
+def test_unknown_siblings_refused_unless_allowed():
+    with open(VM) as handle:
+        topology = json.load(handle)
+    topology["numa_nodes"][0]["cores"] = []  # as from nvidia-smi topo -m alone
+    args = {
+        "topology": topology,
+        "profile": "strict",
+        "profiles_dir": PROFILES_DIR,
+        "instances": [{"name": "llm", "gpus": [0], "command": ["/bin/true"]}],
+    }
+    rc, result = run_module("gpu_binding_plan", args)
+    assert rc != 0
+    assert result["problems"][0].startswith(
+        "topology.numa_nodes: hyperthread siblings of NUMA node 0 on h200-vm are unknown and cannot be inferred"
+    )
+    assert "allow_unknown_siblings: true" in result["msg"]
+    rc, result = run_module("gpu_binding_plan", dict(args, allow_unknown_siblings=True))
+    assert rc == 0, result
+    assert result["plan"]["siblings"] == {"0": "unknown"}
+    assert any("siblings of NUMA node 0 are unknown" in w for w in result.get("warnings", []))

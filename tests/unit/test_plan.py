@@ -703,12 +703,115 @@ def test_empty_instances_give_an_empty_plan():
     assert plan["warnings"] == ["gpunuma_instances is empty: nothing to bind on gpu-a01"]
 
 
-def test_topology_without_cores_treats_each_cpu_as_a_core():
+@pytest.mark.parametrize("cores", [None, []], ids=["absent", "empty"])
+def test_topology_without_cores_is_refused_unless_allowed(cores):
+    """Siblings unknown (absent or []: a node with CPUs has cores) and not inferable: no silent plan."""
     topo = topology("h200-1gpu-vm")
-    del topo["numa_nodes"][0]["cores"]
-    plan = make_plan(topo, "strict", per_gpu([0]))
+    topo["numa_nodes"][0]["cores"] = cores
+    problems = problems_of(topo, per_gpu([0]))
+    assert problems == [
+        "topology.numa_nodes: hyperthread siblings of NUMA node 0 on h200-vm are unknown and cannot be inferred, "
+        "so instances 'w0' could share physical cores with each other or with housekeeping; allowed: a topology "
+        "discovered with sysfs (gpu_topology_info on the node reads the cores), or allow_unknown_siblings: true "
+        "to plan each CPU as a core"
+    ]
+    plan = make_plan(topo, "strict", per_gpu([0]), allow_unknown_siblings=True)
     assert plan["housekeeping"] == {"0": "0"}
-    assert any("hyperthread siblings are unknown" in w for w in plan["warnings"])
+    assert plan["siblings"] == {"0": "unknown"}
+    assert plan["options"]["allow_unknown_siblings"] is True
+    assert any("hyperthread siblings of NUMA node 0 are unknown" in w and "each CPU is planned as a core" in w
+               for w in plan["warnings"])
+    # nothing to refuse when no CPU is bound
+    assert make_plan(topo, "off", per_gpu([0]))["instances"][0]["cpus"] is None
+
+
+def test_known_siblings_are_reported_as_from_the_topology():
+    plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict", per_gpu([0]))
+    assert plan["siblings"] == {"0": "topology", "1": "topology"}
+    assert plan["schema_minor"] == 1
+
+
+@pytest.mark.parametrize(
+    "layout, offset",
+    [
+        ({0: "0-47,96-143", 1: "48-95,144-191"}, 96),  # HGX H200, 2x48 cores
+        ({1: "16-31,144-159", 3: "48-63,176-191"}, 128),  # DGX A100 NPS4 text: only the GPUs' nodes
+        ({0: "0-11,24-35", 1: "12-23,36-47"}, 24),  # DGX-1 (published text), 2x12 cores
+        ({0: "0-15"}, None),  # one node, one range: a VM without SMT looks the same
+        ({0: "0-71", 1: "72-143"}, None),  # Grace: one range per node
+        ({0: "0-47,96-143", 1: "48-95"}, None),  # not every node has the shape
+        ({0: "0-47,96-143", 1: "48-95,150-197"}, None),  # offsets differ
+        ({0: "0-47,96-140", 1: "48-95,144-191"}, None),  # unequal ranges
+        ({0: "0-3,100-103", 1: "4-7,104-107", 2: "8-9,200-201"}, None),
+    ],
+)
+def test_sibling_offset_is_inferred_only_from_unambiguous_layouts(layout, offset):
+    from ansible.module_utils.gpunuma.plan_topology import infer_sibling_offset
+
+    assert infer_sibling_offset({n: parse_cpulist(c) for n, c in layout.items()}) == offset
+
+
+def _sysfs_tree_of(root, topo):
+    """A sysfs tree with the text topology's NUMA layout and siblings c, c+T/2 (Linux x86 numbering)."""
+    import sysfs_factory
+
+    nodes = [n for n in topo["numa_nodes"] if n["cpus"]]
+    total = max(max(parse_cpulist(n["cpus"])) for n in nodes) + 1
+    half = total // 2
+    # every node of the machine, also those the text does not show (NPS4)
+    layout = {}
+    for node in nodes:
+        cpus = parse_cpulist(node["cpus"])
+        width = len(cpus) // 2
+        first = min(cpus)
+        for k in range(half // width):
+            guess = node["id"] - first // width + k
+            layout.setdefault(guess, set()).update(
+                c for c in range(k * width, (k + 1) * width)
+            )
+            layout[guess].update(c + half for c in range(k * width, (k + 1) * width))
+    layout.update({n["id"]: set(parse_cpulist(n["cpus"])) for n in nodes})
+    cpu_map = {}
+    for cpus in layout.values():
+        for cpu in cpus:
+            base = cpu % half
+            cpu_map[cpu] = (0, base, format_cpulist([base, base + half]))
+    node_list = [{"id": n, "cpus": sorted(c), "mem_kb": 64 << 20, "free_kb": 60 << 20} for n, c in sorted(layout.items())]
+    return sysfs_factory.build_tree(root, node_list, cpus=cpu_map)
+
+
+PUBLISHED_HT = ["hgx-h200-8gpu-10nic-tabs", "dgxa100-epyc7742-nps4-10nic", "dgx1-v100-hybridcube-mlx5-spaces"]
+
+
+@pytest.mark.parametrize("name", PUBLISHED_HT)
+def test_text_only_plan_of_published_ht_fixture_equals_the_sysfs_plan(name, tmp_path):
+    """nvidia-smi topo -m alone gives the same CPU shares as sysfs on the same layout (siblings inferred)."""
+    from ansible.module_utils.gpunuma.discover import discover
+
+    text = os.path.join(FIXTURES, "published", name + ".topo.txt")
+    text_topo = discover("text", topo_file=text)["topology"]
+    sysfs_topo = discover("text", sysfs_root=_sysfs_tree_of(str(tmp_path), text_topo), topo_file=text)["topology"]
+    assert all(n["cores"] for n in sysfs_topo["numa_nodes"] if n["cpus"])
+    instances = per_gpu(range(len(text_topo["gpus"])))
+    from_text = make_plan(text_topo, "strict", instances)
+    from_sysfs = make_plan(sysfs_topo, "strict", instances)
+    keys = ("name", "gpus", "numa_nodes", "cpus", "mem_policy", "mem_nodes", "numactl_args")
+    assert [{k: i[k] for k in keys} for i in from_text["instances"]] == [
+        {k: i[k] for k in keys} for i in from_sysfs["instances"]
+    ]
+    for node in from_text["housekeeping"]:
+        assert from_text["housekeeping"][node] == from_sysfs["housekeeping"][node]
+        assert from_text["worker_cpus"][node] == from_sysfs["worker_cpus"][node]
+    assert set(from_text["siblings"].values()) == {"inferred"}
+    assert any("inferred as CPU N and N+" in w for w in from_text["warnings"])
+    # no worker holds the sibling of a housekeeping CPU, nor half of a core
+    half = (max(max(parse_cpulist(n["cpus"])) for n in text_topo["numa_nodes"] if n["cpus"]) + 1) // 2
+    assert half in (96, 128, 24)
+    housekeeping = set().union(*[parse_cpulist(v) for v in from_text["housekeeping"].values()])
+    for inst in from_text["instances"]:
+        cpus = parse_cpulist(inst["cpus"])
+        assert not cpus & housekeeping
+        assert all((c + half in cpus) if c < half else (c - half in cpus) for c in cpus)
 
 
 # --------------------------------------------------------------------------
