@@ -173,6 +173,8 @@ def parse_quantity(value, what):
         raise KubeletPlanError("%s: %r is not a quantity; allowed: a Kubernetes quantity such as 100Mi, 1Gi, 500M"
                                % (what, value))
     number = decimal.Decimal(match.group(1))
+    if number < 0:
+        raise KubeletPlanError("%s: %r is negative; allowed: a quantity of 0 or more" % (what, value))
     suffix = match.group(2) or ""
     if suffix in _BINARY:
         return number * (1024 ** _BINARY[suffix])

@@ -39,6 +39,18 @@ FORMATS = ("yaml", "json")
 _JSON_INDENT_RE = re.compile(r"^\{\s*\n([ \t]+)\"", re.MULTILINE)
 
 
+_NOT_JSON = object()
+
+
+def _unique_pairs(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise KubeletConfigError("key %r appears twice in one JSON object" % key)
+        seen[key] = value
+    return seen
+
+
 class KubeletConfigError(GpunumaError):
     """The existing kubelet config cannot be read or is not a KubeletConfiguration."""
 
@@ -76,12 +88,20 @@ def parse_config(text, source="config"):
             "%s: is empty; allowed: an existing KubeletConfiguration (kind: %s, apiVersion: %s)"
             % (source, KIND, API_VERSIONS[0])
         )
+    doc = _NOT_JSON
+    json_error = None
     if text.lstrip().startswith("{"):
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, object_pairs_hook=_unique_pairs)
+        except KubeletConfigError as exc:
+            raise KubeletConfigError("%s: %s; allowed: each key once" % (source, exc))
         except ValueError as exc:
-            raise KubeletConfigError("%s: is not valid JSON (%s); allowed: a KubeletConfiguration as YAML or JSON"
-                                     % (source, exc))
+            # A YAML flow mapping also starts with "{"; read it as YAML below.
+            json_error = exc
+            if not HAS_RUAMEL:
+                raise KubeletConfigError("%s: is not valid JSON (%s); allowed: a KubeletConfiguration as YAML or JSON"
+                                         % (source, exc))
+    if doc is not _NOT_JSON:
         match = _JSON_INDENT_RE.search(text)
         parsed = ParsedConfig(doc, "json", text, indent=len(match.group(1).expandtabs(4)) if match else 2)
     else:
@@ -94,6 +114,9 @@ def parse_config(text, source="config"):
         try:
             documents = [d for d in _yaml().load_all(text)]
         except (_RuamelError, ValueError) as exc:
+            if json_error is not None:
+                raise KubeletConfigError("%s: is not valid JSON (%s) nor a YAML flow mapping; allowed: a "
+                                         "KubeletConfiguration as YAML or JSON" % (source, json_error))
             first = str(exc).strip().splitlines()
             raise KubeletConfigError(
                 "%s: is not valid YAML (%s); allowed: one KubeletConfiguration document"

@@ -474,10 +474,28 @@ def test_every_problem_is_reported_at_once():
      "config: holds 2 YAML documents"),
     ("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 1\nmaxPods: 2\n",
      "config: is not valid YAML"),
+    ('{"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "Pod"}',
+     "config: key 'kind' appears twice in one JSON object; allowed: each key once"),
+    ("{kind: KubeletConfiguration, apiVersion: kubelet.config.k8s.io/v1alpha9}",
+     "config: apiVersion is 'kubelet.config.k8s.io/v1alpha9'"),
+    ("\x00\x01binary", "config: is not valid YAML"),
 ])
 def test_bad_config_is_named(text, expected):
     problems = problems_of(text=text)
     assert problems[0].startswith(expected), problems
+
+
+def test_yaml_flow_mapping_is_yaml_not_json():
+    result = plan(text="{kind: KubeletConfiguration, apiVersion: kubelet.config.k8s.io/v1beta1, maxPods: 64}")
+    assert result.config_format == "yaml" if hasattr(result, "config_format") else result.fmt == "yaml"
+    assert result.config["maxPods"] == 64
+    assert result.config["cpuManagerPolicy"] == "static"
+
+
+def test_negative_reservation_is_refused():
+    text = config("kubespray-config.yaml").replace("  memory: 512Mi\nsystemReserved", "  memory: -512Mi\nsystemReserved")
+    problems = problems_of(text=text)
+    assert "config.kubeReserved.memory: '-512Mi' is negative; allowed: a quantity of 0 or more" in problems
 
 
 def test_bad_memory_spread_and_version():
