@@ -126,6 +126,7 @@ _NIC_NAME_HELP = (
     "NIC<n> (resolved through the NIC Legend) or an RDMA device name such as mlx5_0, mlx4_0, mlx5_bond_0, "
     "bnxt_re0, irdma0, efa_0, hfi1_0, qedr0, ionic_0, erdma_0, rocep59s0f0"
 )
+_LEGEND_DEVICE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}\Z")
 _NIC_LEGEND_ENTRY_RE = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
 _LEGEND_RE = re.compile(r"^(?:NIC\s+)?Legend\b", re.IGNORECASE)
 
@@ -808,6 +809,13 @@ def _nic_names(ctx, lines, end_index, nic_labels):
         match = _NIC_LEGEND_ENTRY_RE.match(line)
         if match:
             name, device = match.groups()
+            if not _LEGEND_DEVICE_RE.match(device):
+                # IB_DEVICE_NAME_MAX is 64: anything else is not a device name
+                ctx.warnings.append(
+                    "NIC Legend entry %s names %s, not an RDMA device name (letters, digits, _ . : -, at most "
+                    "64); ignored" % (name, shown(device, 30))
+                )
+                continue
             if name in legend and legend[name] != device:
                 ctx.warnings.append(
                     "NIC Legend names %s twice (%s, %s); the first is used" % (name, legend[name], device)

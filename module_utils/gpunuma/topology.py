@@ -125,6 +125,10 @@ def _nodes_from_smi(smi, warnings):
                 cpus_by_node[node_id] = set(cpus)
             warnings.append("nvidia-smi topo text has no NUMA Affinity: node ids inferred from %d disjoint "
                             "CPU affinity groups, numbered by lowest CPU" % len(groups))
+        elif len(groups) > 1:
+            warnings.append("nvidia-smi topo text has no NUMA Affinity and its GPUs' CPU affinities overlap "
+                            "without being equal (%s): no NUMA node is inferred, the GPUs cannot be bound"
+                            % ", ".join(cpulist.format_cpulist(g) for g in groups[:4]))
     nodes = []
     for node_id in sorted(cpus_by_node):
         cpus = cpus_by_node[node_id]
