@@ -682,8 +682,13 @@ class _HostReader:
             return False
         return True
 
-    def hex_attr(self, path, width=None):
+    def hex_attr(self, path, width=None, essential=False):
+        """A 0x-prefixed hex attribute; ``essential`` ones (vendor, device, class) exist for every PCI function."""
         text = self.read_text(path)
+        if text is _MISSING and essential:
+            self.warn_lost(path, "%s is missing; every PCI function has one, so the device cannot be identified"
+                           % path)
+            return None
         if text is _MISSING or text is None:
             return None
         value = text.strip().lower()
@@ -712,7 +717,7 @@ class _HostReader:
                 % (base + "numa_node", numa_node, ",".join(str(n) for n in sorted(self.node_ids)))
             )
             numa_node = None
-        pci_class = self.hex_attr(base + "class", width=6)
+        pci_class = self.hex_attr(base + "class", width=6, essential=True)
         if pci_class is not None and pci_class.startswith("0x0604"):
             # A PCI bridge's directory holds its children, never net/,
             # infiniband/ or nvme/: skip three lookups on every bridge.
@@ -725,8 +730,8 @@ class _HostReader:
             nvme = self.device_names(base + "nvme", "NVMe controllers")
         return {
             "pci_bus_id": bus_id,
-            "vendor": self.hex_attr(base + "vendor"),
-            "device": self.hex_attr(base + "device"),
+            "vendor": self.hex_attr(base + "vendor", essential=True),
+            "device": self.hex_attr(base + "device", essential=True),
             "class": pci_class,
             "numa_node": numa_node,
             "raw_numa_node": raw_node,

@@ -886,3 +886,13 @@ def test_numbers_python_cannot_or_should_not_parse_are_warnings(tmp_path, relpat
     host = sysfs.read_host(root)
     assert host["lost"] == [path]
     assert all(len(w) < 1000 for w in host["warnings"])
+
+
+@pytest.mark.parametrize("name", ["vendor", "device", "class"])
+def test_a_missing_identity_attribute_is_a_loss(tmp_path, name):
+    root = simple_tree(tmp_path)
+    path = os.path.join(root, "sys/bus/pci/devices/0000:18:00.0", name)
+    os.remove(path)
+    host = sysfs.read_host(root)
+    assert host["lost"] == [path]
+    assert host["warnings"] == ["%s is missing; every PCI function has one, so the device cannot be identified" % path]
