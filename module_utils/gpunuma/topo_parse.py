@@ -115,12 +115,15 @@ _LABEL_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.:\-]*\Z")
 _GPU_LABEL_RE = re.compile(r"GPU(0|[1-9][0-9]{0,2})\Z")
 _NIC_LEGEND_LABEL_RE = re.compile(r"NIC(?:0|[1-9][0-9]{0,2})\Z")
 # NIC columns named directly (drivers before the NIC Legend): RDMA device
-# names as the kernel drivers register them (mlx4_0, mlx5_0, mlx5_bond_0,
-# bnxt_re0, irdma0, efa_0, hfi1_0, qedr0, ionic_0, erdma_0, rxe0, siw0) or as
-# rdma-core's udev rules rename them (rocep59s0f0, ibp59s0, iwp59s0f1).
+# names as the kernel's drivers/infiniband/hw drivers register them (mlx4_0,
+# mlx5_0, mlx5_bond_0, mthca0, bnxt_re0, irdma0, i40iw0, cxgb4_0, efa_0,
+# hfi1_0, qib0, qedr0, ocrdma0, usnic_0, vmw_pvrdma0, hns_0, ionic_0, erdma_0,
+# mana_0, rxe0, siw0) or as rdma-core's udev rules rename them (rocep59s0f0,
+# ibp59s0, iwp59s0f1).
 _NIC_NAME_RE = re.compile(
-    r"(?:mlx[45]_(?:bond_)?[0-9]+|bnxt_re[0-9]+|irdma[0-9]+|efa_?[0-9]+|hfi1_[0-9]+|qedr[0-9]+|ionic_[0-9]+"
-    r"|erdma_?[0-9]+|rxe[0-9]+|siw[0-9]+|(?:roce|ib|iw)[ps][0-9][a-z0-9]*)\Z"
+    r"(?:mlx[45]_(?:bond_)?[0-9]+|mthca[0-9]+|bnxt_re(?:_bond)?[0-9]+|irdma[0-9]+|i40iw[0-9]+|cxgb4_[0-9]+"
+    r"|efa_?[0-9]+|hfi1_[0-9]+|qib[0-9]+|qedr[0-9]+|ocrdma[0-9]+|usnic_[0-9]+|vmw_pvrdma[0-9]+|hns_?[0-9]+"
+    r"|ionic_[0-9]+|erdma_?[0-9]+|mana_[0-9]+|rxe[0-9]+|siw[0-9]+|(?:roce|ib|iw)[ps][0-9][a-z0-9]*)\Z"
 )
 _NIC_NAME_HELP = (
     "NIC<n> (resolved through the NIC Legend) or an RDMA device name such as mlx5_0, mlx4_0, mlx5_bond_0, "
