@@ -1,0 +1,241 @@
+"""Hostile inventories and damaged nodes, on localhost.
+
+* The corpus tests/fixtures/hostile/inventory/*.yml: every file's host is
+  refused by site.yml's validation play with a message naming the variable
+  the user set, and nothing is written anywhere (one --check run for all).
+* Inventory host names such as ../../x name controller files inside
+  gpu_topology_controller_dir, through the documented %XX mapping.
+* A damaged /etc/gpunuma/topology.json or plan.json stops the host with a
+  message naming the file and how to recover; the file is left as it is, and
+  replaced only with gpu_topology_accept_changes, keeping a backup.
+
+Hosts run locally (ansible_connection: local); their "node" files live in a
+temporary directory and their topology comes from a published
+`nvidia-smi topo -m` of an 8-GPU H200 server, read on the controller.
+"""
+
+import glob
+import json
+import os
+import sys
+
+import pytest
+import yaml
+
+from ansible_run import ansible_env
+from conftest import FIXTURES, REPO_ROOT
+
+pytestmark = pytest.mark.ansible
+
+HOSTILE = sorted(glob.glob(os.path.join(FIXTURES, "hostile", "inventory", "*.yml")))
+TOPO_TEXT = os.path.join(FIXTURES, "published", "hgx-h200-8gpu-10nic-tabs.topo.txt")
+GOOD = [{"name": "worker", "gpus": [0], "command": ["/bin/sleep", "infinity"]}]
+
+
+def local_vars(tmp, node):
+    """Variables that keep every file a host could write under ``node``."""
+    return {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "gpu_topology_nvidia_smi_topo_file": TOPO_TEXT,
+        "gpu_topology_offline_on_controller": True,
+        "gpu_topology_controller_dir": str(tmp / "controller"),
+        "gpu_topology_node_path": str(node / "etc/gpunuma/topology.json"),
+        "numa_binding_plan_path": str(node / "etc/gpunuma/plan.json"),
+        "numa_binding_unit_dir": str(node / "etc/systemd/system"),
+        "numa_binding_start": False,
+        "memlock_limits_path": str(node / "etc/security/limits.d/90-gpunuma-memlock.conf"),
+        "memlock_containerd_dropin_path": str(node / "etc/systemd/system/containerd.service.d/50-gpunuma.conf"),
+        "autonuma_sysctl_file": str(node / "etc/sysctl.d/60-gpunuma-numa-balancing.conf"),
+    }
+
+
+def run_json(playbook, inventory, *extra):
+    """ansible-playbook with the JSON callback: (rc, {host: [failed task results]}, raw output)."""
+    import subprocess
+
+    from ansible_run import BINDIR
+
+    proc = subprocess.run(
+        [os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), playbook, *extra],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
+        env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"),
+    )
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError("no JSON (rc=%d):\n%s\n%s" % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+    failures = {}
+    for play in data["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                if result.get("failed") or result.get("unreachable"):
+                    failures.setdefault(host, []).append(dict(result, task=task["task"]["name"]))
+    return proc.returncode, failures, proc.stdout + proc.stderr
+
+
+def files_under(path):
+    return sorted(os.path.relpath(os.path.join(root, f), str(path)) for root, _, fs in os.walk(str(path)) for f in fs)
+
+
+# ------------------------------------------------------------------ corpus
+
+
+def _case(path):
+    with open(path, encoding="utf-8") as handle:
+        inventory = yaml.safe_load(handle)
+    ((host, host_vars),) = inventory["all"]["hosts"].items()
+    return host, host_vars
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    node = tmp / "node"
+    hosts = {}
+    for path in HOSTILE:
+        host, host_vars = _case(path)
+        hosts[host] = {k: v for k, v in host_vars.items()}
+    common = dict(local_vars(tmp, node), gpunuma_instances=GOOD)
+    # The hostile files are loaded as they are (YAML 1.1 booleans included):
+    # each is its own inventory source, and the group variables come last.
+    (tmp / "common.yml").write_text(yaml.safe_dump({"all": {"vars": common}}))
+    sources = []
+    for path in HOSTILE:
+        sources += ["-i", path]
+    rc, failures, out = run_json("playbooks/site.yml", tmp / "common.yml", *sources, "--check")
+    return tmp, node, rc, failures, out, hosts
+
+
+@pytest.mark.parametrize("path", HOSTILE, ids=[os.path.basename(p)[:-4] for p in HOSTILE])
+def test_hostile_inventory_is_refused_naming_the_variable(hostile_run, path):
+    tmp, node, rc, failures, out, _ = hostile_run
+    host, host_vars = _case(path)
+    assert rc != 0
+    assert host in failures, "%s was not refused:\n%s" % (host, out[-3000:])
+    (stop,) = [f for f in failures[host] if f["task"] == "Stop every host when any host's input is bad"]
+    message = stop["msg"]
+    for needle in host_vars["hostile_expect"]:
+        assert needle in message, (needle, message)
+    # A sentence a user can act on: never the argument spec, never a traceback.
+    assert "argument_spec" not in message and "Traceback" not in message and "<class" not in message
+    assert host in message
+
+
+def test_hostile_inventories_change_nothing(hostile_run):
+    tmp, node, rc, failures, out, hosts = hostile_run
+    assert set(failures) >= set(hosts)
+    assert not node.exists() or files_under(node) == []
+    assert files_under(tmp / "controller") == [] if (tmp / "controller").exists() else True
+    assert "Provision the GPU nodes" not in out
+
+
+# ------------------------------------------------------- controller file names
+
+
+def test_host_names_cannot_leave_the_controller_dir(tmp_path):
+    controller = tmp_path / "a" / "b" / "controller"
+    inventory = {"all": {"vars": dict(local_vars(tmp_path, tmp_path / "node"), gpunuma_instances=GOOD,
+                                      gpu_topology_controller_dir=str(controller),
+                                      gpu_topology_node_path="/nonexistent/gpunuma/topology.json",
+                                      numa_binding_plan_path="/nonexistent/gpunuma/plan.json"),
+                         "hosts": {"../../x": {}, ".hidden": {}, "100%": {}, "gpu-a01.example.net": {}}}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    rc, failures, out = run_json("playbooks/plan.yml", tmp_path / "inventory.yml")
+    assert rc == 0, out[-4000:]
+    assert files_under(tmp_path / "a") == sorted(
+        "b/controller/" + stem + suffix
+        for stem in ("%2E.%2F..%2Fx", "%2Ehidden", "100%25", "gpu-a01.example.net")
+        for suffix in (".json", ".plan.json")
+    )
+    assert not (tmp_path / "x").exists() and not (tmp_path / "a" / "x").exists()
+    assert not (tmp_path / "node").exists()
+
+
+# ------------------------------------------------------------ damaged state
+
+PLAN_OK = {"schema": "gpunuma.plan/v1", "instances": []}
+
+
+@pytest.fixture(scope="module")
+def damaged_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("damaged")
+    cases = {
+        "topology-not-json": ("etc/gpunuma/topology.json", "{\"schema\": \"gpunuma.topology/v1\", \"fingerp"),
+        "topology-binary": ("etc/gpunuma/topology.json", b"\xff\xfe\x00garbage"),
+        "topology-empty": ("etc/gpunuma/topology.json", ""),
+        "topology-wrong-schema": ("etc/gpunuma/topology.json", json.dumps({"schema": "other/v9"})),
+        "plan-not-json": ("etc/gpunuma/plan.json", "{\"instances\": [\n"),
+        "plan-a-list": ("etc/gpunuma/plan.json", "[]"),
+        "plan-malformed": ("etc/gpunuma/plan.json",
+                           json.dumps({"schema": "gpunuma.plan/v1", "instances": [{"name": 5, "memory_bytes": "x"}]})),
+        "controller-copy-not-json": ("controller", "not json"),
+    }
+    hosts = {}
+    for host, (relative, content) in cases.items():
+        node = tmp / host
+        host_vars = dict(local_vars(tmp, node), gpunuma_instances=GOOD,
+                         gpu_topology_controller_dir=str(tmp / host / "controller"))
+        target = node / relative if relative != "controller" else tmp / host / "controller" / (host + ".json")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content if isinstance(content, bytes) else content.encode())
+        hosts[host] = host_vars
+    (tmp / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    before = {h: {f: (tmp / h / f).read_bytes() for f in files_under(tmp / h)} for h in hosts}
+    rc, failures, out = run_json("playbooks/plan.yml", tmp / "inventory.yml")
+    after = {h: {f: (tmp / h / f).read_bytes() for f in files_under(tmp / h)} for h in hosts}
+    return tmp, rc, failures, out, before, after
+
+
+@pytest.mark.parametrize(
+    "host, needles",
+    [
+        ("topology-not-json", ["etc/gpunuma/topology.json is not valid JSON", "gpu_topology_accept_changes=true",
+                               "kept as a backup", "move it aside"]),
+        ("topology-binary", ["etc/gpunuma/topology.json is not UTF-8 text"]),
+        ("topology-empty", ["etc/gpunuma/topology.json is empty"]),
+        ("topology-wrong-schema", ['is not a gpunuma.topology/v1 document (schema: "other/v9")']),
+        ("plan-not-json", ["etc/gpunuma/plan.json is not valid JSON", "move it aside", "It is left as it is"]),
+        ("plan-a-list", ["etc/gpunuma/plan.json holds a JSON list, not a gpunuma.plan/v1 object"]),
+        ("controller-copy-not-json", ["controller file", "controller-copy-not-json.json is not valid JSON",
+                                      "gpu_topology_accept_changes=true"]),
+    ],
+)
+def test_damaged_state_file_is_named_and_kept(damaged_run, host, needles):
+    tmp, rc, failures, out, before, after = damaged_run
+    assert host in failures, out[-3000:]
+    message = " ".join(str(f.get("msg")) for f in failures[host])
+    for needle in needles:
+        assert needle in message, (needle, message)
+    assert "Traceback" not in message and "MODULE FAILURE" not in message
+    # Nothing rewritten: the damaged file is exactly as it was, and no new file.
+    assert set(after[host]) - set(before[host]) <= {"controller/%s.json" % host}
+    for name, content in before[host].items():
+        assert after[host][name] == content, name
+
+
+def test_malformed_applied_plan_does_not_crash_the_module(damaged_run):
+    tmp, rc, failures, out, before, after = damaged_run
+    for failure in failures.get("plan-malformed", []):
+        message = str(failure.get("msg"))
+        assert "Traceback" not in message and "MODULE FAILURE" not in message, message
+        assert "plan.json" in message, message
+    assert after["plan-malformed"]["etc/gpunuma/plan.json"] == before["plan-malformed"]["etc/gpunuma/plan.json"]
+
+
+def test_accepting_replaces_a_damaged_topology_and_keeps_a_backup(tmp_path):
+    node = tmp_path / "node"
+    damaged = node / "etc" / "gpunuma" / "topology.json"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_text("{truncated")
+    inventory = {"all": {"hosts": {"node1": local_vars(tmp_path, node)}}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    rc, failures, out = run_json("playbooks/discover.yml", tmp_path / "inventory.yml")
+    assert rc != 0 and "node1" in failures
+    assert damaged.read_text() == "{truncated"
+    rc, failures, out = run_json("playbooks/discover.yml", tmp_path / "inventory.yml",
+                                 "-e", "gpu_topology_accept_changes=true")
+    assert rc == 0, out[-3000:]
+    assert json.loads(damaged.read_text())["schema"] == "gpunuma.topology/v1"
+    backups = [p for p in damaged.parent.iterdir() if p.name.startswith("topology.json.") and p.name.endswith("~")]
+    assert [b.read_text() for b in backups] == ["{truncated"]
