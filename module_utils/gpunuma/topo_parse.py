@@ -359,10 +359,10 @@ class _Ctx:
 def parse_topo_matrix(text, source="nvidia-smi topo -m output"):
     """Parse the text of ``nvidia-smi topo -m``.
 
-    Returns ``{"gpus": [{"index", "cpu_affinity", "numa_affinity",
-    "gpu_numa_id"}], "nics": [names], "gpu_links": [[code]],
+    Returns ``{"source": source, "gpus": [{"index", "cpu_affinity",
+    "numa_affinity", "gpu_numa_id"}], "nics": [names], "gpu_links": [[code]],
     "gpu_nic_links": [[code]], "warnings": [str]}``; ``source`` names the
-    input in error and warning messages. Everything before the header line
+    input in error and warning messages (the builder's too). Everything before the header line
     (the one whose first column is ``GPU0``) is skipped; reading stops at
     ``Legend:``. Raises :class:`TopoParseError` when the text cannot be read
     completely.
@@ -557,6 +557,7 @@ def _parse_block(ctx, lines, header_index):
     if any("SOC" in line for line in lines[header_index + 1 : end_index]):
         ctx.warnings.append("legacy link code SOC read as SYS")
     return {
+        "source": ctx.source,
         "gpus": gpus,
         "nics": nics,
         "gpu_links": gpu_links,

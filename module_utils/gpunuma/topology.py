@@ -141,7 +141,7 @@ def _nodes_from_smi(smi, warnings):
             "distances": [],
             "cores": [],
         })
-    check_disjoint_nodes(nodes, "nvidia-smi topo text",
+    check_disjoint_nodes(nodes, smi.get("source") or "nvidia-smi topo text",
                          dict((nid, ", ".join(texts)) for nid, texts in evidence.items()))
     return nodes
 

@@ -742,6 +742,7 @@ def test_malformed_inputs_raise_topo_parse_error(text, problem):
 def test_single_gpu_without_affinity_header_is_a_complete_result():
     result = parse_topo_matrix("GPU0\nGPU0 X\n")
     assert result == {
+        "source": "nvidia-smi topo -m output",
         "gpus": [gpu(0, None)],
         "nics": [],
         "gpu_links": [["X"]],

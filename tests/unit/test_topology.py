@@ -231,7 +231,7 @@ def test_overlapping_nodes_from_topo_text_are_refused(cpus, shared):
     with pytest.raises(TopologyError) as err:
         topology.build_topology("t", smi=smi_of(cpus), sources=["nvidia_smi"])
     message = str(err.value)
-    assert message.startswith("nvidia-smi topo text: NUMA node CPU sets overlap: " + shared)
+    assert message.startswith("nvidia-smi topo -m output: NUMA node CPU sets overlap: " + shared)
     # the rows that gave each node its CPUs are named
     assert "node 0: GPU0 CPU Affinity %s; node 1: GPU1 CPU Affinity %s" % cpus in message
 
@@ -258,7 +258,7 @@ def test_overlapping_nodes_with_nvml_are_refused(tmp_path, cpus, shared):
     two["gpus"], two["topology_levels"] = two["gpus"][:2], [[0, 50], [50, 0]]
     with pytest.raises(TopologyError) as err:
         topology.build_topology("n", nvml=two, smi=smi_of(cpus), sources=["nvml", "nvidia_smi"])
-    assert "nvidia-smi topo text: NUMA node CPU sets overlap: " + shared in str(err.value)
+    assert "nvidia-smi topo -m output: NUMA node CPU sets overlap: " + shared in str(err.value)
 
 
 def test_overlap_between_several_nodes_lists_every_pair(tmp_path):
