@@ -569,7 +569,7 @@ def _parse_block(ctx, lines, header_index):
 def _check_labels(ctx, devices, header_lineno):
     """Every device column is a GPU (GPU<n>) or a NIC; anything else is refused, not guessed."""
     for label in devices:
-        if _GPU_LABEL_RE.match(label):
+        if _GPU_LABEL_RE.match(label) and int(label[3:]) < MAX_DEVICE_COLUMNS:
             continue
         if label[:3].upper() == "GPU":
             raise ctx.error(

@@ -749,3 +749,28 @@ def test_single_gpu_without_affinity_header_is_a_complete_result():
         "gpu_nic_links": [[]],
         "warnings": [],
     }
+
+
+def test_gpu_columns_out_of_order_come_out_by_index_with_their_links():
+    text = (
+        "\tGPU0\tGPU2\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\n"
+        "GPU0\t X \tSYS\tNV4\tPIX\t0-7\t0\n"
+        "GPU2\tSYS\t X \tPHB\tSYS\t8-15\t1\n"
+        "GPU1\tNV4\tPHB\t X \tNODE\t0-7\t0\n"
+        "NIC0\tPIX\tSYS\tNODE\t X \n"
+    )
+    result = parse_topo_matrix(text)
+    assert [g["index"] for g in result["gpus"]] == [0, 1, 2]
+    assert [g["cpu_affinity"] for g in result["gpus"]] == ["0-7", "0-7", "8-15"]
+    assert result["gpu_links"] == [["X", "NV4", "SYS"], ["NV4", "X", "PHB"], ["SYS", "PHB", "X"]]
+    assert result["gpu_nic_links"] == [["PIX"], ["NODE"], ["SYS"]]
+    assert any("GPU columns are GPU0 GPU2 GPU1, not GPU0..GPU2 in order" in w for w in result["warnings"])
+
+
+@pytest.mark.parametrize("label", ["GPU-1", "GPU01", "gpu1", "GPU 1x", "GPU256"])
+def test_a_label_that_is_not_gpu_n_is_never_taken_for_a_nic(label):
+    first = label.split()[0]
+    text = "\tGPU0\t%s\tCPU Affinity\nGPU0\t X \tSYS\t0-7\n%s\tSYS\t X \t0-7\n" % (first, first)
+    with pytest.raises(TopoParseError) as err:
+        parse_topo_matrix(text, "t.txt")
+    assert "column %r is not a GPU label; allowed: GPU<n> with n from 0 to 255" % first in str(err.value)
