@@ -238,6 +238,8 @@ def build_report(probe, policy, hostname=None, profile=None, ladder=None, genera
 
 
 def _build_report(probe, policy, hostname, profile, ladder, generated_at):
+    if profile is False:  # an unquoted `off` in YAML reaches Ansible as the boolean false
+        profile = "off"
     if not isinstance(probe, dict) or probe.get("schema") != PROBE_SCHEMA:
         raise ReportError("the probe result for %s is not a %s document (schema %r)"
                           % (hostname or "this host", PROBE_SCHEMA, probe.get("schema") if isinstance(probe, dict) else probe))

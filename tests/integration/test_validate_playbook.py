@@ -150,3 +150,12 @@ def test_validate_bad_option_type_fails_before_probe(tmp_path):
     proc = run_playbook("playbooks/validate.yml", inv, {"gpu_validate_report_dir": str(tmp_path / "r"),
                                                         "gpu_validate_placements": ["near"]})
     assert proc.returncode != 0 and "gpu_validate_placements" in proc.stdout and "near" in proc.stdout
+
+
+def test_validate_check_mode_writes_no_report(tmp_path):
+    reports = tmp_path / "reports"
+    inv = inventory(tmp_path, {"h200": {"gpu_validate_probe_replay": RECORDED}})
+    proc = run_playbook("playbooks/validate.yml", inv, {"gpu_validate_report_dir": str(reports)}, check=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "binding does not matter here" in proc.stdout  # the table is still printed
+    assert not reports.exists()

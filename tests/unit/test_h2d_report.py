@@ -197,3 +197,8 @@ def test_malformed_replay_is_a_report_error(probe, policy, damage):
     damage(probe)
     with pytest.raises(h2d_report.ReportError, match="the probe result for h1 is malformed"):
         h2d_report.build_report(probe, policy, hostname="h1")
+
+
+def test_unquoted_off_profile_is_off(probe, policy):
+    report = h2d_report.build_report(two_node(probe, local_gbps=45.0, unbound_gbps=55.0), policy, profile=False)
+    assert report["profile"] == "off" and report["gpus"][0]["suggested_rollback"] is None
