@@ -1,0 +1,57 @@
+"""benchmarks/h2d_bench.py: ratios from the recorded H200 run, and a clear exit without a GPU."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, REPO_ROOT
+
+BENCH = os.path.join(REPO_ROOT, "benchmarks", "h2d_bench.py")
+RECORDED = os.path.join(FIXTURES, "recorded", "h200-probe")
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("h2d_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("run, mode", [(r, m) for r in ("run1", "run2") for m in ("register", "host_alloc")])
+def test_recorded_ratios_meet_targets(run, mode):
+    bench = load_bench()
+    with open(os.path.join(RECORDED, run, "bench-%s.json" % mode)) as fh:
+        data = json.load(fh)
+    assert data["schema"] == "gpunuma.h2d-bench/v1" and data["options"]["pinned_alloc"] == mode
+    for row in data["rows"]:
+        ratios = bench.compare(row["probe"], row["torch"])
+        assert ratios == row["ratios"]
+        assert ratios["h2d_pinned_ratio"] >= bench.BANDWIDTH_RATIO_MIN
+        assert ratios["small_p50_ratio"] <= 1.0 and ratios["small_loop_ratio"] <= 1.0
+        assert row["meets_targets"] is True
+
+
+def test_compare_flags_a_slow_probe():
+    bench = load_bench()
+    probe = {"h2d_pinned": {"gbps_median": 50.0}, "d2h_pinned": {"gbps_median": 50.0}, "h2d_pageable": {"gbps_median": 9.0},
+             "small_h2d_pinned": {"us_p50": 5.0, "us_p99": 6.0, "loop_us_per_copy": 3.0}}
+    torch = {"h2d_pinned": {"gbps_median": 55.0}, "d2h_pinned": {"gbps_median": 55.0}, "h2d_pageable": {"gbps_median": 9.0},
+             "small_h2d_pinned": {"us_p50": 4.0, "us_p99": 6.0, "loop_us_per_copy": 2.5}}
+    ratios = bench.compare(probe, torch)
+    assert ratios["h2d_pinned_ratio"] == round(50 / 55, 4) < bench.BANDWIDTH_RATIO_MIN
+    assert ratios["small_p50_ratio"] == 1.25
+
+
+def test_without_a_driver_exits_2_with_the_reason(tmp_path):
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
+    proc = subprocess.run([sys.executable, BENCH, "--repeats", "1"], capture_output=True, text=True, env=env, timeout=120)
+    if proc.returncode != 2 or "cannot load the CUDA driver library" not in proc.stdout:
+        if os.path.exists("/dev/nvidiactl"):
+            pytest.skip("this machine has an NVIDIA driver")
+    assert proc.returncode == 2
+    assert proc.stdout.startswith("probe skipped: cannot load the CUDA driver library 'libcuda.so.1'")
+    assert "Traceback" not in proc.stderr
