@@ -36,7 +36,7 @@ pytestmark = pytest.mark.unit
 
 HARD_LIMIT_S = 5
 PROPS = settings(
-    deadline=2000,
+    deadline=3000,
     max_examples=150,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -285,3 +285,41 @@ def test_builder_refuses_exactly_the_overlapping_nodes(gpus):
     else:
         assert not isinstance(topo, GpunumaError), topo
         assert {n["id"]: cpulist.parse_cpulist(n["cpus"]) for n in topo["numa_nodes"]} == by_node
+
+
+@pytest.fixture(scope="module")
+def eight_gpu_host(tmp_path_factory):
+    """Built once, outside the examples (building a tree is the slow part)."""
+    import sysfs_factory
+    from ansible.module_utils.gpunuma import sysfs
+
+    return sysfs.read_host(sysfs_factory.two_socket_8gpu_ht(str(tmp_path_factory.mktemp("host"))))
+
+
+@FEW
+@given(st.frozensets(st.integers(0, 12), min_size=1, max_size=8), st.integers(0, 8))
+def test_builder_with_sysfs_keeps_every_text_gpu_whatever_the_labels(eight_gpu_host, labels, sysfs_gpus):
+    import copy
+
+    from ansible.module_utils.gpunuma import sysfs
+
+    host = copy.deepcopy(eight_gpu_host)
+    gpus = sorted(p["pci_bus_id"] for p in sysfs.gpu_functions(host))
+    host["pci"] = [p for p in host["pci"] if p["pci_bus_id"] not in set(gpus[sysfs_gpus:])]
+    order = sorted(labels)
+    lines = ["\t" + "\t".join("GPU%d" % i for i in order) + "\tCPU Affinity\tNUMA Affinity"]
+    for i in order:
+        codes = ["X" if i == j else "SYS" for j in order]
+        node = 0 if i % 2 == 0 else 1
+        lines.append("\t".join(["GPU%d" % i] + codes + ["0-47,96-143" if node == 0 else "48-95,144-191", str(node)]))
+    text = "\n".join(lines) + "\n"
+    smi = bounded(parse_topo_matrix, text)
+    if 0 not in labels:
+        assert isinstance(smi, GpunumaError)  # a header starts with GPU0
+        return
+    topo = bounded(lambda: topology.build_topology("prop", host=host, smi=smi, sources=["nvidia_smi", "sysfs"]))
+    assert not isinstance(topo, GpunumaError), topo
+    assert [g["index"] for g in topo["gpus"]] == order
+    matched = order == list(range(sysfs_gpus))
+    assert all((g["pci_bus_id"] is not None) == matched for g in topo["gpus"])
+    assert [g["numa_node"] for g in topo["gpus"]] == [0 if i % 2 == 0 else 1 for i in order] or matched
