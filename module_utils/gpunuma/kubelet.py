@@ -93,6 +93,8 @@ TOPOLOGY_POLICY_OPTIONS = {
     MAX_NUMA_NODES_OPTION: ((1, 31), (1, 31), (1, 35)),
 }
 BOOLEAN_OPTION_VALUES = ("true", "false")
+# The Topology Manager's pod scope and the policies used here exist since 1.18.
+OLDEST_KUBELET = (1, 18)
 # The Memory Manager's Static policy is beta (on by default) since 1.22.
 MEMORY_STATIC_SINCE = (1, 22)
 
@@ -159,7 +161,12 @@ def parse_version(text, what="kubelet_version"):
     if not match or isinstance(text, bool):
         raise KubeletPlanError("%s: %r is not a Kubernetes version; allowed: MAJOR.MINOR such as \"1.31\" or v1.31.2"
                                % (what, text))
-    return int(match.group(1)), int(match.group(2))
+    version = int(match.group(1)), int(match.group(2))
+    if version < OLDEST_KUBELET:
+        raise KubeletPlanError(
+            "%s: %r is older than any kubelet gpunuma supports; allowed: %d.%d or later, as a quoted string (YAML reads "
+            "an unquoted 1.30 as the number 1.3)" % ((what, text) + OLDEST_KUBELET))
+    return version
 
 
 def parse_quantity(value, what):

@@ -504,6 +504,13 @@ def test_bad_memory_spread_and_version():
     assert "memory_spread: 'everywhere' is not allowed; allowed: first_node, cpu_nodes" in problems
 
 
+@pytest.mark.parametrize("version", [1.3, "1.3", "1.17"])
+def test_a_version_read_as_a_number_is_caught(version):
+    problems = problems_of(kubelet_version=version)
+    assert problems[0].startswith("kubelet_version: %r is older than any kubelet gpunuma supports; allowed: 1.18 or later, "
+                                  "as a quoted string" % (version,))
+
+
 def test_missing_version_is_a_warning_not_an_error():
     result = plan(kubelet_version=None)
     assert any(w.startswith("kubelet_version is not set") for w in result.warnings)
