@@ -26,6 +26,7 @@ from ansible.module_utils.gpunuma.nvml import gpu_link_matrix, is_error
 from ansible.module_utils.gpunuma.sysfs import gpu_functions, nic_functions, nvme_functions, pcie_gen_from_speed
 
 SCHEMA = "gpunuma.topology/v1"
+_MAX_LISTED = 10
 LINK_CODES = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
 
 
@@ -70,22 +71,36 @@ def check_disjoint_nodes(numa_nodes, source, evidence=None):
     repair is attempted (docs/topology-v1.md, "Disjoint NUMA nodes").
     ``evidence`` maps a node id to the text that gave it its CPUs.
     """
-    seen = {}
-    problems = []
+    seen = set()
+    owner = {}
+    shared = {}
+    more = False
     for node in numa_nodes:
         node_id = node["id"]
         if node_id in seen:
             raise TopologyError("%s: NUMA node %s is listed twice; allowed: each node id once" % (source, node_id))
+        seen.add(node_id)
+        # each node against the CPUs claimed so far, never a pairwise product of nodes
         cpus = cpulist.parse_cpulist(node["cpus"], "%s: NUMA node %s cpus" % (source, node_id))
-        for other_id, other_cpus in seen.items():
-            shared = cpus & other_cpus
-            if shared:
-                problems.append("nodes %s and %s share CPUs %s" % (other_id, node_id, cpulist.format_cpulist(shared)))
-        seen[node_id] = cpus
-    if problems:
+        if len(shared) < _MAX_LISTED:
+            for cpu in cpus & owner.keys():
+                shared.setdefault((owner[cpu], node_id), []).append(cpu)
+        elif cpus & owner.keys():
+            more = True
+        owner.update(dict.fromkeys(cpus - owner.keys(), node_id))
+    if shared:
+        pairs = sorted(shared)
+        problems = ["nodes %s and %s share CPUs %s" % (a, b, cpulist.format_cpulist(shared[(a, b)]))
+                    for a, b in pairs[:_MAX_LISTED]]
+        if more or len(pairs) > _MAX_LISTED:
+            problems.append("more nodes overlap (not listed)")
+        involved = set(a for a, b in pairs) | set(b for a, b in pairs)
         detail = ""
         if evidence:
-            detail = " (%s)" % "; ".join("node %s: %s" % (nid, evidence[nid]) for nid in sorted(evidence))
+            detail = " (%s)" % "; ".join("node %s: %s" % (nid, evidence[nid])
+                                         for nid in sorted(evidence) if nid in involved)
+            if len(detail) > 1000:
+                detail = detail[:1000] + "...)"
         raise TopologyError(
             "%s: NUMA node CPU sets overlap: %s%s; every CPU belongs to exactly one NUMA node, so the input "
             "is damaged or edited, and which node holds a shared CPU cannot be told from it; fix the input "

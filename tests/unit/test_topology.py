@@ -322,3 +322,16 @@ def test_each_warning_appears_once(tmp_path):
     topo = topology.build_topology("w", host=host, warnings=[repeated], sources=["sysfs"])
     assert topo["warnings"].count(repeated) == 1 and topo["warnings"].count("x") == 1
     assert len(topo["warnings"]) == len(set(topo["warnings"]))
+
+
+def test_overlap_of_many_nodes_is_listed_shortly_and_fast():
+    import time
+
+    nodes = [{"id": i, "cpus": "0-8191"} for i in range(256)]
+    start = time.monotonic()
+    with pytest.raises(TopologyError) as err:
+        topology.check_disjoint_nodes(nodes, "t.txt")
+    assert time.monotonic() - start < 5
+    message = str(err.value)
+    assert "nodes 0 and 1 share CPUs 0-8191" in message and "more nodes overlap (not listed)" in message
+    assert message.count(" share CPUs ") == 10 and len(message) < 1500
