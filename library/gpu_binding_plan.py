@@ -76,11 +76,22 @@ options:
   strict_capacity:
     description:
       - What to do when an instance under a C(bind) memory policy declares more C(memory) than its
-        node has free.
+        node holds for instances (MemTotal minus O(memory_reserve_per_node) minus the memory of the
+        instances bound there before it), or declares no C(memory) at all (no capacity check is
+        possible, and a full node then means OOM kills, not spill).
       - C(fallback) plans it as C(preferred) and says why in its C(fallback) field; C(error) fails.
     type: str
     choices: [fallback, error]
     default: fallback
+  memory_reserve_per_node:
+    description:
+      - Memory kept back on every NUMA node for the kernel and system daemons when checking declared
+        C(memory) under C(bind), either C(auto) or a size such as C(16G).
+      - "C(auto) follows GKE's reservation tiers per node (25% of the first 4 GiB, 20% of the next 4,
+        10% of the next 8, 6% of the next 112, 2% above 128 GiB; 255 MiB below 1 GiB)."
+      - "Free memory (MemFree) is never used: it counts page cache as used and moves at run time."
+    type: raw
+    default: auto
   allow_unknown_siblings:
     description:
       - Whether a plan may bind CPUs on a NUMA node whose hyperthread siblings are unknown.
@@ -95,10 +106,10 @@ options:
     default: false
   applied_plan:
     description:
-      - The plan the node runs now (the content of C(/etc/gpunuma/plan.json)), if any. When it was made
-        for the same hardware fingerprint, the memory its instances declared counts as available to
-        them again in the O(strict_capacity) check, so that a running instance's own memory does not
-        push a re-plan from C(bind) to C(preferred).
+      - The plan the node runs now (the content of C(/etc/gpunuma/plan.json)), if any. It is checked
+        and otherwise changes nothing, since capacity comes from MemTotal, not from what the running
+        instances use, so a running instance's own memory never pushes a re-plan from C(bind) to
+        C(preferred).
       - A value that is not such a plan (not a mapping, another schema, C(instances) not a list, an
         instance whose C(mem_nodes), C(memory_bytes), C(mem_policy) or C(name) has the wrong type)
         fails the module with a message naming the field and how to recover (restore the file's
@@ -111,8 +122,8 @@ attributes:
     support: none
 notes:
   - The plan is deterministic; the same inputs give the same plan, byte for byte.
-  - Free memory from the topology only decides C(strict_capacity) fallbacks; unknown free memory
-    is a warning, not a fallback.
+  - Node memory sizes (MemTotal) decide C(strict_capacity) fallbacks; free memory never does, so page
+    cache cannot change a plan. An unknown node size is a warning, not a fallback.
 seealso:
   - module: gpu_topology_info
   - name: gpunuma plan contract
@@ -189,6 +200,9 @@ plan:
       type: int
     options:
       description: C(housekeeping_cores_per_node), C(strict_capacity) and C(allow_unknown_siblings) as used.
+      type: dict
+    memory_capacity:
+      description: CPU-bearing node id (string) -> bytes it holds for bound instances (MemTotal minus the reserve), or null.
       type: dict
     siblings:
       description: >-
@@ -270,6 +284,7 @@ def main():
             # dict conversion would only say "dictionary requested").
             applied_plan=dict(type="raw"),
             allow_unknown_siblings=dict(type="bool", default=False),
+            memory_reserve_per_node=dict(type="raw", default="auto"),
         ),
         mutually_exclusive=[("topology", "topology_path")],
         required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],
@@ -297,6 +312,7 @@ def main():
             strict_capacity=params["strict_capacity"],
             applied_plan=params["applied_plan"],
             allow_unknown_siblings=params["allow_unknown_siblings"],
+            memory_reserve_per_node=params["memory_reserve_per_node"],
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))

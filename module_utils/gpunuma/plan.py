@@ -38,7 +38,7 @@ from ansible.module_utils.gpunuma.plan_alloc import (  # noqa: F401 (choose_gpu_
     check_siblings_known,
     choose_gpu_group,
 )
-from ansible.module_utils.gpunuma.plan_capacity import check_capacity
+from ansible.module_utils.gpunuma.plan_capacity import check_capacity, node_capacity, parse_reserve
 from ansible.module_utils.gpunuma.plan_inputs import (  # noqa: F401 (constants are public here)
     BINDING_METHODS,
     INSTANCE_KEYS,
@@ -172,14 +172,16 @@ def render_instance(spec, topo, profile):
 
 
 def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, strict_capacity="fallback",
-               applied_plan=None, allow_unknown_siblings=False):
+               applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto"):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
     mapping (``profiles.load_profile``), ``instances`` the inventory's
     ``gpunuma_instances`` list. ``applied_plan`` is the plan the node runs
-    now (``/etc/gpunuma/plan.json``), if any: the memory its instances hold
-    counts as available to them in the capacity check. A plan that binds
+    now (``/etc/gpunuma/plan.json``), if any; it is checked but no longer
+    changes the plan (capacity comes from MemTotal, not from what the running
+    instances use). ``memory_reserve_per_node`` is ``auto`` or a size kept
+    back on every node for the kernel and daemons. A plan that binds
     CPUs on a node whose hyperthread siblings are unknown (and cannot be
     inferred) is refused unless ``allow_unknown_siblings``. Raises
     :class:`PlanError` listing every problem found.
@@ -187,6 +189,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
     problems = []
     warnings = []
     validate_options(housekeeping_cores_per_node, strict_capacity, problems)
+    reserve = parse_reserve(memory_reserve_per_node, problems)
     try:
         profile = validate_profile(profile)
     except ProfileError as exc:
@@ -223,7 +226,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
         apply_profile(spec, topo, profile)
     allocate_cpus(specs, topo, problems)
     check_siblings_known(specs, topo, allow_unknown_siblings, problems)
-    check_capacity(specs, topo, strict_capacity, problems, applied_plan)
+    check_capacity(specs, topo, strict_capacity, problems, reserve)
     if problems:
         raise PlanError(problems)
     check_shares(specs, topo)
@@ -243,7 +246,11 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
             "housekeeping_cores_per_node": housekeeping_cores_per_node,
             "strict_capacity": strict_capacity,
             "allow_unknown_siblings": bool(allow_unknown_siblings),
+            "memory_reserve_per_node": memory_reserve_per_node if reserve is None else reserve,
         },
+        "memory_capacity": dict(
+            (str(n), node_capacity(topo.nodes[n], reserve)[0]) for n in topo.cpu_node_ids
+        ),
         "housekeeping": dict(
             (
                 str(n),

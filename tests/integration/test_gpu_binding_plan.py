@@ -24,8 +24,10 @@ def test_plan_from_topology_file_and_profile_name():
             "profile": "strict",
             "profiles_dir": PROFILES_DIR,
             "instances": [
-                {"name": "llm0", "gpus": [0], "command": ["/opt/vllm/bin/vllm", "serve", "$HOME; rm -rf /"]},
-                {"name": "llm4", "gpus": [4], "command": ["/opt/vllm/bin/vllm", "serve"], "binding_method": "systemd"},
+                {"name": "llm0", "gpus": [0], "command": ["/opt/vllm/bin/vllm", "serve", "$HOME; rm -rf /"],
+                 "memory": "64G"},
+                {"name": "llm4", "gpus": [4], "command": ["/opt/vllm/bin/vllm", "serve"], "binding_method": "systemd",
+                 "memory": "64G"},
             ],
             "housekeeping_cores_per_node": 2,
         },
@@ -134,7 +136,8 @@ def test_ansible_doc_renders():
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    for word in ("strict_capacity", "housekeeping_cores_per_node", "profile_data", "EXAMPLES", "RETURN VALUES"):
+    for word in ("strict_capacity", "housekeeping_cores_per_node", "profile_data", "EXAMPLES", "RETURN VALUES",
+                 "allow_unknown_siblings", "memory_reserve_per_node"):
         assert word in proc.stdout
 
 

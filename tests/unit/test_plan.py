@@ -90,7 +90,7 @@ def sibling_groups(topo):
 
 def test_hgx_one_instance_per_gpu():
     topo = topology("hgx-h200-8gpu-2socket-ht")
-    plan = make_plan(topo, "strict", per_gpu(range(8)))
+    plan = make_plan(topo, "strict", per_gpu(range(8), memory="64G"))
     assert plan["schema"] == "gpunuma.plan/v1"
     assert plan["hostname"] == "gpu-a01"
     assert plan["topology_fingerprint"] == topo["fingerprint"]
@@ -155,7 +155,7 @@ def test_gpu_order_given_is_kept_and_uuids_follow_it():
 
 def test_amd_nps4_eight_nodes():
     topo = topology("dgxa100-nps4-8node")
-    plan = make_plan(topo, "strict", per_gpu(range(8)))
+    plan = make_plan(topo, "strict", per_gpu(range(8), memory="32G"))
     assert sorted(plan["housekeeping"]) == [str(n) for n in range(8)]
     for node in range(8):
         assert plan["housekeeping"][str(node)] == "%d,%d" % (16 * node, 16 * node + 128)
@@ -178,7 +178,7 @@ def test_amd_nps4_eight_nodes():
 
 def test_grace_binds_to_cpu_node_never_gpu_memory_node():
     topo = topology("gb200-4gpu-34numa")
-    plan = make_plan(topo, "strict", per_gpu(range(4)))
+    plan = make_plan(topo, "strict", per_gpu(range(4), memory="100G"))
     assert sorted(plan["housekeeping"]) == ["0", "1"]
     for inst, gpu in zip(plan["instances"], topo["gpus"]):
         assert gpu["gpu_numa_id"] not in inst["numa_nodes"] + inst["mem_nodes"]
@@ -252,20 +252,70 @@ def test_capacity_fallback_to_preferred():
     assert inst["mem_policy"] == "preferred"
     assert inst["profile"] == "strict"
     assert inst["numactl_args"] == ["--physcpubind=1-15", "--preferred=0"]
-    assert "8.0 GiB declared" in inst["fallback"] and "free memory of NUMA node 0" in inst["fallback"]
+    assert inst["fallback"].startswith(
+        "memory 8.0 GiB declared exceeds the 4.7 GiB NUMA node 0 holds for instances "
+        "(6.1 GiB MemTotal minus a 1.4 GiB reserve); membind fails"
+    )
     assert "planned as preferred" in inst["fallback"]
 
 
-def test_capacity_fallback_text_does_not_move_with_free_memory():
+@pytest.mark.parametrize("memory", ["8G", "3G"])
+def test_capacity_fallback_text_does_not_move_with_free_memory(memory):
     # The reason lands in plan.json and the unit file: a different free
     # amount (the instance's own pages, page cache) must not rewrite them.
-    instances = [{"name": "big", "gpus": [0], "command": ["/bin/srv"], "memory": "8G"}]
+    instances = [{"name": "big", "gpus": [0], "command": ["/bin/srv"], "memory": memory}]
     first = make_plan("h200-1gpu-vm", "strict", instances)
     topo = topology("h200-1gpu-vm")
     topo["numa_nodes"][0]["memory_free_bytes"] //= 2
     second = make_plan(topo, "strict", instances)
-    assert second["instances"][0]["mem_policy"] == "preferred"
+    assert second["instances"][0]["mem_policy"] == ("preferred" if memory == "8G" else "bind")
     assert json.dumps(second, sort_keys=True) == json.dumps(first, sort_keys=True)
+
+
+def test_page_cache_never_changes_a_plan():
+    """MemFree near zero after the weights were read (page cache) gives a byte-identical plan."""
+    topo = topology("hgx-h200-8gpu-2socket-ht")
+    instances = per_gpu(range(8), memory="200G")
+    first = make_plan(topo, "strict", instances)
+    assert all(i["mem_policy"] == "bind" for i in first["instances"])
+    cached = copy.deepcopy(topo)
+    for node in cached["numa_nodes"]:
+        node["memory_free_bytes"] = 200 << 20  # 200 MiB: the rest is page cache
+    assert json.dumps(make_plan(cached, "strict", instances)) == json.dumps(first)
+    unknown = copy.deepcopy(topo)
+    for node in unknown["numa_nodes"]:
+        node["memory_free_bytes"] = None
+    assert json.dumps(make_plan(unknown, "strict", instances)) == json.dumps(first)
+
+
+@pytest.mark.parametrize(
+    "total, reserve",
+    [
+        (512 << 20, 255 << 20),
+        (4 * GIB, GIB),
+        (8 * GIB, GIB + 4 * GIB // 5),
+        (16 * GIB, GIB + 4 * GIB // 5 + 8 * GIB // 10),
+        (128 * GIB, GIB + 4 * GIB // 5 + 8 * GIB // 10 + 112 * GIB * 6 // 100),
+        (1024 * GIB, GIB + 4 * GIB // 5 + 8 * GIB // 10 + 112 * GIB * 6 // 100 + 896 * GIB * 2 // 100),
+    ],
+)
+def test_auto_reserve_follows_gke_tiers(total, reserve):
+    from ansible.module_utils.gpunuma.plan_capacity import auto_reserve
+
+    assert abs(auto_reserve(total) - reserve) <= 4
+
+
+def test_memory_reserve_per_node_option():
+    instances = [{"name": "a", "gpus": [0], "command": ["/bin/a"], "memory": "5G"}]
+    assert make_plan("h200-1gpu-vm", "strict", instances)["instances"][0]["mem_policy"] == "preferred"
+    plan = make_plan("h200-1gpu-vm", "strict", instances, memory_reserve_per_node="512M")
+    assert plan["instances"][0]["mem_policy"] == "bind"
+    assert plan["options"]["memory_reserve_per_node"] == 512 << 20
+    assert plan["memory_capacity"] == {"0": 6538379264 - (512 << 20)}
+    problems = problems_of("h200-1gpu-vm", instances, memory_reserve_per_node="lots")
+    assert problems == [
+        "memory_reserve_per_node: 'lots' is not a size; allowed: auto, bytes as an integer, or a size like 16G"
+    ]
 
 
 def test_capacity_that_fits_stays_strict():
@@ -279,7 +329,7 @@ def test_capacity_that_fits_stays_strict():
 def test_capacity_is_cumulative_per_node():
     instances = [
         {"name": "a", "gpus": [0], "command": ["/bin/a"], "memory": "3G"},
-        {"name": "b", "numa_node": 0, "command": ["/bin/b"], "memory": "1G"},
+        {"name": "b", "numa_node": 0, "command": ["/bin/b"], "memory": "2G"},
     ]
     plan = make_plan("h200-1gpu-vm", "strict", instances)
     assert plan["instances"][0]["mem_policy"] == "bind"
@@ -292,14 +342,35 @@ def test_capacity_error_mode():
     problems = problems_of("h200-1gpu-vm", instances, strict_capacity="error")
     assert len(problems) == 1
     assert problems[0].startswith(
-        "gpunuma_instances[0].memory: memory 8.0 GiB declared exceeds the 3.8 GiB free on NUMA node 0"
+        "gpunuma_instances[0].memory: memory 8.0 GiB declared exceeds the 4.7 GiB NUMA node 0 holds for instances "
+        "(6.1 GiB MemTotal minus a 1.4 GiB reserve)"
     )
-    assert "allowed: at most 3.8 GiB on this node, or strict_capacity: fallback" in problems[0]
+    assert "allowed: at most 4.7 GiB on this node, or strict_capacity: fallback" in problems[0]
 
 
-def test_capacity_unknown_free_memory_warns_only():
+@pytest.mark.parametrize("strict_capacity", ["fallback", "error"])
+def test_bind_without_declared_memory_is_not_a_blind_membind(strict_capacity):
+    instances = [{"name": "a", "gpus": [0], "command": ["/bin/a"]}]
+    if strict_capacity == "error":
+        assert problems_of("h200-1gpu-vm", instances, strict_capacity="error") == [
+            "gpunuma_instances[0].memory: missing, so membind to NUMA node 0 cannot be checked against the node's "
+            "capacity (a full node then means allocation failures and OOM kills, not spill); allowed: the memory the "
+            "instance needs on its node (a size like 64G), or strict_capacity: fallback to plan it as preferred"
+        ]
+        return
+    plan = make_plan("h200-1gpu-vm", "strict", instances)
+    inst = plan["instances"][0]
+    assert inst["mem_policy"] == "preferred"
+    assert inst["numactl_args"] == ["--physcpubind=1-15", "--preferred=0"]
+    assert inst["fallback"].startswith("no memory declared, so membind to NUMA node 0 cannot be checked")
+    assert any(w.startswith("a: no memory declared") for w in plan["warnings"])
+    # preferred and interleave need no capacity reasoning: nothing changes
+    assert make_plan("h200-1gpu-vm", "preferred", instances)["instances"][0]["fallback"] is None
+
+
+def test_capacity_unknown_node_memory_warns_only():
     topo = topology("h200-1gpu-vm")
-    topo["numa_nodes"][0]["memory_free_bytes"] = None
+    topo["numa_nodes"][0]["memory_total_bytes"] = None
     plan = make_plan(
         topo,
         "strict",
@@ -309,7 +380,7 @@ def test_capacity_unknown_free_memory_warns_only():
     inst = plan["instances"][0]
     assert inst["mem_policy"] == "bind"
     assert inst["fallback"] is None
-    assert any("free memory of NUMA node 0 is unknown" in w for w in inst["warnings"])
+    assert any("memory size of NUMA node 0 is unknown" in w for w in inst["warnings"])
 
 
 def test_capacity_under_preferred_warns_about_spill():
@@ -532,8 +603,8 @@ def test_explicit_cpu_list_is_honoured_and_avoided_by_others():
         "hgx-h200-8gpu-2socket-ht",
         "strict",
         [
-            {"name": "w0", "gpus": [0], "command": ["/bin/srv"], "cpus": "2-5,98-101"},
-            {"name": "w1", "gpus": [1], "command": ["/bin/srv"]},
+            {"name": "w0", "gpus": [0], "command": ["/bin/srv"], "cpus": "2-5,98-101", "memory": "8G"},
+            {"name": "w1", "gpus": [1], "command": ["/bin/srv"], "memory": "8G"},
         ],
     )
     w0, w1 = plan["instances"]
@@ -619,7 +690,7 @@ def test_off_profile_ignores_cpus_with_a_warning():
     ],
 )
 def test_profile_arguments(profile_name, args, systemd):
-    instances = [{"name": "w0", "gpus": [0], "command": ["/bin/srv"]}]
+    instances = [{"name": "w0", "gpus": [0], "command": ["/bin/srv"], "memory": "64G"}]
     inst = make_plan("hgx-h200-8gpu-2socket-ht", profile_name, instances)["instances"][0]
     assert inst["profile"] == profile_name
     assert inst["numactl_args"] == args
@@ -634,7 +705,7 @@ def test_profile_arguments(profile_name, args, systemd):
 
 def test_dropin_for_an_existing_unit():
     topo = topology("hgx-h200-8gpu-2socket-ht")
-    plan = make_plan(topo, "strict", [{"name": "vllm", "unit": "vllm.service", "gpus": [4]}])
+    plan = make_plan(topo, "strict", [{"name": "vllm", "unit": "vllm.service", "gpus": [4], "memory": "64G"}])
     inst = plan["instances"][0]
     assert inst["mode"] == "dropin"
     assert inst["unit"] == "vllm.service"
@@ -1208,7 +1279,7 @@ def test_format_of_plan_cpu_lists_is_canonical():
 
 
 class TestCapacityOfARunningNode:
-    """Re-planning must not count a running instance's own memory against it."""
+    """A running instance's own memory (and the page cache) never moves its plan."""
 
     def setup_method(self):
         import copy
@@ -1231,17 +1302,16 @@ class TestCapacityOfARunningNode:
         applied = {"topology_fingerprint": self.topology["fingerprint"], "instances": [first]}
         # The instance now holds its 6 GiB: only 2 GiB are left free on node 0.
         self.topology["numa_nodes"][0]["memory_free_bytes"] = 2 << 30
-        assert self.plan()["mem_policy"] == "preferred"
-        again = self.plan(applied)
-        assert again["mem_policy"] == "bind" and again["fallback"] is None
+        assert self.plan() == first
+        assert self.plan(applied) == first
 
-    def test_applied_plan_of_other_hardware_or_instances_does_not_count(self):
+    def test_applied_plan_of_other_hardware_or_instances_changes_nothing(self):
         first = self.plan()
         self.topology["numa_nodes"][0]["memory_free_bytes"] = 2 << 30
         other_hw = {"topology_fingerprint": "sha256:" + "0" * 64, "instances": [first]}
-        assert self.plan(other_hw)["mem_policy"] == "preferred"
+        assert self.plan(other_hw) == first
         renamed = {"topology_fingerprint": self.topology["fingerprint"], "instances": [dict(first, name="gone")]}
-        assert self.plan(renamed)["mem_policy"] == "preferred"
+        assert self.plan(renamed) == first
 
 
 def _capacity_topology():
@@ -1258,7 +1328,7 @@ def _capacity_topology():
 def test_fallen_back_instance_does_not_flip_back_to_bind():
     case = TestCapacityOfARunningNode()
     case.setup_method()
-    case.instance["memory"] = "12G"  # more than the 8 GiB free: preferred from the start
+    case.instance["memory"] = "15G"  # more than 16 GiB minus the reserve: preferred from the start
     first = case.plan()
     assert first["mem_policy"] == "preferred"
     applied = {"topology_fingerprint": case.topology["fingerprint"], "instances": [first]}
