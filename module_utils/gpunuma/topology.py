@@ -13,6 +13,10 @@ sysfs ``numa_node``, the ``nvidia-smi`` NUMA affinity, and finally the node
 whose CPUs hold the GPU's CPU affinity (sysfs ``numa_node`` is -1 in many
 VMs). A CPU-less node (Grace HBM) is never the binding node: it becomes the
 GPU's ``gpu_numa_id``.
+
+NUMA nodes whose CPU sets overlap, from sysfs or inferred from the topo
+text, are refused (:func:`check_disjoint_nodes`), never repaired; the same
+warning from two sources is listed once.
 """
 
 from __future__ import annotations
