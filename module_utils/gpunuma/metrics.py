@@ -12,13 +12,14 @@ node as a script run by a systemd timer.  It reads
 
 renders the Prometheus text exposition format and writes it atomically: a
 temporary file in the collector directory, fsync, then rename over
-``gpunuma.prom`` - node_exporter never reads a half-written file (it reads
+``gpunuma-node.prom`` - node_exporter never reads a half-written file (it reads
 only ``*.prom``).  Every metric is documented in docs/metrics.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import os
 import re
@@ -35,7 +36,7 @@ PROBE_SERIES = {
     "h2d_pageable": ("h2d", "pageable"),
     "small_h2d_pinned": ("h2d", "pinned"),
 }
-OUTPUT_NAME = "gpunuma.prom"
+OUTPUT_NAME = "gpunuma-node.prom"
 
 
 class MetricsError(Exception):
@@ -269,8 +270,14 @@ def audit_metrics(expo, audit):
         expo.add("gpunuma_audit_state", "gauge",
                  "The last audit's verdict for this node: 1 on the label of the current state.",
                  1 if name == state else 0, {"state": name})
-    if isinstance(audit, dict) and isinstance(audit.get("timestamp"), (int, float)) and not isinstance(audit.get("timestamp"), bool):
-        expo.add("gpunuma_audit_timestamp_seconds", "gauge", "When the last audit ran (Unix time).", audit["timestamp"])
+    when = audit.get("timestamp") if isinstance(audit, dict) else None
+    if isinstance(audit, dict) and isinstance(audit.get("time"), str):  # a gpunuma.audit/v1 report: UTC ISO 8601
+        try:
+            when = calendar.timegm(time.strptime(audit["time"], "%Y-%m-%dT%H:%M:%SZ"))
+        except ValueError:
+            when = None
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        expo.add("gpunuma_audit_timestamp_seconds", "gauge", "When the last audit ran (Unix time).", when)
 
 
 def _guarded(expo, errors, what, function, *args):

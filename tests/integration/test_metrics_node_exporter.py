@@ -99,7 +99,7 @@ def test_node_exporter_scrapes_gpunuma_metrics(tmp_path):
         second = playbook(tmp_path, hosts, gpunuma_metrics_textfile_dir=TEXTFILE_DIR, gpunuma_metrics_interval="2s")
         assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-3000:]
         assert node.sh("systemctl is-enabled gpunuma-metrics.timer").strip() == "enabled"
-        assert node.sh("ls -a %s" % TEXTFILE_DIR).split() == [".", "..", "gpunuma.prom"]  # no temporary file left
+        assert node.sh("ls -a %s" % TEXTFILE_DIR).split() == [".", "..", "gpunuma-node.prom"]  # no temporary file left
 
         ip = subprocess.run(["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", node.name],
                             capture_output=True, text=True, check=True).stdout.strip()
@@ -114,8 +114,8 @@ def test_node_exporter_scrapes_gpunuma_metrics(tmp_path):
                 time.sleep(1)
         # node_exporter read our file without complaint
         assert find(samples, "node_textfile_scrape_error")[0].value == 0
-        assert find(samples, "node_textfile_mtime_seconds", file=TEXTFILE_DIR + "/gpunuma.prom") or \
-            find(samples, "node_textfile_mtime_seconds", file="gpunuma.prom")
+        assert find(samples, "node_textfile_mtime_seconds", file=TEXTFILE_DIR + "/gpunuma-node.prom") or \
+            find(samples, "node_textfile_mtime_seconds", file="gpunuma-node.prom")
         types = {f.name: f.type for f in fams}
         assert types["gpunuma_h2d_copy_duration_seconds"] == "summary"
         assert types["gpunuma_numa_other_node_pages"] == "counter"

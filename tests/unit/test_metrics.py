@@ -139,6 +139,14 @@ def test_hostile_label_values_round_trip(tmp_path):
     assert samples(fams, "gpunuma_node_profile_info")[0].labels["profile"] == 'str"ict\\'
 
 
+def test_audit_report_time_is_read(tmp_path):
+    path = tmp_path / "audit.json"
+    path.write_text(json.dumps({"schema": "gpunuma.audit/v1", "status": "drifted", "time": "2026-01-31T03:00:00Z"}))
+    fams = parse(metrics.collect(audit_path=str(path), sysfs_root="/nonexistent")[0])
+    assert samples(fams, "gpunuma_audit_state", state="drifted")[0].value == 1
+    assert samples(fams, "gpunuma_audit_timestamp_seconds")[0].value == 1769828400
+
+
 @pytest.mark.parametrize("audit, state", [({"status": "compliant", "timestamp": 1700000000}, "compliant"),
                                           ({"status": "drifted"}, "drifted"), ({"status": "weird"}, "unknown"), (None, "unknown")])
 def test_audit_state(tmp_path, audit, state):
@@ -166,11 +174,11 @@ def test_damaged_sources_reported_not_raised(tmp_path):
 
 
 def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):
-    (tmp_path / "gpunuma.prom").write_text("old\n")
+    (tmp_path / "gpunuma-node.prom").write_text("old\n")
     (tmp_path / "other.prom").write_text("x 1\n")
     path = metrics.write_atomic(str(tmp_path), "gpunuma_x 1\n")
     assert open(path).read() == "gpunuma_x 1\n"
-    assert sorted(os.listdir(tmp_path)) == ["gpunuma.prom", "other.prom"]
+    assert sorted(os.listdir(tmp_path)) == ["gpunuma-node.prom", "other.prom"]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
 
 
@@ -182,7 +190,7 @@ def test_write_atomic_missing_dir(tmp_path):
 def test_main_cli(tmp_path, capsys):
     assert metrics.main(["--textfile-dir", str(tmp_path), "--probe", RECORDED, "--plan", str(tmp_path / "none.json"),
                          "--audit", str(tmp_path / "none.json"), "--root", "/nonexistent"]) == 0
-    assert "gpunuma_h2d_copy_bandwidth_bytes_per_second" in (tmp_path / "gpunuma.prom").read_text()
+    assert "gpunuma_h2d_copy_bandwidth_bytes_per_second" in (tmp_path / "gpunuma-node.prom").read_text()
     assert metrics.main(["--textfile-dir", str(tmp_path / "missing")]) == 1
     assert "does not exist" in capsys.readouterr().err
 
