@@ -656,7 +656,7 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
                 del doc[key]
         else:
             doc[key] = copy.deepcopy(new)
-    config_text = dump_config(parsed) if changes else parsed.text
+    config_text = dump_config(parsed, [c["key"] for c in changes]) if changes else parsed.text
     new_config = plain(parsed.doc)
 
     # Checkpoints the new config would not restore.

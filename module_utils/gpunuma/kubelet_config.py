@@ -170,11 +170,98 @@ def _check_kind(doc, source):
         raise KubeletConfigError("\n".join(problems))
 
 
-def dump_config(parsed):
-    """The document as text in its original format and indentation."""
+_TOP_KEY_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)[ \t]*:(?:[ \t]|$)")
+_SIMPLE_LINE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*[ \t]*:[ \t]*([A-Za-z0-9_.,\-]+|'[^'#]*'|\"[^\"#]*\")([ \t]+#.*)?$")
+
+
+def _blocks(lines):
+    """Top-level key -> (first line, end line) of a block mapping, or None when the layout is not that simple."""
+    blocks = {}
+    current = None
+    for pos, line in enumerate(lines):
+        # Indented lines, and block sequence items at column 0 (kubeadm's style), continue the block.
+        if not line.strip() or line.startswith((" ", "\t")) or line.rstrip() == "-" or line.startswith("- "):
+            continue
+        if line.startswith("#") or line.rstrip() in ("---", "..."):
+            if current is not None:
+                blocks[current] = (blocks[current][0], pos)
+                current = None
+            continue
+        match = _TOP_KEY_RE.match(line)
+        if not match or match.group(1) in blocks:
+            return None
+        if current is not None:
+            blocks[current] = (blocks[current][0], pos)
+        current = match.group(1)
+        blocks[current] = (pos, len(lines))
+    # A block ends before the blank lines and comments that follow it.
+    out = {}
+    for key, (start, end) in blocks.items():
+        while end - 1 > start and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
+            end -= 1
+        out[key] = (start, end)
+    return out
+
+
+def _render_key(parsed, key, value):
+    stream = io.StringIO()
+    _yaml(parsed.indent, parsed.seq_indent).dump({key: value}, stream)
+    return stream.getvalue().splitlines()
+
+
+def _splice(parsed, keys):
+    """The original text with only the blocks of ``keys`` replaced, removed or appended; None if not possible."""
+    lines = parsed.text.splitlines()
+    blocks = _blocks(lines)
+    if blocks is None:
+        return None
+    edits = []
+    appended = []
+    for key in keys:
+        if key in parsed.doc:
+            new_lines = _render_key(parsed, key, parsed.doc[key])
+        else:
+            new_lines = []
+        if key in blocks:
+            start, end = blocks[key]
+            if end - start == 1 and len(new_lines) == 1:
+                # Keep a comment on the line of a simple scalar, with its spacing.
+                old = _SIMPLE_LINE_RE.match(lines[start])
+                if old and old.group(2):
+                    new_lines = [new_lines[0] + old.group(2)]
+            edits.append((start, end, new_lines))
+        else:
+            appended.extend(new_lines)
+    for start, end, new_lines in sorted(edits, reverse=True):
+        lines[start:end] = new_lines
+    if appended:
+        tail = len(lines)
+        while tail and lines[tail - 1].rstrip() == "...":
+            tail -= 1
+        lines[tail:tail] = appended
+    return "\n".join(lines) + "\n"
+
+
+def dump_config(parsed, keys=None):
+    """The document as text in its original format and indentation.
+
+    For YAML with ``keys`` (the top-level keys that changed), only those
+    keys' lines are rewritten and every other line is kept byte for byte,
+    provided the result reads back as the same document; otherwise the whole
+    document is written by ruamel.yaml's round trip.
+    """
     if parsed.fmt == "json":
         text = json.dumps(parsed.doc, indent=parsed.indent, separators=(",", ": "))
         return text + ("\n" if parsed.text.endswith("\n") or not parsed.text else "")
+    if keys:
+        spliced = _splice(parsed, keys)
+        if spliced is not None:
+            try:
+                again = [d for d in _yaml().load_all(spliced) if d is not None]
+            except (_RuamelError, ValueError):
+                again = None
+            if again and len(again) == 1 and plain(again[0]) == plain(parsed.doc):
+                return spliced
     stream = io.StringIO()
     _yaml(parsed.indent, parsed.seq_indent).dump(parsed.doc, stream)
     out = stream.getvalue()

@@ -127,18 +127,13 @@ def test_override_replaces_one_preset_key():
 # Merge: keys gpunuma does not own keep their text
 
 
-def _norm(line):
-    return re.sub(r":\s+(True|False)\b", lambda m: ": " + m.group(1).lower(), re.sub(r":  +", ": ", line))
-
-
 @pytest.mark.parametrize("cfg", [c for c in CONFIGS if c.endswith(".yaml")])
 def test_yaml_merge_keeps_every_unowned_line_in_order(cfg):
     original = config(cfg)
     result = plan(cfg=cfg, topo="hgx-2socket")
-    # ruamel.yaml's round trip writes one space after a colon and booleans in
-    # lower case (docs/kubelet.md); everything else of the line is kept.
-    kept = [_norm(line) for line in original.splitlines() if not OWNED.match(line)]
-    out = [_norm(line) for line in result.config_text.splitlines()]
+    # Only the owned keys' lines are rewritten: every other line is kept byte for byte.
+    kept = [line for line in original.splitlines() if not OWNED.match(line)]
+    out = result.config_text.splitlines()
     pos = 0
     for line in kept:
         assert line in out[pos:], "line %r of %s lost or moved" % (line, cfg)
@@ -152,7 +147,7 @@ def test_hand_edited_comments_and_indentation_survive():
     assert "cgroupDriver: systemd   # must match containerd's SystemdCgroup" in text
     assert "    - 10.96.0.10   # CoreDNS service IP" in text
     # The owned key keeps its place and its comment; the value changes.
-    assert re.search(r"\ncpuManagerPolicy: static +# set by gpunuma from the node's profile\n", text)
+    assert "\ncpuManagerPolicy: static   # set by gpunuma from the node's profile\n" in text
     assert text.index("cpuManagerPolicy") < text.index("maxPods")
     assert "reservedMemory:\n    -   numaNode: 0" in text or "reservedMemory:\n    - numaNode: 0" in text
 
@@ -490,6 +485,32 @@ def test_yaml_flow_mapping_is_yaml_not_json():
     assert result.config_format == "yaml" if hasattr(result, "config_format") else result.fmt == "yaml"
     assert result.config["maxPods"] == 64
     assert result.config["cpuManagerPolicy"] == "static"
+
+
+def test_unowned_text_is_byte_identical_around_the_changed_keys():
+    original = config("kubespray-config.yaml")
+    result = plan(cfg="kubespray-config.yaml")
+    assert "failSwapOn: True\n" in result.config_text
+    assert "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n" in result.config_text
+    head = original.split("cpuManagerPolicy: none")[0]
+    assert result.config_text.startswith(head)
+
+
+def test_a_layout_the_splice_cannot_keep_still_gives_the_same_document():
+    # A flow mapping has no per-key lines: the whole document is written by ruamel.yaml.
+    text = "{kind: KubeletConfiguration, apiVersion: kubelet.config.k8s.io/v1beta1, cpuManagerPolicy: none}"
+    result = plan(text=text)
+    assert result.config["cpuManagerPolicy"] == "static"
+    assert result.config["kind"] == "KubeletConfiguration"
+
+
+def test_a_comment_inside_an_owned_block_falls_back_safely():
+    text = (config("kubeadm-config.yaml") + "reservedMemory:\n- numaNode: 0\n# second item\n- numaNode: 1\n"
+            "memoryManagerPolicy: None\n")
+    result = plan(text=text, prof="preferred")
+    # preferred has memoryManagerPolicy None: the owned reservedMemory block goes, comment and all.
+    assert "reservedMemory" not in result.config
+    assert "numaNode" not in result.config_text
 
 
 def test_negative_reservation_is_refused():
