@@ -17,7 +17,7 @@ from containers import Node, needs_docker
 pytestmark = [pytest.mark.molecule, needs_docker]
 
 INSTANCES = [
-    {"name": "small", "numa_node": 0, "share_cpus": True, "command": ["/bin/sleep", "infinity"]},
+    {"name": "small", "numa_node": 0, "share_cpus": True, "memory": "256M", "command": ["/bin/sleep", "infinity"]},
     # Declares more than any node has: planned as preferred under strict
     # (strict_capacity: fallback), so strict <-> preferred leaves it alone.
     {"name": "big", "numa_node": 0, "share_cpus": True, "memory": "64T", "command": ["/bin/sleep", "infinity"]},
@@ -55,7 +55,7 @@ def play(inventory, playbook, node, *extra):
     for item in extra:
         cmd += ["-e", item]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-                          env=ansible_env(USER="oncall"))
+                          env=ansible_env(SUDO_USER="oncall"))
     return proc.returncode, proc.stdout + proc.stderr
 
 
