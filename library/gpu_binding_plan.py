@@ -71,8 +71,18 @@ options:
     description:
       - Whole cores (with their hyperthread siblings) kept per CPU-bearing node for the system,
         kubelet and network threads, taken from the lowest-numbered cores; never given to a worker.
-    type: int
-    default: 1
+      - C(auto) (the default) follows the node, ceil(cores / 24) and at least 1 per node; on a
+        machine whose CPU-bearing nodes are not all GPU nodes (AMD NPS2/NPS4, Intel SNC) the
+        housekeeping cores go on the GPU-less nodes and the GPU nodes keep every core for workers.
+      - An integer keeps that many cores on every CPU-bearing node.
+    type: raw
+    default: auto
+  housekeeping_cpus:
+    description:
+      - An explicit CPU list kept for housekeeping instead of O(housekeeping_cores_per_node), as the
+        kubelet's C(reservedSystemCPUs) and Slurm's C(CpuSpecList) take it, for example C(0-1,96-97).
+      - A list that covers part of a core keeps the whole core (a warning says so).
+    type: str
   strict_capacity:
     description:
       - What to do when an instance under a C(bind) memory policy declares more C(memory) than its
@@ -254,6 +264,7 @@ problems:
 """
 
 import json
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.errors import GpunumaError
@@ -269,6 +280,13 @@ def _load_topology(module, path):
         module.fail_json(msg="topology_path: %s cannot be read as JSON: %s" % (path, exc))
 
 
+def _count_or_word(value):
+    """A count that reached the module as text (templated "2") becomes the int it says."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,6}", value):
+        return int(value)
+    return value
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -278,7 +296,8 @@ def main():
             profile_data=dict(type="dict"),
             profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
             instances=dict(type="list", elements="dict", default=[]),
-            housekeeping_cores_per_node=dict(type="int", default=1),
+            housekeeping_cores_per_node=dict(type="raw", default="auto"),
+            housekeeping_cpus=dict(type="str"),
             strict_capacity=dict(type="str", choices=["fallback", "error"], default="fallback"),
             # raw: the planner checks it and names the bad field (Ansible's
             # dict conversion would only say "dictionary requested").
@@ -308,11 +327,12 @@ def main():
             topology,
             profile,
             params["instances"],
-            housekeeping_cores_per_node=params["housekeeping_cores_per_node"],
+            housekeeping_cores_per_node=_count_or_word(params["housekeeping_cores_per_node"]),
             strict_capacity=params["strict_capacity"],
             applied_plan=params["applied_plan"],
             allow_unknown_siblings=params["allow_unknown_siblings"],
             memory_reserve_per_node=params["memory_reserve_per_node"],
+            housekeeping_cpus=params["housekeeping_cpus"],
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))

@@ -45,6 +45,7 @@ from ansible.module_utils.gpunuma.plan_inputs import (  # noqa: F401 (constants 
     STRICT_CAPACITY_CHOICES,
     check_gpu_environment,
     check_unique,
+    parse_housekeeping_cpus,
     validate_applied_plan,
     validate_instance,
     validate_options,
@@ -171,8 +172,9 @@ def render_instance(spec, topo, profile):
 # Entry point
 
 
-def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, strict_capacity="fallback",
-               applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto"):
+def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto", strict_capacity="fallback",
+               applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto",
+               housekeeping_cpus=None):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
@@ -198,9 +200,18 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
     # With bad options or profile the instances are still checked, so that
     # one run reports every problem.
     housekeeping = (
-        housekeeping_cores_per_node if is_int(housekeeping_cores_per_node) and housekeeping_cores_per_node >= 0 else 1
+        housekeeping_cores_per_node
+        if housekeeping_cores_per_node == "auto"
+        or (is_int(housekeeping_cores_per_node) and housekeeping_cores_per_node >= 0)
+        else "auto"
     )
-    topo = PlanTopology(topology, housekeeping, warnings)
+    reserved_cpus = parse_housekeeping_cpus(housekeeping_cpus, problems)
+    topo = PlanTopology(topology, housekeeping, warnings, reserved_cpus)
+    if reserved_cpus is not None and not reserved_cpus <= topo.all_cpus:
+        problems.append(
+            "housekeeping_cpus: CPUs %s do not exist on %s; allowed: %s"
+            % (format_cpulist(reserved_cpus - topo.all_cpus), topo.hostname, format_cpulist(topo.all_cpus) or "none")
+        )
     applied_plan = validate_applied_plan(applied_plan, problems)
 
     if instances is None:
@@ -244,6 +255,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node=1, stri
         "profile": profile["name"],
         "options": {
             "housekeeping_cores_per_node": housekeeping_cores_per_node,
+            "housekeeping_cpus": format_cpulist(reserved_cpus) if reserved_cpus is not None else None,
             "strict_capacity": strict_capacity,
             "allow_unknown_siblings": bool(allow_unknown_siblings),
             "memory_reserve_per_node": memory_reserve_per_node if reserve is None else reserve,

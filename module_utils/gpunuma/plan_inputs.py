@@ -421,15 +421,35 @@ def check_gpu_environment(specs, topo, problems):
 
 
 def validate_options(housekeeping_cores_per_node, strict_capacity, problems):
-    if not is_int(housekeeping_cores_per_node) or housekeeping_cores_per_node < 0:
+    if housekeeping_cores_per_node != "auto" and (
+        not is_int(housekeeping_cores_per_node) or housekeeping_cores_per_node < 0
+    ):
         problems.append(
-            "housekeeping_cores_per_node: %r is not a core count; allowed: an integer 0 or more"
+            "housekeeping_cores_per_node: %r is not a core count; allowed: auto, or an integer 0 or more"
             % (housekeeping_cores_per_node,)
         )
     if strict_capacity not in STRICT_CAPACITY_CHOICES:
         problems.append(
             "strict_capacity: %r is not allowed; allowed: %s" % (strict_capacity, ", ".join(STRICT_CAPACITY_CHOICES))
         )
+
+
+def parse_housekeeping_cpus(value, problems):
+    """``housekeeping_cpus``: None, or a non-empty CPU set; problems for anything else."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        problems.append(
+            'housekeeping_cpus: %r is %s; allowed: a CPU list string like "0-1,96-97", or null'
+            % (value, type_name(value))
+        )
+        return None
+    try:
+        cpus = parse_cpulist(value, "housekeeping_cpus")
+    except CpuListError as exc:
+        problems.append(str(exc))
+        return None
+    return cpus
 
 
 # --------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from ansible.module_utils.gpunuma.errors import GpunumaError
 SCHEMA = "gpunuma.plan/v1"
 # Additive fields raise the minor version; readers of v1 ignore fields they
 # do not know. 1: siblings, memory_capacity, options.allow_unknown_siblings,
-# options.memory_reserve_per_node (docs/plan-v1.md, Versions).
+# options.memory_reserve_per_node, options.housekeeping_cpus (docs/plan-v1.md,
+# Versions).
 SCHEMA_MINOR = 1
 TOPOLOGY_SCHEMA = "gpunuma.topology/v1"
 INSTANCES_VAR = "gpunuma_instances"

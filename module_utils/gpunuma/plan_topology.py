@@ -77,6 +77,20 @@ def infer_sibling_offset(node_cpus):
     return offset
 
 
+AUTO_HOUSEKEEPING = "auto"
+# One housekeeping core per this many cores of a node (at least one): the
+# kernel, kubelet/containerd, NIC and GPU driver interrupts, and the
+# engines' own API/tokenizer threads grow with the node (docs/plan-v1.md).
+CORES_PER_HOUSEKEEPING_CORE = 24
+
+
+def auto_housekeeping_cores(cores):
+    """Housekeeping cores of a node of ``cores`` cores under ``auto``: ceil(cores / 24), at least 1."""
+    if cores <= 0:
+        return 0
+    return max(1, -(-cores // CORES_PER_HOUSEKEEPING_CORE))
+
+
 @dataclass
 class PlanNode:
     """One NUMA node: its CPUs as whole cores, split into housekeeping and worker cores."""
@@ -106,7 +120,9 @@ class PlanGpu:
 class PlanTopology(object):
     """The parts of a ``gpunuma.topology/v1`` document the planner uses, checked."""
 
-    def __init__(self, topology, housekeeping_cores, warnings):
+    def __init__(self, topology, housekeeping_cores, warnings, housekeeping_cpus=None):
+        """``housekeeping_cores``: a count per node or ``"auto"``; ``housekeeping_cpus``: an explicit
+        CPU set (reservedSystemCPUs / CpuSpecList style) that overrides the count."""
         problems = []
         if not isinstance(topology, dict):
             raise PlanError("topology: must be a %s mapping, got %s" % (TOPOLOGY_SCHEMA, type(topology).__name__))
@@ -181,16 +197,6 @@ class PlanTopology(object):
         self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
         self.all_cpus = frozenset(owners)
         self._resolve_siblings(warnings)
-        for node_id in self.cpu_node_ids:
-            node = self.nodes[node_id]
-            node.housekeeping = node.cores[:housekeeping_cores]
-            node.worker_cores = node.cores[housekeeping_cores:]
-            node.worker_cpus = frozenset().union(*node.worker_cores) if node.worker_cores else frozenset()
-            if not node.worker_cores:
-                warnings.append(
-                    "numa node %d has %d cores, all kept for housekeeping (housekeeping_cores_per_node: %d); no worker can bind there"
-                    % (node.id, len(node.cores), housekeeping_cores)
-                )
 
         self.gpus = {}
         for pos, raw in enumerate(topology["gpus"]):
@@ -222,8 +228,44 @@ class PlanTopology(object):
             self.gpus[index] = PlanGpu(index=index, uuid=uuid, node=node_id, mig=bool(raw.get("mig_enabled")))
         if problems:
             raise PlanError(problems)
+        self._split_housekeeping(housekeeping_cores, housekeeping_cpus, warnings)
         self.gpu_ids = sorted(self.gpus)
         self.links = self._links(topology.get("gpu_links"), warnings)
+
+    def _split_housekeeping(self, count, cpus, warnings):
+        """Each CPU-bearing node's housekeeping cores (whole cores, lowest first) and worker cores."""
+        gpu_nodes = set(g.node for g in self.gpus.values() if g.node is not None)
+        gpu_less = [n for n in self.cpu_node_ids if n not in gpu_nodes]
+        for node_id in self.cpu_node_ids:
+            node = self.nodes[node_id]
+            if cpus is not None:
+                node.housekeeping = [core for core in node.cores if core & cpus]
+                split = [core for core in node.housekeeping if not core <= cpus]
+                if split:
+                    warnings.append(
+                        "housekeeping_cpus %s split hyperthread sibling groups %s on NUMA node %d; the whole cores "
+                        "are kept for housekeeping" % (format_cpulist(cpus & node.cpus), ", ".join(
+                            format_cpulist(core) for core in split), node_id)
+                    )
+                why = "housekeeping_cpus: %s" % (format_cpulist(cpus) or '""')
+            elif count == AUTO_HOUSEKEEPING:
+                if gpu_nodes and gpu_less and node_id in gpu_nodes:
+                    size = 0  # the system runs on the GPU-less nodes
+                else:
+                    size = auto_housekeeping_cores(len(node.cores))
+                node.housekeeping = node.cores[:size]
+                why = "housekeeping_cores_per_node: auto"
+            else:
+                node.housekeeping = node.cores[:count]
+                why = "housekeeping_cores_per_node: %d" % count
+            kept = set(node.housekeeping)
+            node.worker_cores = [core for core in node.cores if core not in kept]
+            node.worker_cpus = frozenset().union(*node.worker_cores) if node.worker_cores else frozenset()
+            if not node.worker_cores:
+                warnings.append(
+                    "numa node %d has %d cores, all kept for housekeeping (%s); no worker can bind there"
+                    % (node.id, len(node.cores), why)
+                )
 
     def _resolve_siblings(self, warnings):
         """Infer the sibling groups of nodes whose topology has none, or say they are unknown."""

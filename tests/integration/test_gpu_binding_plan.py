@@ -190,3 +190,21 @@ def test_unknown_siblings_refused_unless_allowed():
     assert rc == 0, result
     assert result["plan"]["siblings"] == {"0": "unknown"}
     assert any("siblings of NUMA node 0 are unknown" in w for w in result.get("warnings", []))
+
+
+def test_housekeeping_auto_by_default_and_explicit_cpus():
+    base = {"topology_path": HGX, "profile": "strict", "profiles_dir": PROFILES_DIR, "instances": []}
+    rc, result = run_module("gpu_binding_plan", base)
+    assert rc == 0, result
+    assert result["plan"]["housekeeping"] == {"0": "0-1,96-97", "1": "48-49,144-145"}
+    rc, result = run_module("gpu_binding_plan", dict(base, housekeeping_cores_per_node="3"))
+    assert rc == 0, result
+    assert result["plan"]["housekeeping"]["0"] == "0-2,96-98"
+    rc, result = run_module("gpu_binding_plan", dict(base, housekeeping_cpus="0,96"))
+    assert rc == 0, result
+    assert result["plan"]["housekeeping"] == {"0": "0,96", "1": ""}
+    rc, result = run_module("gpu_binding_plan", dict(base, housekeeping_cores_per_node="lots"))
+    assert rc != 0
+    assert result["problems"] == [
+        "housekeeping_cores_per_node: 'lots' is not a core count; allowed: auto, or an integer 0 or more"
+    ]

@@ -44,8 +44,10 @@ def profile(name):
 
 
 def make_plan(topo, profile_name, instances, **options):
+    """The allocation tests below are written for one housekeeping core per node unless they say otherwise."""
     if isinstance(topo, str):
         topo = topology(topo)
+    options.setdefault("housekeeping_cores_per_node", 1)
     return build_plan(topo, profile(profile_name), instances, **options)
 
 
@@ -1063,7 +1065,7 @@ def test_every_problem_reported_at_once():
         strict_capacity="sometimes",
     )
     assert problems == [
-        "housekeeping_cores_per_node: -1 is not a core count; allowed: an integer 0 or more",
+        "housekeeping_cores_per_node: -1 is not a core count; allowed: auto, or an integer 0 or more",
         "strict_capacity: 'sometimes' is not allowed; allowed: fallback, error",
         "gpunuma_instances[1].gpus[0]: GPU 9 does not exist on gpu-a01; allowed: 0-7",
         "gpunuma_instances[2].numa_node: node 3 does not exist on gpu-a01; allowed: 0, 1",
@@ -1481,3 +1483,67 @@ def test_damaged_topology_fields_are_named(mutate, expected):
     mutate(topo)
     problems = problems_of(topo, [{"name": "a", "gpus": [0], "command": ["/bin/x"]}])
     assert any(p.startswith(expected) for p in problems), problems
+
+
+# --------------------------------------------------------------------------
+# Housekeeping: size follows the node, GPU-less nodes first, explicit lists
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("hgx-h200-8gpu-2socket-ht", {"0": "0-1,96-97", "1": "48-49,144-145"}),  # 48 cores: 2
+        ("gb200-4gpu-34numa", {"0": "0-2", "1": "72-74"}),  # 72 cores: 3
+        ("h200-1gpu-vm", {"0": "0"}),  # 16 cores: 1
+        # NPS4: GPUs on nodes 1,3,5,7; the system runs on the GPU-less nodes
+        ("dgxa100-nps4-8node", {"0": "0,128", "1": "", "2": "32,160", "3": "", "4": "64,192", "5": "",
+                                "6": "96,224", "7": ""}),
+    ],
+)
+def test_auto_housekeeping_follows_the_node(name, expected):
+    plan = build_plan(topology(name), profile("strict"), [])
+    assert plan["options"]["housekeeping_cores_per_node"] == "auto"
+    assert plan["housekeeping"] == expected
+
+
+def test_auto_housekeeping_on_nps4_leaves_gpu_nodes_whole():
+    plan = build_plan(topology("dgxa100-nps4-8node"), profile("strict"), per_gpu(range(8), memory="16G"))
+    for inst in plan["instances"]:
+        assert len(parse_cpulist(inst["cpus"])) == 16  # 16 cores per node, 2 GPUs: 8 cores each
+    # a CPU-only service on a GPU-less node still gets that node's worker cores
+    plan = build_plan(topology("dgxa100-nps4-8node"), profile("strict"),
+                      [{"name": "tok", "numa_node": 0, "command": ["/bin/tok"], "memory": "1G"}])
+    assert plan["instances"][0]["cpus"] == "1-15,129-143"
+
+
+@pytest.mark.parametrize("cores, expected", [(1, 1), (16, 1), (24, 1), (25, 2), (48, 2), (64, 3), (72, 3), (128, 6)])
+def test_auto_housekeeping_size(cores, expected):
+    from ansible.module_utils.gpunuma.plan_topology import auto_housekeeping_cores
+
+    assert auto_housekeeping_cores(cores) == expected
+
+
+def test_explicit_housekeeping_cpus_like_reserved_system_cpus():
+    plan = build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), per_gpu([0, 4], memory="8G"),
+                      housekeeping_cpus="0-1,96-97")
+    assert plan["housekeeping"] == {"0": "0-1,96-97", "1": ""}
+    assert plan["options"]["housekeeping_cpus"] == "0-1,96-97"
+    assert plan["instances"][1]["cpus"] == "48-95,144-191"
+    # a list that splits a core keeps the whole core, with a warning
+    plan = build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), [], housekeeping_cpus="0")
+    assert plan["housekeeping"]["0"] == "0,96"
+    assert any("housekeeping_cpus 0 split hyperthread sibling groups 0,96" in w for w in plan["warnings"])
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("0-1,500", "housekeeping_cpus: CPUs 500 do not exist on gpu-a01; allowed: 0-191"),
+        (5, "housekeeping_cpus: 5 is an int; allowed: a CPU list string"),
+        ("x", "housekeeping_cpus 'x': 'x' is not a CPU id or range"),
+    ],
+)
+def test_bad_housekeeping_cpus(value, expected):
+    with pytest.raises(PlanError) as info:
+        build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), [], housekeeping_cpus=value)
+    assert any(p.startswith(expected) for p in info.value.problems), info.value.problems

@@ -208,7 +208,7 @@ def cases(draw):
     # allocator and give a plan whose invariants are checked.
     hostile = draw(st.integers(0, 3)) == 0
     event("hostile values: %s" % hostile)
-    housekeeping = st.integers(0, 3)
+    housekeeping = st.one_of(st.just("auto"), st.integers(0, 3))
     capacity = st.sampled_from(["fallback", "error"])
     if hostile:
         housekeeping = st.one_of(housekeeping, st.just(-1), st.just(64), st.just("1"))
@@ -217,7 +217,12 @@ def cases(draw):
         "topology": topology,
         "profile": PROFILES[draw(st.sampled_from(sorted(PROFILES)))],
         "instances": draw(instances(topology, hostile)),
-        "options": {"housekeeping_cores_per_node": draw(housekeeping), "strict_capacity": draw(capacity)},
+        "options": {
+            "housekeeping_cores_per_node": draw(housekeeping),
+            "strict_capacity": draw(capacity),
+            "allow_unknown_siblings": draw(st.booleans()),
+            "housekeeping_cpus": draw(st.one_of(st.none(), st.none(), CPU_LISTS) if hostile else st.none()),
+        },
     }
 
 
