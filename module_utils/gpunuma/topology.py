@@ -158,7 +158,9 @@ def _nodes_from_smi(smi, warnings):
             "memory_total_bytes": None,
             "memory_free_bytes": None,
             "distances": [],
-            "cores": [],
+            # The text shows no hyperthread siblings: null says "unknown"
+            # (the planner infers or refuses), [] only "no CPUs".
+            "cores": None if cpus else [],
         })
     check_disjoint_nodes(nodes, smi.get("source") or "nvidia-smi topo text",
                          dict((nid, ", ".join(texts)) for nid, texts in evidence.items()))

@@ -863,6 +863,8 @@ def test_text_only_plan_of_published_ht_fixture_equals_the_sysfs_plan(name, tmp_
 
     text = os.path.join(FIXTURES, "published", name + ".topo.txt")
     text_topo = discover("text", topo_file=text)["topology"]
+    # the text shows no siblings: unknown (null), not "none" ([])
+    assert all(n["cores"] is None for n in text_topo["numa_nodes"] if n["cpus"])
     sysfs_topo = discover("text", sysfs_root=_sysfs_tree_of(str(tmp_path), text_topo), topo_file=text)["topology"]
     assert all(n["cores"] for n in sysfs_topo["numa_nodes"] if n["cpus"])
     instances = per_gpu(range(len(text_topo["gpus"])))
