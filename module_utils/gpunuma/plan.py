@@ -88,6 +88,20 @@ def parse_size(value, what="memory"):
 # Rendering
 
 
+def nic_environment_value(variable, nics):
+    """The value of ``UCX_NET_DEVICES`` or ``NCCL_IB_HCA`` naming ``nics``.
+
+    UCX takes ``<device>:<port>`` for RDMA devices (port 1, the first port
+    of each listed function) and netdev names for TCP; NCCL_IB_HCA takes
+    RDMA device names, ``=`` first for exact matches (``mlx5_1`` alone would
+    also match ``mlx5_10``).
+    """
+    if variable == "UCX_NET_DEVICES":
+        return ",".join("%s:1" % nic.name if nic.rdma else nic.name for nic in nics)
+    rdma = [nic.name for nic in nics if nic.rdma]
+    return "=" + ",".join(rdma) if rdma else None
+
+
 def render_instance(spec, topo, profile):
     """The plan entry of one instance (docs/plan-v1.md, Output)."""
     gpus = list(spec.gpus) if spec.placement != "numa_node" else []
@@ -140,6 +154,26 @@ def render_instance(spec, topo, profile):
                 % format_cpulist(mig)
             )
 
+    gpu_nics = [topo.nics_near_gpu(g)[0] for g in gpus]
+    nics = []
+    for names in gpu_nics if gpus else [topo.nics_on_node(n) for n in spec.numa_nodes]:
+        nics.extend(n for n in names if n not in nics)
+    if spec.nic_environment:
+        if not nics:
+            spec.warnings.append(
+                "nic_environment: no NIC is near %s on %s (no PIX/PXB link, none on its NUMA node); %s not set"
+                % ("GPU %s" % format_cpulist(gpus) if gpus else "NUMA node %s" % format_cpulist(spec.numa_nodes),
+                   topo.hostname, ", ".join(spec.nic_environment))
+            )
+        else:
+            for variable in spec.nic_environment:
+                value = nic_environment_value(variable, [topo.nic(n) for n in nics])
+                if value is None:
+                    spec.warnings.append("nic_environment: NICs %s are no RDMA devices; %s not set"
+                                         % (", ".join(nics), variable))
+                else:
+                    environment[variable] = value
+
     return {
         "name": spec.name,
         "unit": spec.unit,
@@ -164,6 +198,8 @@ def render_instance(spec, topo, profile):
         "group": spec.group,
         "memory_bytes": spec.memory_bytes,
         "memlock": spec.memlock,
+        "nics": nics,
+        "gpu_nics": gpu_nics,
         "warnings": list(spec.warnings),
     }
 

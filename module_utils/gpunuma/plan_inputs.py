@@ -21,6 +21,7 @@ from ansible.module_utils.gpunuma.plan_model import (
     DEFAULT_SERVICE_USER,
     GPU_ENVIRONMENT,
     INSTANCES_VAR,
+    NIC_ENVIRONMENT,
     PLACEMENT_KEYS,
     SCHEMA,
     InstanceSpec,
@@ -46,6 +47,7 @@ INSTANCE_KEYS = (
     "share_cpus",
     "binding_method",
     "memlock",
+    "nic_environment",
 )
 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
@@ -338,6 +340,30 @@ def _check_cpus(raw, spec, topo, problems):
         )
 
 
+def _check_nic_environment(raw, spec, topo, problems):
+    names = raw.get("nic_environment")
+    if names is None:
+        return
+    allowed = ", ".join(NIC_ENVIRONMENT)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        problems.append(
+            "%s.nic_environment: %r is not a list of variable names; allowed: a list of %s" % (spec.path, names, allowed)
+        )
+        return
+    for pos, name in enumerate(names):
+        where = "%s.nic_environment[%d]" % (spec.path, pos)
+        if name not in NIC_ENVIRONMENT:
+            problems.append("%s: %r is not a variable gpunuma fills with NICs; allowed: %s" % (where, name, allowed))
+        elif names.index(name) != pos:
+            problems.append("%s: %s is listed twice; allowed: each once" % (where, name))
+        elif name in spec.environment:
+            problems.append(
+                "%s: %s is also given in environment; allowed: one of them (environment keeps your value, "
+                "nic_environment sets the instance's nearest NICs)" % (where, name)
+            )
+    spec.nic_environment = list(names)
+
+
 # In this order: problems are reported in it.
 INSTANCE_CHECKS = (
     _check_keys,
@@ -355,6 +381,7 @@ INSTANCE_CHECKS = (
     _check_memlock,
     _check_share_cpus,
     _check_cpus,
+    _check_nic_environment,
 )
 
 

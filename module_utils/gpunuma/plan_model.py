@@ -28,6 +28,8 @@ APPLIED_PLAN_SOURCE = "/etc/gpunuma/plan.json"
 DEFAULT_SERVICE_USER = "root"
 GPU_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 PLACEMENT_KEYS = ("gpus", "gpus_per_instance", "numa_node")
+# Variables the planner can fill with an instance's nearest NICs (opt-in).
+NIC_ENVIRONMENT = ("UCX_NET_DEVICES", "NCCL_IB_HCA")
 
 
 class PlanError(GpunumaError):
@@ -80,6 +82,7 @@ class InstanceSpec:
     share_cpus: bool = False
     requested_cpu_count: Optional[int] = None
     requested_cpu_list: Optional[frozenset] = None
+    nic_environment: List[str] = field(default_factory=list)
     # Decisions.
     gpus: List[int] = field(default_factory=list)  # assigned GPUs, in the order given
     numa_nodes: List[int] = field(default_factory=list)  # binding nodes

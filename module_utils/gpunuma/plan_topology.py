@@ -17,6 +17,7 @@ from ansible.module_utils.gpunuma.errors import CpuListError
 from ansible.module_utils.gpunuma.plan_model import TOPOLOGY_SCHEMA, PlanError, is_int
 
 _UUID_RE = re.compile(r"(GPU|MIG)-[A-Za-z0-9-]{1,80}")
+_NIC_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _NVLINK_RE = re.compile(r"NV([0-9]{1,4})")
 _LINK_RANK = {"PIX": 6, "PXB": 5, "PHB": 4, "NODE": 3, "SYS": 2, "SOC": 2}
 
@@ -110,6 +111,13 @@ class PlanNode:
 
 
 @dataclass
+class PlanNic:
+    name: str
+    numa_node: Optional[int]
+    rdma: bool  # an RDMA device (mlx5_0), not a plain netdev
+
+
+@dataclass
 class PlanGpu:
     index: int
     uuid: Optional[str]
@@ -199,6 +207,7 @@ class PlanTopology(object):
         self._resolve_siblings(warnings)
 
         self.gpus = {}
+        gpu_rows = {}
         for pos, raw in enumerate(topology["gpus"]):
             where = "topology.gpus[%d]" % pos
             if not isinstance(raw, dict) or isinstance(raw.get("index"), bool) or not isinstance(raw.get("index"), int):
@@ -226,11 +235,85 @@ class PlanTopology(object):
                 )
                 node_id = None
             self.gpus[index] = PlanGpu(index=index, uuid=uuid, node=node_id, mig=bool(raw.get("mig_enabled")))
+            gpu_rows[index] = pos
+        self.nics = self._nics(topology.get("nics"), problems)
+        self.nic_links = self._nic_links(topology.get("gpu_nic_links"), gpu_rows, len(topology["gpus"]), warnings)
         if problems:
             raise PlanError(problems)
         self._split_housekeeping(housekeeping_cores, housekeeping_cpus, warnings)
         self.gpu_ids = sorted(self.gpus)
         self.links = self._links(topology.get("gpu_links"), warnings)
+
+    @staticmethod
+    def _nics(raw_nics, problems):
+        nics = []
+        if raw_nics is None:
+            return nics
+        if not isinstance(raw_nics, list):
+            problems.append("topology.nics: %r is not a list; allowed: a list of NIC mappings, or null" % (raw_nics,))
+            return nics
+        for pos, raw in enumerate(raw_nics):
+            where = "topology.nics[%d]" % pos
+            if not isinstance(raw, dict):
+                problems.append("%s: %r is not a mapping; allowed: {name, netdevs, pci_bus_id, numa_node}" % (where, raw))
+                continue
+            name, node_id, netdevs = raw.get("name"), raw.get("numa_node"), raw.get("netdevs") or []
+            if name is not None and (not isinstance(name, str) or not _NIC_NAME_RE.fullmatch(name)):
+                problems.append(
+                    "%s.name: %r is not a NIC name; allowed: letters, digits, _ . : - (mlx5_0, ens9f0np0), or null"
+                    % (where, name)
+                )
+                continue
+            if node_id is not None and not is_int(node_id):
+                problems.append("%s.numa_node: %r is not a node id; allowed: an integer node id, or null" % (where, node_id))
+                continue
+            if not isinstance(netdevs, list):
+                netdevs = []
+            nics.append(PlanNic(name=name, numa_node=node_id, rdma=bool(name) and name not in netdevs))
+        return nics
+
+    def _nic_links(self, matrix, gpu_rows, gpu_count, warnings):
+        """GPU index -> its row of GPU-NIC link codes (same order as ``self.nics``), when the matrix fits."""
+        shaped = (
+            isinstance(matrix, list)
+            and len(matrix) == gpu_count
+            and all(isinstance(row, list) and len(row) == len(self.nics) for row in matrix)
+        )
+        if not shaped:
+            if self.nics and gpu_count:
+                warnings.append(
+                    "topology.gpu_nic_links is missing or not a %dx%d matrix; NICs are matched to GPUs by NUMA node only"
+                    % (gpu_count, len(self.nics))
+                )
+            return {}
+        return dict(
+            (index, [code.strip().upper() if isinstance(code, str) else None for code in matrix[row]])
+            for index, row in gpu_rows.items()
+        )
+
+    def nics_near_gpu(self, index):
+        """``(names, how)``: the NICs nearest GPU ``index``: PIX, else PXB, else the GPU's node; ``([], None)``."""
+        row = self.nic_links.get(index)
+        if row:
+            for code in ("PIX", "PXB"):
+                names = [nic.name for nic, link in zip(self.nics, row) if link == code and nic.name]
+                if names:
+                    return names, code
+        node_id = self.gpus[index].node
+        if node_id is not None:
+            names = [nic.name for nic in self.nics if nic.numa_node == node_id and nic.name]
+            if names:
+                return names, "NODE"
+        return [], None
+
+    def nics_on_node(self, node_id):
+        return [nic.name for nic in self.nics if nic.numa_node == node_id and nic.name]
+
+    def nic(self, name):
+        for nic in self.nics:
+            if nic.name == name:
+                return nic
+        return None
 
     def _split_housekeeping(self, count, cpus, warnings):
         """Each CPU-bearing node's housekeeping cores (whole cores, lowest first) and worker cores."""

@@ -1549,3 +1549,63 @@ def test_bad_housekeeping_cpus(value, expected):
     with pytest.raises(PlanError) as info:
         build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), [], housekeeping_cpus=value)
     assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+# --------------------------------------------------------------------------
+# NIC locality
+
+
+def test_nics_nearest_each_gpu_pix_first():
+    plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict", per_gpu(range(8), memory="8G"))
+    for inst in plan["instances"]:
+        gpu = inst["gpus"][0]
+        assert inst["gpu_nics"] == [["mlx5_%d" % gpu]]  # GPU i -> mlx5_i behind the same PCIe switch
+        assert inst["nics"] == ["mlx5_%d" % gpu]
+        assert "UCX_NET_DEVICES" not in inst["environment"]  # opt-in only
+
+
+def test_nics_pxb_pairs_and_tensor_parallel_union():
+    plan = make_plan("dgxa100-nps4-8node", "strict",
+                     [{"name": "tp", "gpus": [0, 1], "command": ["/bin/x"], "memory": "8G",
+                       "nic_environment": ["UCX_NET_DEVICES", "NCCL_IB_HCA"]}])
+    inst = plan["instances"][0]
+    assert inst["gpu_nics"] == [["mlx5_0", "mlx5_1"], ["mlx5_0", "mlx5_1"]]
+    assert inst["nics"] == ["mlx5_0", "mlx5_1"]
+    assert inst["environment"]["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_1:1"
+    assert inst["environment"]["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1"
+
+
+def test_nics_fall_back_to_the_gpus_node_and_cpu_only_instances():
+    plan = make_plan("gb200-4gpu-34numa", "strict",
+                     per_gpu([2], memory="8G") + [{"name": "tok", "numa_node": 0, "command": ["/bin/t"],
+                                                   "memory": "1G"}])
+    gpu2, tok = plan["instances"]
+    assert gpu2["nics"] == ["mlx5_4", "mlx5_5"]  # NODE links only: the NICs on the GPU's node
+    assert tok["gpu_nics"] == [] and tok["nics"] == ["mlx5_0", "mlx5_1"]
+
+
+def test_nic_environment_without_nics_warns():
+    plan = make_plan("h200-1gpu-vm", "strict", per_gpu([0], memory="1G", nic_environment=["UCX_NET_DEVICES"]))
+    inst = plan["instances"][0]
+    assert inst["nics"] == [] and "UCX_NET_DEVICES" not in inst["environment"]
+    assert any("nic_environment: no NIC is near GPU 0 on h200-vm" in w for w in inst["warnings"])
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("UCX_NET_DEVICES", "gpunuma_instances[0].nic_environment: 'UCX_NET_DEVICES' is not a list of variable names"),
+        (["NCCL_SOCKET_IFNAME"], "gpunuma_instances[0].nic_environment[0]: 'NCCL_SOCKET_IFNAME' is not a variable "
+                                 "gpunuma fills with NICs; allowed: UCX_NET_DEVICES, NCCL_IB_HCA"),
+        (["NCCL_IB_HCA", "NCCL_IB_HCA"], "gpunuma_instances[0].nic_environment[1]: NCCL_IB_HCA is listed twice"),
+    ],
+)
+def test_bad_nic_environment(value, expected):
+    problems = problems_of("hgx-h200-8gpu-2socket-ht", per_gpu([0], nic_environment=value))
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_nic_environment_conflicts_with_environment():
+    problems = problems_of("hgx-h200-8gpu-2socket-ht",
+                           per_gpu([0], nic_environment=["UCX_NET_DEVICES"], environment={"UCX_NET_DEVICES": "all"}))
+    assert any("nic_environment[0]: UCX_NET_DEVICES is also given in environment" in p for p in problems), problems
