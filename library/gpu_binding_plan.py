@@ -62,7 +62,8 @@ options:
       - C(command) (list of strings) is required unless C(unit) names an existing unit to bind via a
         drop-in. Optional C(user), C(group), C(environment), C(memory) (bytes or C(32G)), C(cpus)
         (a count, or a CPU list string), C(share_cpus), C(binding_method) (C(numactl) or C(systemd)),
-        C(memlock).
+        C(memlock), C(nic_environment) (a list of C(UCX_NET_DEVICES), C(NCCL_IB_HCA) to set to the
+        instance's nearest NICs).
       - An empty list gives a plan with no instances.
     type: list
     elements: dict
@@ -231,7 +232,7 @@ plan:
         C(binding_method), C(gpus), C(gpu_uuids), C(numa_nodes), C(numa_bind_nodes), C(cpus),
         C(share_cpus), C(mem_policy), C(mem_nodes), C(profile), C(fallback), C(numactl_args),
         C(exec_prefix), C(systemd), C(environment), C(command), C(user), C(group), C(memory_bytes),
-        C(memlock), C(warnings).
+        C(memlock), C(nics), C(gpu_nics), C(warnings).
       type: list
       elements: dict
     warnings:
