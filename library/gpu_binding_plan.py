@@ -63,7 +63,9 @@ options:
         drop-in. Optional C(user), C(group), C(environment), C(memory) (bytes or C(32G)), C(cpus)
         (a count, or a CPU list string), C(share_cpus), C(binding_method) (C(numactl) or C(systemd)),
         C(memlock), C(nic_environment) (a list of C(UCX_NET_DEVICES), C(NCCL_IB_HCA) to set to the
-        instance's nearest NICs).
+        instance's nearest NICs), C(engine) (C(generic), C(vllm) or C(sglang); for the last two a
+        multi-GPU instance gets one CPU sub-share per GPU and the engine's own NUMA flags appended to
+        its command).
       - An empty list gives a plan with no instances.
     type: list
     elements: dict
@@ -232,7 +234,7 @@ plan:
         C(binding_method), C(gpus), C(gpu_uuids), C(numa_nodes), C(numa_bind_nodes), C(cpus),
         C(share_cpus), C(mem_policy), C(mem_nodes), C(profile), C(fallback), C(numactl_args),
         C(exec_prefix), C(systemd), C(environment), C(command), C(user), C(group), C(memory_bytes),
-        C(memlock), C(nics), C(gpu_nics), C(warnings).
+        C(memlock), C(nics), C(gpu_nics), C(engine), C(engine_args), C(worker_cpus), C(warnings).
       type: list
       elements: dict
     warnings:

@@ -93,6 +93,16 @@ def check_plan(plan, topology, instances):
         assert cpus <= allowed, "%s: CPUs %s outside the worker CPUs of its nodes" % (name, sorted(cpus - allowed))
         assert not cpus & all_housekeeping, "%s: housekeeping CPUs handed to a worker" % name
         assert inst["numactl_args"][0] == "--physcpubind=%s" % inst["cpus"]
+        if inst.get("worker_cpus") is not None:
+            gpu_node = dict((g["index"], g.get("numa_node")) for g in topology["gpus"])
+            taken = set()
+            assert len(inst["worker_cpus"]) == len(inst["gpus"])
+            for gpu, text in zip(inst["gpus"], inst["worker_cpus"]):
+                share = parse_cpulist(text)
+                assert share and share <= cpus, "%s: worker share of GPU %d outside the instance" % (name, gpu)
+                assert share <= workers[gpu_node[gpu]], "%s: worker share of GPU %d off its node" % (name, gpu)
+                assert not share & taken, "%s: worker shares overlap" % name
+                taken |= share
         if inst["share_cpus"]:
             continue
         for cpu in cpus:

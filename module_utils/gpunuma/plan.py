@@ -38,6 +38,7 @@ from ansible.module_utils.gpunuma.plan_alloc import (  # noqa: F401 (choose_gpu_
     check_siblings_known,
     choose_gpu_group,
 )
+from ansible.module_utils.gpunuma.plan_engines import engine_arguments, split_worker_shares
 from ansible.module_utils.gpunuma.plan_capacity import check_capacity, node_capacity, parse_reserve
 from ansible.module_utils.gpunuma.plan_inputs import (  # noqa: F401 (constants are public here)
     BINDING_METHODS,
@@ -193,7 +194,10 @@ def render_instance(spec, topo, profile):
         "exec_prefix": exec_prefix,
         "systemd": systemd,
         "environment": dict(sorted(environment.items())),
-        "command": list(spec.command) if spec.command is not None else None,
+        "command": list(spec.command) + list(spec.engine_args) if spec.command is not None else None,
+        "engine": spec.engine,
+        "engine_args": list(spec.engine_args),
+        "worker_cpus": [format_cpulist(c) for c in spec.worker_cpus] if spec.worker_cpus is not None else None,
         "user": spec.user,
         "group": spec.group,
         "memory_bytes": spec.memory_bytes,
@@ -277,6 +281,10 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     if problems:
         raise PlanError(problems)
     check_shares(specs, topo)
+    for spec in specs:
+        split_worker_shares(spec, topo)
+    for spec in specs:
+        spec.engine_args = engine_arguments(spec, topo, specs)
     if not instances:
         warnings.append("%s is empty: nothing to bind on %s" % (INSTANCES_VAR, topo.hostname))
 

@@ -16,6 +16,7 @@ from ansible.module_utils.gpunuma import sizes
 from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.errors import CpuListError
 from ansible.module_utils.gpunuma.limits import LimitError, parse_limit
+from ansible.module_utils.gpunuma.plan_engines import ENGINE_FLAGS, ENGINES
 from ansible.module_utils.gpunuma.plan_model import (
     APPLIED_PLAN_SOURCE,
     DEFAULT_SERVICE_USER,
@@ -48,6 +49,7 @@ INSTANCE_KEYS = (
     "binding_method",
     "memlock",
     "nic_environment",
+    "engine",
 )
 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
@@ -364,6 +366,23 @@ def _check_nic_environment(raw, spec, topo, problems):
     spec.nic_environment = list(names)
 
 
+def _check_engine(raw, spec, topo, problems):
+    engine = raw.get("engine")
+    if engine is None:
+        return
+    if engine not in ENGINES:
+        problems.append("%s.engine: %r is not allowed; allowed: %s" % (spec.path, engine, ", ".join(ENGINES)))
+        return
+    spec.engine = engine
+    for cpos, arg in enumerate(spec.command or []):
+        flag = arg.split("=", 1)[0] if isinstance(arg, str) else None
+        if flag in ENGINE_FLAGS.get(engine, ()):
+            problems.append(
+                "%s.command[%d]: %r is written by gpunuma for engine %s; allowed: leave the NUMA flags to gpunuma, "
+                "or engine: generic" % (spec.path, cpos, arg, engine)
+            )
+
+
 # In this order: problems are reported in it.
 INSTANCE_CHECKS = (
     _check_keys,
@@ -382,6 +401,7 @@ INSTANCE_CHECKS = (
     _check_share_cpus,
     _check_cpus,
     _check_nic_environment,
+    _check_engine,
 )
 
 

@@ -19,8 +19,8 @@ from ansible.module_utils.gpunuma.errors import GpunumaError
 SCHEMA = "gpunuma.plan/v1"
 # Additive fields raise the minor version; readers of v1 ignore fields they
 # do not know. 1: siblings, memory_capacity, options.allow_unknown_siblings,
-# options.memory_reserve_per_node, options.housekeeping_cpus (docs/plan-v1.md,
-# Versions).
+# options.memory_reserve_per_node, options.housekeeping_cpus, instance nics,
+# gpu_nics, engine, worker_cpus, engine_args (docs/plan-v1.md, Versions).
 SCHEMA_MINOR = 1
 TOPOLOGY_SCHEMA = "gpunuma.topology/v1"
 INSTANCES_VAR = "gpunuma_instances"
@@ -83,6 +83,7 @@ class InstanceSpec:
     requested_cpu_count: Optional[int] = None
     requested_cpu_list: Optional[frozenset] = None
     nic_environment: List[str] = field(default_factory=list)
+    engine: str = "generic"
     # Decisions.
     gpus: List[int] = field(default_factory=list)  # assigned GPUs, in the order given
     numa_nodes: List[int] = field(default_factory=list)  # binding nodes
@@ -93,6 +94,8 @@ class InstanceSpec:
     fallback: Optional[str] = None
     cpu_list_rejected: bool = False  # the explicit list lies outside its nodes (a problem was reported)
     allocated_cpus: set = field(default_factory=set)
+    worker_cpus: Optional[list] = None  # per GPU (engines that bind their own workers)
+    engine_args: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
 
     @property

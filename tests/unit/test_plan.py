@@ -1609,3 +1609,71 @@ def test_nic_environment_conflicts_with_environment():
     problems = problems_of("hgx-h200-8gpu-2socket-ht",
                            per_gpu([0], nic_environment=["UCX_NET_DEVICES"], environment={"UCX_NET_DEVICES": "all"}))
     assert any("nic_environment[0]: UCX_NET_DEVICES is also given in environment" in p for p in problems), problems
+
+
+# --------------------------------------------------------------------------
+# Tensor-parallel instances: per-GPU worker shares and engine flags
+
+
+def test_vllm_spanning_instance_gets_a_local_share_per_gpu():
+    topo = topology("hgx-h200-8gpu-2socket-ht")
+    plan = make_plan(topo, "strict", [{"name": "tp8", "gpus": list(range(8)), "engine": "vllm", "memory": "64G",
+                                       "command": ["/opt/vllm/bin/vllm", "serve", "/m", "-tp", "8"]}])
+    inst = plan["instances"][0]
+    whole = parse_cpulist(inst["cpus"])
+    shares = [parse_cpulist(c) for c in inst["worker_cpus"]]
+    siblings = sibling_groups(topo)
+    seen = set()
+    for gpu, share in zip(inst["gpus"], shares):
+        node = topo["gpus"][gpu]["numa_node"]
+        assert share <= whole and share <= parse_cpulist(node_of(topo, node)["cpus"])
+        assert not share & seen
+        seen |= share
+        assert all(siblings[c] <= share for c in share)
+    assert inst["engine_args"] == (["--numa-bind", "--numa-bind-nodes", "0", "0", "0", "0", "1", "1", "1", "1",
+                                    "--numa-bind-cpus"] + inst["worker_cpus"])
+    assert inst["command"] == ["/opt/vllm/bin/vllm", "serve", "/m", "-tp", "8"] + inst["engine_args"]
+    assert inst["worker_cpus"][0] == "1-12,97-108"
+
+
+def test_generic_engine_keeps_the_instance_wide_binding():
+    plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
+                     [{"name": "tp8", "gpus": list(range(8)), "memory": "64G", "command": ["/bin/srv"]}])
+    inst = plan["instances"][0]
+    assert inst["engine"] == "generic" and inst["worker_cpus"] is None and inst["engine_args"] == []
+    assert inst["command"] == ["/bin/srv"]
+    assert any("numa_bind_nodes" in w for w in inst["warnings"])
+
+
+def test_sglang_flags_only_when_alone_on_its_nodes():
+    alone = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
+                      [{"name": "sg", "gpus": [0, 1, 4, 5], "engine": "sglang", "memory": "8G", "command": ["/bin/sg"]}])
+    assert alone["instances"][0]["engine_args"] == ["--numa-node", "0", "0", "1", "1"]
+    shared = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
+                       [{"name": "sg", "gpus": [0, 1, 4, 5], "engine": "sglang", "memory": "8G", "command": ["/bin/sg"]},
+                        {"name": "w2", "gpus": [2], "memory": "8G", "command": ["/bin/x"]}])
+    sg = shared["instances"][0]
+    assert sg["engine_args"] == [] and any("whole NUMA node, which instances 'w2'" in w for w in sg["warnings"])
+
+
+def test_vllm_below_its_minimum_cores_warns():
+    plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
+                     [{"name": "tp", "gpus": [0, 1], "engine": "vllm", "cpus": 6, "memory": "8G", "command": ["/bin/v"]}])
+    inst = plan["instances"][0]
+    assert any("engine vllm: 3 physical cores for 2 GPU workers, below vLLM's minimum of 4" in w
+               for w in inst["warnings"])
+
+
+@pytest.mark.parametrize(
+    "instance, expected",
+    [
+        ({"engine": "tgi"}, "gpunuma_instances[0].engine: 'tgi' is not allowed; allowed: generic, vllm, sglang"),
+        ({"engine": "vllm", "command": ["/bin/v", "--numa-bind-nodes", "0"]},
+         "gpunuma_instances[0].command[1]: '--numa-bind-nodes' is written by gpunuma for engine vllm"),
+    ],
+)
+def test_bad_engine(instance, expected):
+    item = {"name": "a", "gpus": [0, 1], "command": ["/bin/v"]}
+    item.update(instance)
+    problems = problems_of("hgx-h200-8gpu-2socket-ht", [item])
+    assert any(p.startswith(expected) for p in problems), problems

@@ -110,6 +110,8 @@ HOSTILE = {
     "unit": st.sampled_from(["vllm", "vllm.service\n", "a b.service", 5]),
     "binding_method": st.sampled_from(["taskset", None, 1]),
     "gpu": st.just(1),
+    "engine": st.sampled_from(["tgi", None, 1, "VLLM"]),
+    "nic_environment": st.sampled_from(["UCX_NET_DEVICES", ["X"], [1], None]),
 }
 VALID = {
     "memory": st.one_of(st.builds("{}G".format, st.integers(1, 600)), st.integers(1, 1 << 40),
@@ -123,6 +125,8 @@ VALID = {
     "group": st.just("vllm"),
     "unit": st.sampled_from(["vllm.service", "w@1.service"]),
     "binding_method": st.sampled_from(["numactl", "systemd"]),
+    "engine": st.sampled_from(["generic", "vllm", "sglang"]),
+    "nic_environment": st.sampled_from([["UCX_NET_DEVICES"], ["NCCL_IB_HCA", "UCX_NET_DEVICES"]]),
 }
 
 
