@@ -11,6 +11,9 @@
  *   FAKE_CUDA_HANG=1            cuCtxCreate never returns
  *   FAKE_CUDA_PROHIBITED=i      ordinal i reports compute mode Prohibited
  *   FAKE_CUDA_GBPS, FAKE_CUDA_LAT_US  simulated bandwidth and per-copy latency
+ *   FAKE_CUDA_PCI_BUS_IDS=a,b   PCI bus id of ordinal 0, 1, ... (a real device of
+ *                               the host, so the probe finds its NUMA node in
+ *                               sysfs); ordinals past the list keep 00000000:<6+i>:00.0
  * fake_outstanding() returns how many contexts, streams, events and buffers
  * are still alive in this process.
  */
@@ -52,7 +55,17 @@ CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 CUresult cuDeviceGetCount(int *n) { if (!inited) return 3; *n = ndev; return 0; }
 CUresult cuDeviceGet(int *d, int ordinal) { if (ordinal < 0 || ordinal >= ndev) return 101; *d = ordinal; return 0; }
 CUresult cuDeviceGetName(char *name, int len, int d) { snprintf(name, len, "Fake H200 %d", d); return 0; }
-CUresult cuDeviceGetPCIBusId(char *bus, int len, int d) { snprintf(bus, len, "00000000:%02X:00.0", 6 + d); return 0; }
+CUresult cuDeviceGetPCIBusId(char *bus, int len, int d) {
+    const char *ids = getenv("FAKE_CUDA_PCI_BUS_IDS");
+    for (int i = 0; ids && *ids; i++) {
+        const char *end = strchr(ids, ',');
+        size_t n = end ? (size_t)(end - ids) : strlen(ids);
+        if (i == d && n > 0) { snprintf(bus, len, "%.*s", (int)n, ids); return 0; }
+        ids = end ? end + 1 : NULL;
+    }
+    snprintf(bus, len, "00000000:%02X:00.0", 6 + d);
+    return 0;
+}
 CUresult cuDeviceGetUuid(unsigned char *uuid, int d) {
     for (int i = 0; i < 16; i++) uuid[i] = (unsigned char)(0x10 * d + i);
     return 0;
