@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(INVENTORY is None, reason="run by molecule (MOLE
 
 
 def play(playbook, *extra):
-    cmd = ["ansible-playbook", "-i", INVENTORY, str(REPO / "playbooks" / playbook)]
+    cmd = ["ansible-playbook", "-i", INVENTORY, str(REPO / "playbooks" / playbook), "--limit", "rollback-node"]
     for item in extra:
         cmd += ["-e", json.dumps(item)]
     env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO / "library"), ANSIBLE_MODULE_UTILS=str(REPO / "module_utils"),
