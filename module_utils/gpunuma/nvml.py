@@ -435,7 +435,8 @@ def _check_nvlinks(schema, gpu, where):
                        % (_MAX_NVLINKS - 1, _MAX_NVLINKS))
         elif number is not None and number in seen:
             schema.bad(at + ".link", number, "a link number listed once per GPU")
-        seen.add(number)
+        else:
+            seen.add(number)
         if link.get("remote_pci_bus_id") is None:
             schema.errors.append("%s.remote_pci_bus_id is missing (allowed: %s)" % (at, BUS_ID_ALLOWED))
             continue

@@ -148,6 +148,20 @@ def _refuse(path, mode, follow_symlinks, what):
                      what))
 
 
+def _lkind(path):
+    """What sits at ``path`` (not following a final link), for messages."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:
+        return "unreadable (%s)" % (exc.strerror or exc)
+    if stat.S_ISLNK(mode):
+        try:
+            return "a symbolic link to %s" % os.readlink(path)
+        except OSError:
+            return "a symbolic link"
+    return "a regular file" if stat.S_ISREG(mode) else _file_kind(mode)
+
+
 def _clip(message, limit=600):
     """Messages quote what they read; keep one from growing with the input."""
     if len(message) > limit:
@@ -331,9 +345,13 @@ class _HostReader:
         try:
             return sorted(os.listdir(path))
         except OSError as exc:
-            if exc.errno in _MISSING_ERRNOS:
+            if exc.errno in _MISSING_ERRNOS and not os.path.lexists(path):
                 return []
-            self.warn_lost(path, "cannot list %s (%s): %s" % (path, what, exc.strerror or exc))
+            if exc.errno in _MISSING_ERRNOS:
+                why = "it is %s, not a directory" % _lkind(path)
+            else:
+                why = exc.strerror or str(exc)
+            self.warn_lost(path, "cannot list %s (%s): %s" % (path, what, why))
             return []
 
     def device_names(self, path, what):
@@ -407,6 +425,9 @@ class _HostReader:
         except OSError as exc:
             if exc.errno not in _MISSING_ERRNOS:
                 raise SysfsError("cannot list %s: %s" % (node_root, exc.strerror or exc))
+            if os.path.lexists(node_root):
+                # A file or a link where the directory belongs: not a kernel without NUMA.
+                raise SysfsError("cannot list %s: it is %s, not a directory" % (node_root, _lkind(node_root)))
             return None
         ids = sorted(self.dir_ids(node_root, entries, _NODE_DIR_RE, "node"))
         if not ids:
