@@ -298,19 +298,86 @@ def allocate_node(node, members, problems):
         )
         return
     if auto:
-        base, extra = divmod(len(rest), len(auto))
-        start = 0
-        for rank, spec in enumerate(auto):
-            size = base + (1 if rank < extra else 0)
-            for group in rest[start : start + size]:
+        parts = split_along_l3(node, rest, len(auto))
+        if parts is None:
+            base, extra = divmod(len(rest), len(auto))
+            parts = []
+            start = 0
+            for rank in range(len(auto)):
+                size = base + (1 if rank < extra else 0)
+                parts.append(rest[start : start + size])
+                start += size
+            if node.l3_groups and len(auto) > 1:
+                for spec in auto:
+                    spec.warnings.append(
+                        "the CPU shares on NUMA node %d cannot follow its %d L3 cache groups (%d instances share %d "
+                        "free cores); shares may span or share an L3 group" % (node.id, len(node.l3_groups), len(auto), len(rest))
+                    )
+        elif len(auto) > 1:
+            for spec in auto:
+                spec.warnings.append(
+                    "CPU share on NUMA node %d follows its L3 cache groups (whole groups per instance)" % node.id
+                )
+        for spec, cores in zip(auto, parts):
+            for group in cores:
                 spec.allocated_cpus.update(group)
-            start += size
     for spec in members:
         if spec.share_cpus:
             if spec.requested_cpu_list is not None:
                 spec.allocated_cpus.update(spec.requested_cpu_list & node.worker_cpus)
             else:
                 spec.allocated_cpus.update(node.worker_cpus)
+
+
+def split_along_l3(node, cores, count):
+    """``cores`` split into ``count`` contiguous parts of whole L3 groups, or None when that cannot be done.
+
+    The free cores are grouped by L3 domain (in core order); the groups are
+    cut into ``count`` contiguous runs minimising the largest run (the
+    classic linear partition), so each instance gets whole L3 domains, as
+    PyTorch's core-complex binding, Slurm's l3cache_as_socket and the
+    Kubernetes CPU Manager's uncore-cache alignment do. None when the node
+    has no L3 groups, fewer groups than instances, or a split that leaves a
+    part more than one group's worth of cores behind an even split.
+    """
+    if not node.l3_groups or count < 2:
+        return None
+    runs = []
+    for l3 in node.l3_groups:
+        mine = [core for core in cores if core <= l3]
+        if mine:
+            runs.append(mine)
+    if sum(len(r) for r in runs) != len(cores) or len(runs) < count:
+        return None
+    sizes = [len(r) for r in runs]
+    n = len(sizes)
+    prefix = [0]
+    for size in sizes:
+        prefix.append(prefix[-1] + size)
+    # best[k][i]: smallest possible largest part when the first i runs form k parts
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(count + 1)]
+    cut = [[0] * (n + 1) for _ in range(count + 1)]
+    best[0][0] = 0
+    for k in range(1, count + 1):
+        for i in range(k, n + 1):
+            for j in range(k - 1, i):
+                value = max(best[k - 1][j], prefix[i] - prefix[j])
+                if value < best[k][i]:
+                    best[k][i] = value
+                    cut[k][i] = j
+    bounds = []
+    i = n
+    for k in range(count, 0, -1):
+        j = cut[k][i]
+        bounds.append((j, i))
+        i = j
+    bounds.reverse()
+    parts = [[core for run in runs[a:b] for core in run] for a, b in bounds]
+    even = -(-len(cores) // count)
+    if max(len(p) for p in parts) - even >= max(sizes):
+        return None
+    return parts
 
 
 def check_siblings_known(specs, topo, allow_unknown_siblings, problems):

@@ -105,6 +105,9 @@ class PlanNode:
     # "inferred" (the standard x86 enumeration, see infer_siblings) or
     # "unknown" (each CPU planned as a core); "none" for a CPU-less node.
     siblings: str = "none"
+    # L3 cache domains (sysfs cache/index3/shared_cpu_list), each a set of
+    # this node's CPUs; [] when unknown or when the node has a single one.
+    l3_groups: List[frozenset] = field(default_factory=list)
     housekeeping: List[frozenset] = field(default_factory=list)
     worker_cores: List[frozenset] = field(default_factory=list)
     worker_cpus: frozenset = frozenset()
@@ -201,6 +204,7 @@ class PlanTopology(object):
                 total=raw.get("memory_total_bytes"),
             )
             node.cores = self._cores(raw, node, where, warnings, problems)
+            node.l3_groups = self._l3_groups(raw, node, where, problems)
             self.nodes[node.id] = node
         self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
         self.all_cpus = frozenset(owners)
@@ -379,6 +383,36 @@ class PlanTopology(object):
             "each CPU is planned as a core, so two workers may share a physical core and a worker may get the "
             "sibling of a housekeeping CPU. Discover the topology with sysfs to read them" % nodes_text
         )
+
+    @staticmethod
+    def _l3_groups(raw, node, where, problems):
+        listed = raw.get("l3_groups")
+        if listed is None or not node.cpus:
+            return []
+        if not isinstance(listed, list):
+            problems.append(
+                "%s.l3_groups: %r is not a list of CPU lists; allowed: a list like [\"0-3,128-131\"], or null"
+                % (where, listed)
+            )
+            return []
+        groups = []
+        seen = frozenset()
+        for pos, text in enumerate(listed):
+            try:
+                group = parse_cpulist(text, "%s.l3_groups[%d]" % (where, pos)) & node.cpus
+            except CpuListError as exc:
+                problems.append(str(exc))
+                return []
+            if group & seen:
+                problems.append(
+                    "%s.l3_groups[%d]: CPUs %s are also in an earlier group; allowed: disjoint L3 groups"
+                    % (where, pos, format_cpulist(group & seen))
+                )
+                return []
+            if group:
+                groups.append(group)
+                seen |= group
+        return sorted(groups, key=min) if len(groups) > 1 else []
 
     @staticmethod
     def _cores(raw, node, where, warnings, problems):

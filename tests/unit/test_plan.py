@@ -1677,3 +1677,46 @@ def test_bad_engine(instance, expected):
     item.update(instance)
     problems = problems_of("hgx-h200-8gpu-2socket-ht", [item])
     assert any(p.startswith(expected) for p in problems), problems
+
+
+# --------------------------------------------------------------------------
+# L3 cache domains
+
+
+def _with_ccx(topo):
+    """DGX A100 (EPYC 7742): 4-core CCXs sharing one L3 (cache/index3/shared_cpu_list)."""
+    for node in topo["numa_nodes"]:
+        first = node["id"] * 16
+        node["l3_groups"] = ["%d-%d,%d-%d" % (first + 4 * j, first + 4 * j + 3, first + 4 * j + 128,
+                                              first + 4 * j + 131) for j in range(4)]
+    return topo
+
+
+def _ccxs_of(cpus):
+    return set((c % 128) // 4 for c in cpus)
+
+
+def test_shares_follow_l3_groups_when_housekeeping_shifts_the_split():
+    instances = per_gpu([2, 3], memory="8G")  # both on node 1: CPUs 16-31,144-159
+    plain = make_plan("dgxa100-nps4-8node", "strict", instances)
+    first, second = [parse_cpulist(i["cpus"]) for i in plain["instances"]]
+    assert len(_ccxs_of(first)) == 3 and _ccxs_of(first) & _ccxs_of(second)  # today's defect, without L3 data
+    plan = make_plan(_with_ccx(topology("dgxa100-nps4-8node")), "strict", instances)
+    first, second = [parse_cpulist(i["cpus"]) for i in plan["instances"]]
+    assert not _ccxs_of(first) & _ccxs_of(second)
+    assert (len(first) // 2, len(second) // 2) == (7, 8)  # CCX of housekeeping core 16 (3 left) + one, then two
+    assert any("follows its L3 cache groups" in w for w in plan["instances"][0]["warnings"])
+
+
+def test_l3_split_that_cannot_be_whole_says_so():
+    instances = per_gpu([2, 3], memory="8G") + [{"name": "tok%d" % k, "numa_node": 1, "command": ["/bin/t"],
+                                                 "memory": "1G"} for k in range(3)]
+    plan = make_plan(_with_ccx(topology("dgxa100-nps4-8node")), "strict", instances)
+    assert any("cannot follow its 4 L3 cache groups" in w for w in plan["warnings"])
+
+
+def test_bad_l3_groups_are_named():
+    topo = _with_ccx(topology("dgxa100-nps4-8node"))
+    topo["numa_nodes"][1]["l3_groups"] = ["16-23", "20-27"]
+    problems = problems_of(topo, per_gpu([2], memory="8G"))
+    assert any(p.startswith("topology.numa_nodes[1].l3_groups[1]: CPUs 20-23 are also in an earlier group") for p in problems)
