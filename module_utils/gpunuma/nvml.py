@@ -97,8 +97,9 @@ def collect(nvml=None):
     """Query NVML live and return a ``gpunuma.nvml-dump/v1`` dict.
 
     ``nvml`` is the ``pynvml`` module (injectable for tests). Raises
-    :class:`NvmlError` when NVML is missing, cannot initialise, or fails on an
-    essential query mid-way.
+    :class:`NvmlError` when NVML is missing, cannot initialise, fails on an
+    essential query mid-way, or answers something :func:`validate_dump`
+    refuses.
     """
     if nvml is None:
         try:
@@ -169,7 +170,10 @@ def collect(nvml=None):
                 level = q.optional(nvml.nvmlDeviceGetTopologyCommonAncestor, first, second)
                 row.append(level if is_error(level) else int(level))
             dump["topology_levels"].append(row)
-        return dump
+        # What NVML answered goes through the same schema as a replayed
+        # dump: an answer no real GPU gives is an NvmlError (discovery then
+        # falls back to nvidia-smi and sysfs with a warning), not bad data.
+        return validate_dump(dump, source="live NVML")
     finally:
         try:
             nvml.nvmlShutdown()

@@ -166,3 +166,13 @@ def nvml_dump_two(tmp_path, mutate):
     with open(path, "w") as handle:
         json.dump(dump, handle)
     return path
+
+
+def test_live_nvml_answering_garbage_falls_back_with_a_warning(monkeypatch):
+    live_root(monkeypatch, H200_SYSFS)
+    from test_nvml import fake_pynvml
+
+    bad = fake_pynvml([("00000000:00:06.0", "GPU-live\n", None, [0xFFFF])])
+    topo = discover("n", nvml_module=bad, run_nvidia_smi=smi_runner(topo_text()))["topology"]
+    assert "nvml" not in topo["sources"] and topo["complete"] is False
+    assert any("live NVML: gpus[0].uuid is 'GPU-live\\n'" in w for w in topo["warnings"])

@@ -289,3 +289,12 @@ def test_load_dump_follows_a_link_to_a_regular_file(tmp_path):
     link = tmp_path / "link.json"
     link.symlink_to(real)
     assert nvml.load_dump(str(link))["gpus"][1]["pci_bus_id"] == "0000:9a:00.0"
+
+
+def test_live_answers_go_through_the_dump_schema():
+    mod = fake_pynvml([("00000000:18:00.0", "GPU-aaaa", 0, [1]), ("00000000:19:00.0", "GPU-aaaa", 0, [1])])
+    with pytest.raises(NvmlError, match=r"live NVML: gpus\[1\].uuid is 'GPU-aaaa'; allowed: a UUID of its own"):
+        nvml.collect(mod)
+    mod = fake_pynvml([("00000000:18:00.0", "GPU-a\nb", 0, [1])])
+    with pytest.raises(NvmlError, match=r"live NVML: gpus\[0\].uuid"):
+        nvml.collect(mod)
