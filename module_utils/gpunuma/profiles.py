@@ -306,7 +306,7 @@ def profile_choice_problem(value, profiles_dir, variable="gpunuma_profile"):
     if isinstance(value, bool):
         if value is False:
             return (
-                '%s: false is not a known profile; YAML read an unquoted `off` (or no/false) as the boolean '
+                "%s: false is not a known profile; YAML read an unquoted `off` (or no/false) as the boolean "
                 'false - quote it: %s: "off"; allowed: %s' % (variable, variable, allowed)
             )
         return (

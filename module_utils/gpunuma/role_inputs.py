@@ -168,11 +168,19 @@ def input_problems(options, values, aliases=None):
                 if not any(_same(item, choice) for choice in choices):
                     problem = "%sis not allowed%s; allowed: %s" % (
                         "" if kind != "list" else "item %s " % shown(item),
-                        " (%s%s)" % (_YAML_BOOL_HINT, "; quote it" if any(isinstance(c, str) for c in choices) else "")
-                        if isinstance(item, bool) else "",
+                        (
+                            " (%s%s)"
+                            % (_YAML_BOOL_HINT, "; quote it" if any(isinstance(c, str) for c in choices) else "")
+                            if isinstance(item, bool)
+                            else ""
+                        ),
                         ", ".join(shown(c) if c is None or not isinstance(c, str) else c for c in choices),
                     )
                     break
+        elif problem and "choices" in spec and kind != "list":
+            problem += "; allowed: %s" % ", ".join(
+                shown(c) if c is None or not isinstance(c, str) else c for c in spec["choices"]
+            )
         if problem:
             problems.append("%s: %s %s" % (name, shown(value), problem))
     return problems
@@ -196,7 +204,9 @@ def name_problems(variable, names, pattern, allowed, extra_ok=(), noun="names"):
     bad = [n for n in names if n not in extra_ok and (not isinstance(n, str) or not re.fullmatch(pattern, n))]
     if not bad:
         return []
-    return ["%s: %s %s not valid %s; allowed: %s" % (variable, shown(bad), "is" if len(bad) == 1 else "are", noun, allowed)]
+    return [
+        "%s: %s %s not valid %s; allowed: %s" % (variable, shown(bad), "is" if len(bad) == 1 else "are", noun, allowed)
+    ]
 
 
 def host_file_stem(host):

@@ -52,13 +52,21 @@ def input_problems(options, values, aliases=None):
     problems = role_inputs.input_problems(options, values, aliases)
     named = set(p.split(":", 1)[0] for p in problems)
     balancing = values.get("autonuma_numa_balancing")
-    if "autonuma_numa_balancing" not in named and balancing is not None and (
-        isinstance(balancing, bool) or str(balancing).strip() not in ("0", "1")
+    if (
+        "autonuma_numa_balancing" not in named
+        and balancing is not None
+        and (isinstance(balancing, bool) or str(balancing).strip() not in ("0", "1"))
     ):
         problems.append(
             "autonuma_numa_balancing: %s is invalid; allowed: 0 (AutoNUMA off), 1 (on), or null (leave it alone)%s"
-            % (role_inputs.shown(balancing), " - YAML read an unquoted off/on/no/yes as a boolean; write 0 or 1"
-               if isinstance(balancing, bool) else "")
+            % (
+                role_inputs.shown(balancing),
+                (
+                    " - YAML read an unquoted off/on/no/yes as a boolean; write 0 or 1"
+                    if isinstance(balancing, bool)
+                    else ""
+                ),
+            )
         )
     path = values.get("autonuma_sysctl_file")
     if "autonuma_sysctl_file" not in named and isinstance(path, str) and not re.fullmatch(SYSCTL_FILE_PATTERN, path):

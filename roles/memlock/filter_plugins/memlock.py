@@ -64,7 +64,8 @@ def limit_problem(value, variable="memlock_limit"):
     if limit == 0 or limit >= _MAX_LIMIT:
         return (
             "%s: %s is %d bytes; allowed: unlimited, infinity, or a size from 1K to below 16E "
-            "(0 locks no memory at all: pinned CUDA and NCCL buffers fail)" % (variable, role_inputs.shown(value), limit)
+            "(0 locks no memory at all: pinned CUDA and NCCL buffers fail)"
+            % (variable, role_inputs.shown(value), limit)
         )
     if limit % 1024:
         return (
@@ -92,14 +93,20 @@ def input_problems(options, values, aliases=None):
                 "memlock_allow_wildcard: true to mean it"
             )
         problems += role_inputs.name_problems(
-            "memlock_users", users, NAME_PATTERN,
-            "letters, digits, '_', '.', '-' (groups go in memlock_groups, without '@')", extra_ok=("*",),
+            "memlock_users",
+            users,
+            NAME_PATTERN,
+            "letters, digits, '_', '.', '-' (groups go in memlock_groups, without '@')",
+            extra_ok=("*",),
             noun="user names",
         )
     groups = values.get("memlock_groups")
     if "memlock_groups" not in named:
         problems += role_inputs.name_problems(
-            "memlock_groups", groups, NAME_PATTERN, "letters, digits, '_', '.', '-', without a leading '@'",
+            "memlock_groups",
+            groups,
+            NAME_PATTERN,
+            "letters, digits, '_', '.', '-', without a leading '@'",
             noun="group names",
         )
     return problems

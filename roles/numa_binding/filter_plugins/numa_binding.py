@@ -67,7 +67,9 @@ def input_problems(options, values, aliases, profiles_dir):
     """
     problems = role_inputs.input_problems(options, values, aliases)
     profile = values.get("numa_binding_profile")
-    variable = role_inputs.user_variable("numa_binding_profile", options.get("numa_binding_profile", {}), values, aliases)
+    variable = role_inputs.user_variable(
+        "numa_binding_profile", options.get("numa_binding_profile", {}), values, aliases
+    )
     # The profile's own sentence (known names, the unquoted-off hint) replaces the spec's type sentence.
     problems = [p for p in problems if not p.startswith(variable + ":")]
     problem = profile_choice_problem(profile, profiles_dir, variable)
@@ -92,7 +94,8 @@ def limit_problem(value, variable):
     if limit < 1024 or limit >= 2**64 - 1:
         return (
             "%s: %s is %d bytes; allowed: unlimited, infinity, or from 1K (1024 bytes) to below 16E "
-            "(a limit of 0 locks no memory at all: pinned CUDA and NCCL buffers fail)" % (variable, role_inputs.shown(value), limit)
+            "(a limit of 0 locks no memory at all: pinned CUDA and NCCL buffers fail)"
+            % (variable, role_inputs.shown(value), limit)
         )
     return None
 
