@@ -105,7 +105,9 @@ def main():
     out = {"results": results, "violations": violations, "warnings": warned, "expired_waivers": expired}
     if violations and p["fail_on_violation"]:
         module.fail_json(msg="\n".join(violations + notes), policy=out)
-    module.exit_json(changed=False, policy=out, warnings=warned + notes)
+    for warning in warned + notes:
+        module.warn(warning)
+    module.exit_json(changed=False, policy=out)
 
 
 if __name__ == "__main__":

@@ -172,7 +172,9 @@ def main():
                 else "the next recorded switch keeps it as a backup and starts a new history")
         )
     if p["state"] == "read":
-        module.exit_json(changed=False, gpunuma_state=result, warnings=warnings)
+        for warning in warnings:
+            module.warn(warning)
+        module.exit_json(changed=False, gpunuma_state=result)
 
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     base = current
@@ -208,7 +210,9 @@ def main():
         except OSError as exc:
             module.fail_json(msg="%s: cannot be written: %s" % (path, exc))
     result.update(state=new, current_profile=new["profile"], provisioned=True, pinned=new["pinned"])
-    module.exit_json(changed=changed, gpunuma_state=result, warnings=warnings, diff=diff)
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(changed=changed, gpunuma_state=result, diff=diff)
 
 
 if __name__ == "__main__":

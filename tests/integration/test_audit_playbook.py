@@ -1,0 +1,40 @@
+"""audit.yml on localhost plus an unreachable host: a report per audited
+host, the fleet table, textfile metrics, a non-zero exit status, and
+nothing written on the node."""
+
+import json
+import os
+import sys
+
+import yaml
+
+from ansible_run import run_playbook
+
+
+def test_fleet_table_reports_and_exit_status(tmp_path):
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+        "ghost": {"ansible_connection": "community.docker.docker"},
+        "not-in-limit": {"ansible_connection": "local"},
+    }}}))
+    reports = tmp_path / "reports"
+    metrics = tmp_path / "gpunuma.prom"
+    proc = run_playbook("playbooks/audit.yml", str(inventory),
+                        {"gpunuma_audit_dir": str(reports), "gpunuma_audit_textfile": str(metrics),
+                         "numa_binding_plan_path": str(tmp_path / "plan.json"),
+                         "autonuma_sysctl_file": str(tmp_path / "sysctl.conf")},
+                        check=True, extra=["--limit", "localhost,ghost"])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "localhost                drifted      plan-missing, numa-balancing-file" in out
+    assert "ghost                    unreachable  not audited" in out
+    assert "not-in-limit" not in out
+    assert sorted(os.listdir(reports)) == ["localhost.json"]
+    report = json.loads((reports / "localhost.json").read_text())
+    assert report["schema"] == "gpunuma.audit/v1" and report["status"] == "drifted"
+    assert [f["id"] for f in report["findings"]] == ["plan-missing", "numa-balancing-file"]
+    assert "results" in report["policy"]
+    text = metrics.read_text()
+    assert 'gpunuma_audit_compliant{host="localhost"} 0' in text and 'gpunuma_audit_unreachable{host="ghost"} 1' in text
+    assert not (tmp_path / "plan.json").exists() and not (tmp_path / "sysctl.conf").exists()
