@@ -52,6 +52,25 @@ on real hosts (link attributes of integrated devices, ``net/`` of a GPU,
 ``numa_balancing`` on kernels built without it) are ``None`` or ``[]``
 without a warning; a missing node ``meminfo`` or ``distance``, which a NUMA
 kernel always provides, warns.
+
+Bounds and completeness
+-----------------------
+
+Every file is read through :func:`read_bounded`: a regular file that is not
+a symbolic link, of at most ``MAX_ATTRIBUTE_BYTES`` (64 KiB: a sysfs
+attribute holds at most one page), its type checked before ``open()`` so a
+FIFO, a device node or a link to ``/dev/zero`` is never opened. A refused
+file is unreadable, and the rule above applies (error for topology-defining
+files, warning naming the file otherwise). A ``bus/pci/devices`` entry must
+be a directory inside the tree's ``sys/devices``; a loop, a dangling link or
+a link elsewhere loses the device with one warning.
+
+``lost`` lists every path whose value was lost: present but unreadable,
+refused or malformed, a directory that could not be listed, an entry that is
+not a bus id or device name, a PCI function without ``vendor``, ``device``
+or ``class``, a missing node ``meminfo``/``distance``. Discovery reports
+``complete: false`` when it is not empty. Warnings that lose nothing (a
+kernel without NUMA) are not listed.
 """
 
 from __future__ import annotations
@@ -261,17 +280,19 @@ def read_host(root="/"):
 
         {"numa_nodes": [{"id", "cpus", "has_cpus", "memory_total_bytes",
                          "memory_free_bytes", "distances"}],   # by id
-         "cpus": [{"id", "node", "package", "core", "siblings", "online"}],  # by id
+         "cpus": [{"id", "node", "package", "core", "siblings", "online", "l3"}],  # by id
          # node: the NUMA node whose cpulist holds the CPU, or None;
          # package/core: ints or None (absent, or -1); siblings: canonical
-         # thread_siblings_list or None; online: per cpu/online, None if unknown
+         # thread_siblings_list or None; online: per cpu/online, None if unknown;
+         # l3 (only when known): canonical cache/index3/shared_cpu_list
          "sockets": int | None,
          "pci": [{"pci_bus_id", "vendor", "device", "class", "numa_node",
                   "raw_numa_node", "local_cpulist", "max_link_speed",
                   "max_link_width", "current_link_speed", "current_link_width",
                   "netdevs", "rdma", "nvme", "realpath"}],      # by pci_bus_id
          "numa_balancing": int | None,
-         "warnings": [str]}
+         "warnings": [str],
+         "lost": [str]}   # sorted paths whose value was lost (see the module docstring)
 
     Raises :class:`SysfsError` naming the path when ``root`` is not a
     directory holding ``sys/``, or when a file listed in the module docstring
@@ -587,6 +608,7 @@ class _HostReader:
         present = set(ids)
         core_of = {}
         package_of = {}
+        l3_of = {}
         cpus = []
         no_topology = []
         for cpu_id in ids:
@@ -609,6 +631,8 @@ class _HostReader:
                     for other in self.package_members(topo, cpu_id):
                         if other in present:
                             package_of[other] = package
+            if cpu_id not in l3_of:
+                self.read_l3(cpu_root, cpu_id, present, l3_of)
             is_online = None if online is None else cpu_id in online
             if siblings is None and is_online is not False:
                 no_topology.append(cpu_id)
@@ -623,6 +647,8 @@ class _HostReader:
                     "online": is_online,
                 }
             )
+            if l3_of.get(cpu_id):
+                cpus[-1]["l3"] = l3_of[cpu_id]
         if no_topology:
             self.warn_lost(
                 cpu_root,
@@ -630,6 +656,30 @@ class _HostReader:
                 "siblings are unknown" % (format_cpulist(no_topology), cpu_root)
             )
         return cpus
+
+    def read_l3(self, cpu_root, cpu_id, present, l3_of):
+        """``cpu<N>/cache/index3/shared_cpu_list``: the CPUs sharing its L3 (optional; once per L3).
+
+        Only read when ``index3/level`` says 3. Absent: None (unknown);
+        malformed: None and a loss warning naming the file.
+        """
+        base = "%s/cpu%d/cache/index3/" % (cpu_root, cpu_id)
+        l3_of[cpu_id] = None
+        level = self.read_text(base + "level")
+        if level is _MISSING or level is None or level.strip() != "3":
+            return
+        text = self.read_text(base + "shared_cpu_list")
+        if text is _MISSING or text is None:
+            return
+        try:
+            shared, canonical = self.parse_cpus(text, base + "shared_cpu_list")
+        except CpuListError as exc:
+            self.warn_lost(base + "shared_cpu_list", "%s; its L3 group is unknown" % exc)
+            return
+        for other in shared:
+            if other in present:
+                l3_of.setdefault(other, canonical)
+        l3_of[cpu_id] = canonical
 
     def package_members(self, topo, cpu_id):
         """CPUs sharing ``cpu_id``'s package, or () when the kernel does not say.

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.unit
 HARD_LIMIT_S = 5
 PROPS = settings(
     deadline=3000,
-    max_examples=120,
+    max_examples=100,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
