@@ -630,3 +630,51 @@ def apply_damage(root, op):
     else:
         raise ValueError("unknown damage op %r" % (kind,))
     return path
+
+
+# -- platform settings read by node_checks -------------------------------------
+
+
+def pci_config_with_acs(acs_ctrl, acs_cap=0x005F):
+    """4096 bytes of PCI config space whose only extended capability is ACS (id 0x000d at 0x100)."""
+    data = bytearray(4096)
+    data[0x100:0x104] = (0x000D | (1 << 16)).to_bytes(4, "little")
+    data[0x104:0x106] = acs_cap.to_bytes(2, "little")
+    data[0x106:0x108] = acs_ctrl.to_bytes(2, "little")
+    return bytes(data)
+
+
+def node_platform(root, governors=None, available="performance powersave", thp_enabled="always [madvise] never",
+                  thp_defrag="always defer defer+madvise [madvise] never", cmdline="BOOT_IMAGE=/vmlinuz ro quiet",
+                  acs=None, iommu_groups=None):
+    """Add the files node_checks reads to a tree made by ``build_tree``.
+
+    ``governors``: ``{cpu: "powersave"}`` (each CPU gets ``cpufreq/scaling_governor``
+    and, unless ``available`` is None, ``scaling_available_governors``);
+    ``thp_enabled``/``thp_defrag``/``cmdline``: file contents, None to leave
+    the file out; ``acs``: ``{bdf: ACS control value}`` written as that
+    device's ``config``; ``iommu_groups``: ``{bdf: group}`` (an
+    ``iommu_group`` symlink and ``sys/kernel/iommu_groups/<group>``).
+    """
+    root = str(root)
+    cpu_dir = os.path.join(root, "sys", "devices", "system", "cpu")
+    for cpu, governor in (governors or {}).items():
+        base = os.path.join(cpu_dir, "cpu%d" % cpu, "cpufreq")
+        _write(os.path.join(base, "scaling_governor"), governor + "\n")
+        if available is not None:
+            _write(os.path.join(base, "scaling_available_governors"), available + "\n")
+    thp = os.path.join(root, "sys", "kernel", "mm", "transparent_hugepage")
+    for name, text in (("enabled", thp_enabled), ("defrag", thp_defrag)):
+        if text is not None:
+            _write(os.path.join(thp, name), text + "\n")
+    if cmdline is not None:
+        _write(os.path.join(root, "proc", "cmdline"), cmdline + "\n")
+    devices = os.path.join(root, "sys", "bus", "pci", "devices")
+    for bdf, ctrl in (acs or {}).items():
+        with open(os.path.join(devices, bdf, "config"), "wb") as handle:
+            handle.write(pci_config_with_acs(ctrl))
+    for bdf, group in (iommu_groups or {}).items():
+        group_dir = os.path.join(root, "sys", "kernel", "iommu_groups", str(group))
+        os.makedirs(group_dir, exist_ok=True)
+        os.symlink(group_dir, os.path.join(devices, bdf, "iommu_group"))
+    return root
