@@ -45,7 +45,8 @@ reported with a warning.
 Everything else degrades: an unreadable or malformed file adds a warning
 naming the file to ``warnings`` and its value becomes ``None`` (``[]`` for
 distances and device name lists): node ``meminfo`` and ``distance``, every PCI
-attribute, ``numa_balancing``, ``cpu/online``. A PCI ``numa_node`` naming a
+attribute, ``numa_balancing``, ``cpu/online``, ``cpu<N>/cache/index3/shared_cpu_list``
+(the CPU's L3 group, read when ``index3/level`` is 3; absent: no ``l3``). A PCI ``numa_node`` naming a
 node the host does not have is also ``None`` with a warning (``raw_numa_node``
 keeps what the file said). Files that are routinely absent
 on real hosts (link attributes of integrated devices, ``net/`` of a GPU,
@@ -90,9 +91,11 @@ NVIDIA_VENDOR = "0x10de"
 # isdigit() is true for "\u00b2", which int() refuses.
 _NODE_DIR_RE = re.compile(r"node([0-9]+)", re.ASCII)
 _CPU_DIR_RE = re.compile(r"cpu([0-9]+)", re.ASCII)
-# Node and CPU directory ids as the kernel writes them: no leading zeros, and
-# far below MAX_NUMNODES (1024) and NR_CPUS (8192 at most on x86_64).
-_DIR_ID_RE = re.compile(r"0|[1-9][0-9]{0,6}", re.ASCII)
+# Node and CPU directory ids as the kernel writes them: no leading zeros,
+# below MAX_NUMNODES (1 << NODES_SHIFT, NODES_SHIFT at most 10) and NR_CPUS
+# (at most 8192), the limits the CPU list parser applies too.
+_DIR_ID_RE = re.compile(r"0|[1-9][0-9]{0,3}", re.ASCII)
+_MAX_DIR_ID = {"node": 1023, "cpu": 8191}
 # Domains are 4 hex digits on most hosts; Intel VMD exposes 5-digit ones.
 _BDF_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])", re.ASCII)
 _HEX_RE = re.compile(r"0x[0-9a-f]{1,8}", re.ASCII)
@@ -573,11 +576,12 @@ class _HostReader:
             match = pattern.fullmatch(entry)
             if not match:
                 continue  # online, possible, cpufreq, power, uevent...
-            if _DIR_ID_RE.fullmatch(match.group(1)):
+            if _DIR_ID_RE.fullmatch(match.group(1)) and int(match.group(1)) <= _MAX_DIR_ID[prefix]:
                 ids.append(int(match.group(1)))
             else:
-                self.warn_lost(parent, "%s: entry %s is not a %s<N> directory the kernel writes (N without "
-                                       "leading zeros, at most 7 digits); skipped" % (parent, quote(entry), prefix))
+                self.warn_lost(parent, "%s: entry %s is not a %s<N> directory the kernel writes (N from 0 to %d, "
+                                       "without leading zeros); skipped"
+                               % (parent, quote(entry), prefix, _MAX_DIR_ID[prefix]))
         return ids
 
     def read_online(self, required):

@@ -167,7 +167,20 @@ def _nodes_from_smi(smi, warnings):
     return nodes
 
 
+def _l3_groups(cpus, l3_of):
+    """The node's L3 cache groups (canonical lists), or None unless every CPU's L3 is known."""
+    if not cpus or any(cpu not in l3_of for cpu in cpus):
+        return None
+    groups = []
+    for cpu in sorted(cpus):
+        group = cpulist.format_cpulist(cpulist.parse_cpulist(l3_of[cpu]) & cpus)
+        if group not in groups:
+            groups.append(group)
+    return groups
+
+
 def _nodes_from_host(host):
+    l3_of = dict((cpu["id"], cpu["l3"]) for cpu in host.get("cpus") or [] if cpu.get("l3"))
     siblings_of = {}
     for cpu in host.get("cpus") or []:
         if cpu.get("siblings"):
@@ -192,6 +205,9 @@ def _nodes_from_host(host):
             "distances": list(node.get("distances") or []),
             "cores": cores,
         })
+        l3_groups = _l3_groups(cpus, l3_of)
+        if l3_groups is not None:
+            nodes[-1]["l3_groups"] = l3_groups
     return nodes
 
 

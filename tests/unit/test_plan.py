@@ -1720,3 +1720,27 @@ def test_bad_l3_groups_are_named():
     topo["numa_nodes"][1]["l3_groups"] = ["16-23", "20-27"]
     problems = problems_of(topo, per_gpu([2], memory="8G"))
     assert any(p.startswith("topology.numa_nodes[1].l3_groups[1]: CPUs 20-23 are also in an earlier group") for p in problems)
+
+
+def test_l3_groups_discovered_from_sysfs_cache_index3(tmp_path):
+    """cache/index3/shared_cpu_list of an EPYC NPS4 tree becomes l3_groups, and the plan follows them."""
+    import sysfs_factory
+    from ansible.module_utils.gpunuma.discover import discover
+
+    root = sysfs_factory.amd_nps4_8node(str(tmp_path))
+    cpu_root = os.path.join(root, "sys", "devices", "system", "cpu")
+    for cpu in range(256):
+        base = cpu % 128 // 4 * 4
+        index3 = os.path.join(cpu_root, "cpu%d" % cpu, "cache", "index3")
+        os.makedirs(index3, exist_ok=True)
+        with open(os.path.join(index3, "level"), "w") as handle:
+            handle.write("3\n")
+        with open(os.path.join(index3, "shared_cpu_list"), "w") as handle:
+            handle.write("%d-%d,%d-%d\n" % (base, base + 3, base + 128, base + 131))
+    topo = discover("dgx", sysfs_root=root)["topology"]
+    node1 = [n for n in topo["numa_nodes"] if n["id"] == 1][0]
+    assert node1["l3_groups"] == ["16-19,144-147", "20-23,148-151", "24-27,152-155", "28-31,156-159"]
+    gpus = [g["index"] for g in topo["gpus"] if g["numa_node"] == 1]
+    plan = make_plan(topo, "strict", per_gpu(gpus, memory="8G"))
+    first, second = [parse_cpulist(i["cpus"]) for i in plan["instances"]]
+    assert not _ccxs_of(first) & _ccxs_of(second)
