@@ -896,3 +896,17 @@ def test_a_missing_identity_attribute_is_a_loss(tmp_path, name):
     host = sysfs.read_host(root)
     assert host["lost"] == [path]
     assert host["warnings"] == ["%s is missing; every PCI function has one, so the device cannot be identified" % path]
+
+
+@pytest.mark.parametrize("relpath, parent", [
+    ("sys/devices/system/cpu/cpu8192", "sys/devices/system/cpu"),
+    ("sys/devices/system/cpu/cpu007", "sys/devices/system/cpu"),
+    ("sys/devices/system/node/node1024", "sys/devices/system/node"),
+])
+def test_directory_ids_past_the_kernel_limits_are_skipped_with_a_warning(tmp_path, relpath, parent):
+    root = simple_tree(tmp_path)
+    os.makedirs(os.path.join(root, relpath))
+    host = sysfs.read_host(root)
+    assert host["lost"] == [os.path.join(root, parent)]
+    assert "directory the kernel writes" in host["warnings"][0] and os.path.basename(relpath) in host["warnings"][0]
+    assert [n["id"] for n in host["numa_nodes"]] == [0, 1] and len(host["cpus"]) == 8
