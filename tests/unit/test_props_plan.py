@@ -177,7 +177,7 @@ def instances(draw, topology, hostile):
 def topologies(draw):
     """A fixture topology, sometimes damaged the way real inputs are."""
     topology = TOPOLOGIES[draw(st.sampled_from(sorted(TOPOLOGIES)))]
-    damage = draw(st.sampled_from(["none"] * 12 + ["overlap", "overlap", "partial-overlap", "no-cores", "low-memory", "gpu-node"]))
+    damage = draw(st.sampled_from(["none"] * 12 + ["overlap", "overlap", "partial-overlap", "no-cores", "low-memory", "gpu-node", "l3", "l3"]))
     event("topology damage: %s" % damage)
     if damage == "none":
         return topology
@@ -195,6 +195,12 @@ def topologies(draw):
     elif damage == "no-cores":
         for node in nodes:
             node.pop("cores", None)
+    elif damage == "l3":
+        # L3 groups of a few whole cores each (CCX-like), as sysfs cache/index3 reports them
+        width = draw(st.integers(1, 8))
+        for node in nodes:
+            cores = list(node.get("cores") or [])
+            node["l3_groups"] = [",".join(cores[k:k + width]) for k in range(0, len(cores), width)]
     elif damage == "low-memory":
         for node in topology["numa_nodes"]:
             node["memory_free_bytes"] = draw(st.sampled_from([0, 1 << 20, None]))
