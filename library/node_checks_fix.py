@@ -13,7 +13,7 @@ module: node_checks_fix
 short_description: Apply the safe fixes node_checks_info planned (CPU governor, GPU persistence mode)
 description:
   - Takes RV(node_checks_info.node_checks.planned_fixes) and applies only two kinds of fix, both per device
-    and both lost at reboot, never anything node-wide
+    and both lost at reboot, never anything node-wide.
   - C(governor) writes C(performance) to one CPU's C(cpufreq/scaling_governor) (the path must end so, without C(..)).
   - C(persistence) runs C(nvidia-smi -i <bus id> -pm 1).
   - Each fix re-reads the current value first (governor), so a second run changes nothing; check mode

@@ -582,8 +582,11 @@ def _governor_findings(facts):
                     % (len(slow), "GPU nodes'" if facts.governor_scope == "gpu_local_cpus" else "host's",
                        _cpu_ranges([g.cpu for g in slow]), "/".join(names)),
             evidence=[Evidence(g.file, g.governor) for g in slow[:8]],
-            fix="Set node_checks_fix_governor: true to write 'performance' to scaling_governor of these CPUs "
-                "(live only; persist it with tuned or cpupower), or accept the power saving."))
+            fix=("Set node_checks_fix_governor: true to write 'performance' to scaling_governor of these CPUs "
+                 "(live only; persist it with tuned or cpupower), or accept the power saving."
+                 if facts.governor_scope == "gpu_local_cpus" else
+                 "No GPU's local CPU list is known, so node_checks_fix_governor does not change them (it would "
+                 "be node-wide); set the governor with tuned or cpupower if that is wanted.")))
     if absent and len(absent) == len(facts.governors):
         out.append(Finding(check="cpu_governor", severity="info", subject="host",
                            message="cpufreq is absent (no scaling_governor): frequency is managed by the "
@@ -683,7 +686,9 @@ def evaluate(facts, profile=None, expect_full_speed=False):
 def plan_fixes(facts, fix_governor=False, fix_persistence=False):
     """The safe fixes the operator opted into: ``[{"kind", "target", "before", "after", ...}]``."""
     fixes = []
-    if fix_governor:
+    # Without a GPU's local CPU list the GPU nodes' CPUs are unknown: the
+    # governor fix would be node-wide, so it is not planned.
+    if fix_governor and facts.governor_scope == "gpu_local_cpus":
         for gov in facts.governors:
             if gov.governor is None or gov.governor == "performance":
                 continue

@@ -288,3 +288,15 @@ def test_recorded_h200_nvml_downshift_is_info():
     assert finding.severity == "info" and "NVML reports PCIe Gen1 below the maximum Gen5" in finding.message
     assert {e.file for e in finding.evidence} == {"nvml:gen_current", "nvml:gen_max", "nvml:width_current",
                                                   "nvml:width_max"}
+
+
+def test_governor_fix_is_never_node_wide(tmp_path):
+    # No GPU: the governors of every CPU are reported, and the fix plans nothing.
+    nodes = [{"id": 0, "cpus": "0-3", "mem_kb": 1024, "free_kb": 512}]
+    root = build_tree(str(tmp_path), nodes, pci=[])
+    node_platform(root, governors={cpu: "powersave" for cpu in range(4)})
+    facts = nc.read_node(root)
+    (finding,) = [f for f in nc.evaluate(facts) if f.check == "cpu_governor"]
+    assert finding.severity == "warning" and "host's CPUs (0-3)" in finding.message
+    assert "would be node-wide" in finding.fix
+    assert nc.plan_fixes(facts, fix_governor=True) == []

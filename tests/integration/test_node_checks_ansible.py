@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import re
 import stat
 import sys
 
@@ -170,3 +171,15 @@ def test_playbook_is_the_role():
     with open(os.path.join(REPO_ROOT, "playbooks", "node-checks.yml")) as handle:
         plays = yaml.safe_load(handle)
     assert plays[0]["roles"] == [{"role": "node_checks"}]
+
+
+def test_every_role_variable_is_specified_defaulted_and_documented():
+    role = os.path.join(REPO_ROOT, "roles", "node_checks")
+    with open(os.path.join(role, "meta", "argument_specs.yml")) as handle:
+        spec = set(yaml.safe_load(handle)["argument_specs"]["main"]["options"])
+    with open(os.path.join(role, "defaults", "main.yml")) as handle:
+        defaults = set(yaml.safe_load(handle))
+    with open(os.path.join(REPO_ROOT, "docs", "node-checks.md")) as handle:
+        docs = set(re.findall(r"`(node_checks_[a-z_]+)`", handle.read())) - {"node_checks_info", "node_checks_fix",
+                                                                            "node_checks_result"}
+    assert spec == defaults == docs
