@@ -127,49 +127,44 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma import node_checks
 from ansible.module_utils.gpunuma.errors import GpunumaError
-from ansible.module_utils.gpunuma.nvml import load_dump, normalize_bus_id
+from ansible.module_utils.gpunuma import nvml
 from ansible.module_utils.gpunuma.sysfs import read_bounded
 
 _SMI_Q_LIMIT = 8 << 20
 
 
 def _live_nvml():
-    """({bus_id: bool} persistence, nvml-dump-like {"gpus": [...]}) from live NVML, or (None, None)."""
+    """({bus_id: bool} persistence, gpunuma.nvml-dump/v1) from live NVML, or (None, None) without NVML.
+
+    The PCIe fields come from nvml.collect(), the adapter discovery uses;
+    persistence mode, which the dump does not hold, is one more NVML call.
+    """
+    try:
+        dump = nvml.collect()
+    except GpunumaError:
+        return None, None
+    modes = {}
     try:
         import pynvml
-    except ImportError:
-        return None, None
-    try:
         pynvml.nvmlInit()
     except Exception:
-        return None, None
-    modes, gpus = {}, []
+        return modes, dump
     try:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            bus = normalize_bus_id(pynvml.nvmlDeviceGetPciInfo(handle).busId)
-            pcie = {}
-            for key, func in (("gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
-                              ("gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
-                              ("width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
-                              ("width_max", "nvmlDeviceGetMaxPcieLinkWidth")):
-                try:
-                    pcie[key] = int(getattr(pynvml, func)(handle))
-                except Exception:
-                    pcie[key] = None
-            gpus.append({"pci_bus_id": bus, "pcie": pcie})
             try:
+                bus = nvml.normalize_bus_id(pynvml.nvmlDeviceGetPciInfo(handle).busId)
                 modes[bus] = bool(pynvml.nvmlDeviceGetPersistenceMode(handle))
-            except Exception:
-                pass
+            except Exception:  # pynvml's NVMLError family, or a bus id NVML garbled
+                continue
     except Exception:
-        return None, None
+        pass
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:
             pass
-    return modes, {"gpus": gpus}
+    return modes, dump
 
 
 def _smi_q(module, path):
@@ -207,7 +202,7 @@ def main():
     try:
         facts = node_checks.read_node(params["sysfs_root"] if offline else "/")
         if params["nvml_dump"]:
-            node_checks.apply_nvml_pcie(facts, load_dump(params["nvml_dump"]))
+            node_checks.apply_nvml_pcie(facts, nvml.load_dump(params["nvml_dump"]))
             sources.append("nvml_dump")
         if params["nvidia_smi_q_file"]:
             node_checks.apply_persistence(facts, _smi_q(module, params["nvidia_smi_q_file"]),
@@ -215,7 +210,7 @@ def main():
             sources.append("nvidia_smi_q_file")
         if not offline and facts.gpus and params["use_nvml"]:
             modes, dump = _live_nvml()
-            if modes is not None:
+            if dump is not None:
                 node_checks.apply_persistence(facts, modes, "nvml:nvmlDeviceGetPersistenceMode")
                 if not params["nvml_dump"]:
                     node_checks.apply_nvml_pcie(facts, dump)

@@ -300,3 +300,13 @@ def test_governor_fix_is_never_node_wide(tmp_path):
     assert finding.severity == "warning" and "host's CPUs (0-3)" in finding.message
     assert "would be node-wide" in finding.fix
     assert nc.plan_fixes(facts, fix_governor=True) == []
+
+
+def test_real_nvidia_smi_q_of_an_h200():
+    with open(os.path.join(FIXTURES, "node_checks", "h200-nvidia-smi-q.txt")) as handle:
+        modes = nc.parse_nvidia_smi_q(handle.read())
+    assert modes == {"0000:00:06.0": True}
+    facts = nc.read_node(os.path.join(RECORDED, "sysfs"))
+    nc.apply_persistence(facts, modes, "nvidia-smi -q")
+    assert [f for f in nc.evaluate(facts) if f.check == "persistence_mode"] == []
+    assert nc.plan_fixes(facts, fix_persistence=True) == []
