@@ -62,6 +62,8 @@ def check_plan(plan, topology, instances):
                  for i, n in nodes.items()}
     cpu_nodes = set(i for i, cpus in node_cpus.items() if cpus)
     assert plan["schema"] == "gpunuma.plan/v1"
+    duplicated = sorted(set(w for w in plan["warnings"] if plan["warnings"].count(w) > 1))
+    assert not duplicated, "warnings listed more than once: %r" % duplicated
     # housekeeping and worker CPUs: per CPU-bearing node, disjoint, on the node
     assert set(plan["housekeeping"]) == set(str(i) for i in cpu_nodes)
     assert set(plan["worker_cpus"]) == set(str(i) for i in cpu_nodes)

@@ -80,8 +80,8 @@ def assign_gpus(specs, topo, warnings, problems):
             if index in claimed:
                 other = claimed[index]
                 message = "GPU %d is also used by instance %r; both run on it" % (index, other.name)
+                # The plan lists every instance warning once, prefixed with its name.
                 spec.warnings.append(message)
-                warnings.append("%s: %s" % (spec.name, message))
             else:
                 claimed[index] = spec
     pool = [g for g in topo.gpu_ids if g not in claimed]

@@ -757,6 +757,8 @@ def test_shared_gpu_and_mig_warnings():
         ],
     )
     assert "b: GPU 0 is also used by instance 'a'; both run on it" in plan["warnings"]
+    # Each warning is printed once, however many steps noticed it.
+    assert plan["warnings"].count("b: GPU 0 is also used by instance 'a'; both run on it") == 1
     assert any("MIG enabled" in w for w in plan["instances"][0]["warnings"])
     mig = make_plan(
         topo,
