@@ -310,3 +310,43 @@ def test_real_nvidia_smi_q_of_an_h200():
     nc.apply_persistence(facts, modes, "nvidia-smi -q")
     assert [f for f in nc.evaluate(facts) if f.check == "persistence_mode"] == []
     assert nc.plan_fixes(facts, fix_persistence=True) == []
+
+
+# -- hostile trees: every file node_checks reads, every kind of damage ---------
+
+_READ_FILES = [
+    "sys/bus/pci/devices/%s/%s" % (bdf, attr)
+    for bdf in (GPU, SWITCH_DOWN)
+    for attr in ("vendor", "class", "current_link_speed", "max_link_speed", "current_link_width",
+                 "max_link_width", "config", "local_cpulist", "_realpath", "iommu_group")
+] + ["sys/devices/system/cpu/cpu5/cpufreq/scaling_governor",
+     "sys/devices/system/cpu/cpu5/cpufreq/scaling_available_governors",
+     "sys/kernel/mm/transparent_hugepage/enabled", "sys/kernel/mm/transparent_hugepage/defrag",
+     "proc/cmdline", "proc/sys/kernel/numa_balancing", "sys/bus/pci/devices/%s" % GPU]
+
+_DAMAGE = [
+    {"op": "write", "hex": "ff00fe80"},
+    {"op": "write", "text": ""},
+    {"op": "write", "text": "9", "repeat": 70000},
+    {"op": "write", "text": "16\n16\n"},
+    {"op": "fifo"},
+    {"op": "mkdir"},
+    {"op": "symlink", "target": "/dev/zero"},
+    {"op": "remove"},
+]
+
+
+@pytest.mark.parametrize("damage", _DAMAGE, ids=lambda d: d["op"] + ("-" + d.get("hex", d.get("text", ""))[:6]))
+def test_damaged_files_never_raise_or_hang(tmp_path, damage):
+    from sysfs_factory import apply_damage
+    for index, rel in enumerate(_READ_FILES):
+        root = make_tree(tmp_path / str(index), acs={SWITCH_DOWN: 0x1}, iommu_groups={GPU: 3},
+                         governors={cpu: "powersave" for cpu in range(8)})
+        apply_damage(root, dict(damage, path=rel))
+        facts = nc.read_node(root)
+        out = nc.evaluate(facts, "strict")
+        assert all(f.severity in nc.SEVERITIES and f.check in nc.CHECKS for f in out), rel
+        for finding in out:
+            if finding.check == "unreadable":
+                assert root in finding.message
+        nc.plan_fixes(facts, True, True)
