@@ -183,3 +183,16 @@ def test_every_role_variable_is_specified_defaulted_and_documented():
         docs = set(re.findall(r"`(node_checks_[a-z_]+)`", handle.read())) - {"node_checks_info", "node_checks_fix",
                                                                             "node_checks_result"}
     assert spec == defaults == docs
+
+
+@pytest.mark.parametrize("variables,expected", [
+    ({"node_checks_profile": False}, "kernel.numa_balancing=1 with profile off"),
+    ({"gpunuma_profile": "strict"}, "profile strict binds workers"),
+    ({"gpunuma_profile": False}, "kernel.numa_balancing=1 with profile off"),
+    ({}, "kernel.numa_balancing=1 with profile none"),
+])
+def test_role_profile_follows_gpunuma_profile_and_reads_unquoted_off(tmp_path, variables, expected):
+    root = make_tree(tmp_path / "t", {cpu: "performance" for cpu in range(8)})
+    proc = _role(tmp_path, node_checks_sysfs_root=root, **variables)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert expected in proc.stdout
