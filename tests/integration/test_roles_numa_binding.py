@@ -110,7 +110,8 @@ def test_changed_instance_restarts_alone_and_stale_units_are_pruned(node, tmp_pa
 def test_removed_dropin_unbinds_the_running_unit(node, tmp_path):
     node.sh("printf '[Service]\\nExecStart=/bin/sleep infinity\\n[Install]\\nWantedBy=multi-user.target\\n'"
             " > %s/vendor.service && systemctl daemon-reload && systemctl enable --now vendor.service" % UNIT_DIR)
-    bound = apply(node, tmp_path, [{"name": "vendor", "unit": "vendor.service", "numa_node": 0, "share_cpus": True}])
+    bound = apply(node, tmp_path, [{"name": "vendor", "unit": "vendor.service", "numa_node": 0, "share_cpus": True,
+                                          "memory": "64M"}])
     assert bound.returncode == 0, bound.stdout[-4000:]
     pid = node.main_pid("vendor.service")
     assert "bind:0" in node.sh("head -1 /proc/%d/numa_maps" % pid)

@@ -26,12 +26,14 @@ HGX = os.path.join(FIXTURES, "topologies", "hgx-h200-8gpu-2socket-ht.json")
 NUMACTL = "/usr/bin/numactl"
 METACHAR_ARGV = ["/bin/echo", "$HOME", "a b", "; rm -rf /", "%h %n", '"q" \\x', "`id`", "$(id)", "tab\there"]
 
+# Memory declared: under strict, bind is planned only for a checked size.
 INSTANCES = [
-    {"name": "llm0", "gpus": [0], "command": ["/bin/sleep", "infinity"], "memlock": "64G", "user": "svc", "group": "gpu"},
-    {"name": "meta", "gpus": [1], "command": METACHAR_ARGV, "environment": {"NOTE": 'x $Y %n "q" \\z'}},
-    {"name": "sysd", "gpus": [4], "binding_method": "systemd", "command": ["/bin/sleep", "infinity"]},
-    {"name": "vendor", "unit": "vendor.service", "gpus": [5]},
-    {"name": "wrapped", "unit": "other.service", "gpus": [6], "command": ["/bin/sleep", "1"]},
+    {"name": "llm0", "gpus": [0], "memory": "8G", "command": ["/bin/sleep", "infinity"], "memlock": "64G", "user": "svc",
+     "group": "gpu"},
+    {"name": "meta", "gpus": [1], "memory": "8G", "command": METACHAR_ARGV, "environment": {"NOTE": 'x $Y %n "q" \\z'}},
+    {"name": "sysd", "gpus": [4], "memory": "8G", "binding_method": "systemd", "command": ["/bin/sleep", "infinity"]},
+    {"name": "vendor", "unit": "vendor.service", "gpus": [5], "memory": "8G"},
+    {"name": "wrapped", "unit": "other.service", "gpus": [6], "memory": "8G", "command": ["/bin/sleep", "1"]},
 ]
 
 RENDER_PLAYBOOK = """
@@ -41,6 +43,7 @@ RENDER_PLAYBOOK = """
     numa_binding_numactl_path: {numactl}
     numa_binding_limit_memlock: "4194304"
     numa_binding_restart_policy: on-failure
+    numa_binding_plan_path: /etc/gpunuma/plan.json
     ansible_managed: Managed by gpunuma; local edits are overwritten
   tasks:
     - gpu_binding_plan:
