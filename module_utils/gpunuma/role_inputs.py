@@ -181,9 +181,69 @@ def input_problems(options, values, aliases=None):
             problem += "; allowed: %s" % ", ".join(
                 shown(c) if c is None or not isinstance(c, str) else c for c in spec["choices"]
             )
+        if problem is None and option in VALUE_CHECKS:
+            problem = VALUE_CHECKS[option](value)
         if problem:
             problems.append("%s: %s %s" % (name, shown(value), problem))
     return problems
+
+
+# Options whose values a spec type cannot express (``type: raw`` in the spec):
+# each check says why a value is refused, or None. They accept exactly what
+# the planner (gpu_binding_plan) accepts, so a value passed here is never
+# refused on the host; docs/plan-v1.md has the rules.
+_COUNT_RE = re.compile(r"[0-9]{1,6}")
+
+
+def count_or_auto_problem(value):
+    """Why ``value`` is not ``auto`` or a whole number 0 or more, or None."""
+    if value == "auto":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**6:
+        return None
+    if isinstance(value, str) and _COUNT_RE.fullmatch(value):
+        return None
+    hint = "; " + _YAML_BOOL_HINT if isinstance(value, bool) else ""
+    return "is not a core count; allowed: auto, or a whole number 0 or more%s" % hint
+
+
+def cpulist_problem(value):
+    """Why ``value`` is not a non-empty CPU list (``0-1,96-97``), or None."""
+    from ansible.module_utils.gpunuma.cpulist import parse_cpulist
+    from ansible.module_utils.gpunuma.errors import CpuListError
+
+    allowed = 'allowed: a CPU list like "0-1,96-97" (quoted), or leave it unset'
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return "is not a CPU list; %s" % allowed
+    if isinstance(value, str) and not value.strip():
+        return None  # unset: the count (housekeeping_cores_per_node) applies
+    try:
+        cpus = parse_cpulist(str(value), "the CPU list")
+    except CpuListError as exc:
+        return "is not a CPU list (%s); %s" % (exc, allowed)
+    return None if cpus else "is not a CPU list; %s" % allowed
+
+
+def size_or_auto_problem(value):
+    """Why ``value`` is not ``auto`` or a size (``16G``, bytes), or None."""
+    from ansible.module_utils.gpunuma import sizes
+
+    if value == "auto":
+        return None
+    try:
+        sizes.parse_size(value, "the size", allowed="auto, bytes as an integer, or a size like 16G")
+    except sizes.SizeError as exc:
+        return "is not a size (%s); allowed: auto, bytes as an integer, or a size like 16G" % exc
+    return None
+
+
+VALUE_CHECKS = {
+    "numa_binding_housekeeping_cores_per_node": count_or_auto_problem,
+    "numa_binding_housekeeping_cpus": cpulist_problem,
+    "numa_binding_memory_reserve_per_node": size_or_auto_problem,
+    "kubelet_topology_housekeeping_cores_per_node": count_or_auto_problem,
+    "kubelet_topology_housekeeping_cpus": cpulist_problem,
+}
 
 
 def _same(value, choice):

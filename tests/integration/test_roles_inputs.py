@@ -94,11 +94,58 @@ def test_problem_names_the_gpunuma_variable_the_user_set():
     values = {"numa_binding_housekeeping_cores_per_node": "two"}
     set_by_user = {"gpunuma_housekeeping_cores_per_node": "two"}
     assert role_inputs.input_problems(opts, values, set_by_user) == [
-        'gpunuma_housekeeping_cores_per_node: "two" is not a whole number']
+        'gpunuma_housekeeping_cores_per_node: "two" is not a core count; allowed: auto, or a whole number 0 or more']
     # Set under the role's own name: that name.
     assert role_inputs.input_problems(opts, values, {})[0].startswith("numa_binding_housekeeping_cores_per_node:")
     assert role_inputs.aliases_of(opts) == ["gpunuma_profile", "gpunuma_instances",
-                                            "gpunuma_housekeeping_cores_per_node", "gpunuma_strict_capacity"]
+                                            "gpunuma_housekeeping_cores_per_node", "gpunuma_housekeeping_cpus",
+                                            "gpunuma_memory_reserve_per_node", "gpunuma_strict_capacity",
+                                            "gpunuma_allow_unknown_siblings"]
+
+
+@pytest.mark.parametrize("value", ["auto", 0, 2, "2", "0"])
+def test_housekeeping_count_accepts_auto_and_counts(value):
+    opts = options("numa_binding")
+    assert role_inputs.input_problems(opts, {"numa_binding_housekeeping_cores_per_node": value}) == []
+
+
+@pytest.mark.parametrize("value", [-1, "-1", "two", "Auto", " 2", True, 1.5, [1], "auto,1"])
+def test_housekeeping_count_refuses_the_rest(value):
+    opts = options("numa_binding")
+    values = {"numa_binding_housekeeping_cores_per_node": value}
+    problems = role_inputs.input_problems(opts, values, {"gpunuma_housekeeping_cores_per_node": value})
+    assert problems == ["gpunuma_housekeeping_cores_per_node: %s is not a core count; allowed: auto, or a whole "
+                        "number 0 or more%s" % (json.dumps(value), "; YAML reads unquoted yes/no/on/off/true/false "
+                                                "as booleans" if value is True else "")]
+
+
+@pytest.mark.parametrize("value", ["0-1,96-97", "0", 3, "", None])
+def test_housekeeping_cpus_accepts_lists_and_unset(value):
+    opts = options("numa_binding")
+    assert role_inputs.input_problems(opts, {"numa_binding_housekeeping_cpus": value}) == []
+
+
+@pytest.mark.parametrize("value", ["0-1,x", "3-1", [0, 1], True, "99999999", {"a": 1}, "0;1", ","])
+def test_housekeeping_cpus_refuses_the_rest(value):
+    opts = options("numa_binding")
+    values = {"numa_binding_housekeeping_cpus": value}
+    (problem,) = role_inputs.input_problems(opts, values, {"gpunuma_housekeeping_cpus": value})
+    assert problem.startswith("gpunuma_housekeeping_cpus: %s is not a CPU list" % json.dumps(value)), problem
+    assert problem.endswith('allowed: a CPU list like "0-1,96-97" (quoted), or leave it unset'), problem
+
+
+@pytest.mark.parametrize("value, ok", [("auto", True), ("16G", True), (0, True), ("lots", False),
+                                       (-1, False), (True, False)])
+def test_memory_reserve_per_node(value, ok):
+    opts = options("numa_binding")
+    problems = role_inputs.input_problems(opts, {"numa_binding_memory_reserve_per_node": value},
+                                          {"gpunuma_memory_reserve_per_node": value})
+    if ok:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problems[0].startswith(
+            "gpunuma_memory_reserve_per_node: %s is not a size" % json.dumps(value)), problems
+        assert problems[0].endswith("allowed: auto, bytes as an integer, or a size like 16G")
 
 
 @pytest.mark.parametrize(
