@@ -280,3 +280,98 @@ def test_unit_failing_systemd_analyze_verify_is_not_installed(rendered, tmp_path
     assert "/opt/gpunuma-test/missing/server is not executable" in proc.stdout
     assert os.listdir(tmp_path / "units") == []
     assert not (tmp_path / "plan.json").exists()
+
+
+# ------------------------------------------- housekeeping options through the role
+
+
+def _plan_through_role(tmp_path, extra_vars):
+    """gpunuma_plan from the role's validate and plan entry points on localhost (HGX fixture)."""
+    playbook = tmp_path / "plan.yml"
+    play_vars = {
+        "gpu_topology": json.load(open(HGX)),
+        "gpunuma_profile": "strict",
+        "gpunuma_instances": [{"name": "llm0", "gpus": [0], "memory": "8G", "command": ["/bin/sleep", "infinity"]}],
+        "numa_binding_plan_path": str(tmp_path / "applied.json"),
+        "numa_binding_start": False,
+    }
+    play_vars.update(extra_vars)
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars": play_vars,
+        "tasks": [
+            {"ansible.builtin.include_role": {"name": "numa_binding", "tasks_from": "validate"}},
+            {"ansible.builtin.include_role": {"name": "numa_binding", "tasks_from": "plan"}},
+            {"ansible.builtin.copy": {"content": "{{ gpunuma_plan | to_json }}", "dest": str(tmp_path / "out.json"),
+                                      "mode": "0644"}},
+        ],
+    }]))
+    proc = subprocess.run(
+        [os.path.join(BINDIR, "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=ansible_env(),
+    )
+    return proc, (json.loads((tmp_path / "out.json").read_text()) if proc.returncode == 0 else None)
+
+
+def _expected_auto_housekeeping(topology):
+    """ceil(cores / 24), at least 1, lowest cores with their siblings, per CPU node (docs/plan-v1.md)."""
+    from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist
+
+    expected = {}
+    for node in topology["numa_nodes"]:
+        cores = sorted(node["cores"], key=lambda core: min(parse_cpulist(core)))
+        count = max(1, -(-len(cores) // 24))
+        expected[str(node["id"])] = format_cpulist(set().union(*(parse_cpulist(c) for c in cores[:count])))
+    return expected
+
+
+def test_role_passes_auto_housekeeping_to_the_planner(tmp_path):
+    topology = json.load(open(HGX))
+    proc, plan = _plan_through_role(tmp_path, {})  # nothing set: the default, auto
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert plan["options"]["housekeeping_cores_per_node"] == "auto"
+    # 48 cores per node: 2 whole cores with their siblings, not the 1 (or 0) a forced int gave.
+    assert plan["housekeeping"] == _expected_auto_housekeeping(topology) == {"0": "0-1,96-97", "1": "48-49,144-145"}
+
+
+def test_role_passes_a_count_as_given(tmp_path):
+    proc, plan = _plan_through_role(tmp_path, {"gpunuma_housekeeping_cores_per_node": "3"})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert plan["housekeeping"] == {"0": "0-2,96-98", "1": "48-50,144-146"}
+
+
+def test_role_passes_an_explicit_housekeeping_cpu_list(tmp_path):
+    proc, plan = _plan_through_role(tmp_path, {"gpunuma_housekeeping_cpus": "0-3,96-99,48,144"})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert plan["housekeeping"] == {"0": "0-3,96-99", "1": "48,144"}
+    from ansible.module_utils.gpunuma.cpulist import parse_cpulist
+
+    assert parse_cpulist(plan["options"]["housekeeping_cpus"]) == {0, 1, 2, 3, 96, 97, 98, 99, 48, 144}
+    worker = set()
+
+    for instance in plan["instances"]:
+        worker |= parse_cpulist(instance["cpus"])
+    assert not worker & {0, 1, 2, 3, 96, 97, 98, 99, 48, 144}
+
+
+def test_role_passes_the_memory_reserve(tmp_path):
+    # A reserve larger than the node: the declared 8G no longer fits, strict falls back to preferred.
+    proc, plan = _plan_through_role(tmp_path, {"gpunuma_memory_reserve_per_node": "2000G"})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert plan["options"]["memory_reserve_per_node"] == 2000 * 2**30
+    (instance,) = plan["instances"]
+    assert instance["mem_policy"] == "preferred" and instance["fallback"]
+
+
+@pytest.mark.parametrize("name, value, needle", [
+    ("gpunuma_housekeeping_cores_per_node", -1, "gpunuma_housekeeping_cores_per_node: -1 is not a core count"),
+    ("gpunuma_housekeeping_cores_per_node", "lots", 'gpunuma_housekeeping_cores_per_node: "lots" is not a core count'),
+    ("gpunuma_housekeeping_cpus", "0-x", 'gpunuma_housekeeping_cpus: "0-x" is not a CPU list'),
+])
+def test_role_refuses_bad_housekeeping_before_planning(tmp_path, name, value, needle):
+    proc, plan = _plan_through_role(tmp_path, {name: value})
+    assert proc.returncode != 0 and plan is None
+    assert needle in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
