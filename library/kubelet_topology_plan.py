@@ -66,9 +66,15 @@ options:
   housekeeping_cores_per_node:
     description:
       - Whole cores kept per CPU-bearing NUMA node for the system and the kubelet, exactly as
-        M(gpu_binding_plan) takes it. Under the C(static) CPU policy they become C(reservedSystemCPUs).
-    type: int
-    default: 1
+        M(gpu_binding_plan) takes it (C(auto), the default, or an integer 0 or more). Under the
+        C(static) CPU policy they become C(reservedSystemCPUs).
+    type: raw
+    default: auto
+  housekeeping_cpus:
+    description:
+      - An explicit housekeeping CPU list instead of O(housekeeping_cores_per_node), exactly as
+        M(gpu_binding_plan) takes it (C(0-1,96-97)); whole cores are kept.
+    type: str
   config:
     description:
       - The current KubeletConfiguration as text (YAML or JSON). Exactly one of O(config) and O(config_path).
@@ -216,6 +222,7 @@ problems:
 
 import json
 import os
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.errors import GpunumaError
@@ -231,6 +238,13 @@ def _read(module, path, what):
         module.fail_json(msg="%s: %s cannot be read: %s" % (what, path, exc))
 
 
+
+def _count_or_word(value):
+    """A count that reached the module as text (templated "2") becomes the int it says."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,6}", value):
+        return int(value)
+    return value
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -241,7 +255,8 @@ def main():
             profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
             preset=dict(type="dict"),
             presets_dir=dict(type="path", default="/etc/gpunuma/kubelet"),
-            housekeeping_cores_per_node=dict(type="int", default=1),
+            housekeeping_cores_per_node=dict(type="raw", default="auto"),
+            housekeeping_cpus=dict(type="str"),
             config=dict(type="str"),
             config_path=dict(type="path"),
             kubelet_version=dict(type="str"),
@@ -296,7 +311,8 @@ def main():
             preset,
             config,
             kubelet_version=params["kubelet_version"],
-            housekeeping_cores_per_node=params["housekeeping_cores_per_node"],
+            housekeeping_cores_per_node=_count_or_word(params["housekeeping_cores_per_node"]),
+            housekeeping_cpus_list=params["housekeeping_cpus"],
             overrides=params["overrides"],
             memory_spread=params["memory_spread"],
             manage_reservations=params["manage_reservations"],

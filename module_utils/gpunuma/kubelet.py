@@ -213,13 +213,14 @@ def checkpoint_policy(text):
     return None
 
 
-def housekeeping_cpus(topology, profile, housekeeping_cores_per_node):
+def housekeeping_cpus(topology, profile, housekeeping_cores_per_node, explicit_cpus=None):
     """The planner's housekeeping CPUs (a frozenset), from ``plan.build_plan``'s ``housekeeping`` map.
 
     The binding planner is the only code that decides CPUs: the kubelet's
     reserved CPUs are exactly the cores it keeps away from inference workers.
     """
-    plan = build_plan(topology, profile, [], housekeeping_cores_per_node=housekeeping_cores_per_node)
+    plan = build_plan(topology, profile, [], housekeeping_cores_per_node=housekeeping_cores_per_node,
+                      housekeeping_cpus=explicit_cpus)
     cpus = frozenset()
     for node_id, text in plan["housekeeping"].items():
         if text:
@@ -394,7 +395,8 @@ def _comparable(key, value):
 # Entry point
 
 
-def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, housekeeping_cores_per_node=1,
+def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, housekeeping_cores_per_node="auto",
+                 housekeeping_cpus_list=None,
                  overrides=None, memory_spread="first_node", manage_reservations=False, cpu_state=None,
                  memory_state=None, state_dir=DEFAULT_STATE_DIR, config_source="config"):
     """Merge the preset, the topology's reservations and ``overrides`` into ``config_text``.
@@ -423,7 +425,7 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
         problems.append("manage_reservations: %r is not a boolean; allowed: true, false" % (manage_reservations,))
 
     try:
-        reserved = housekeeping_cpus(topology, profile, housekeeping_cores_per_node)
+        reserved = housekeeping_cpus(topology, profile, housekeeping_cores_per_node, housekeeping_cpus_list)
     except GpunumaError as exc:
         raise KubeletPlanError(list(getattr(exc, "problems", [str(exc)])) + problems)
     node_ids = sorted(n["id"] for n in topology["numa_nodes"])

@@ -197,15 +197,23 @@ def check_housekeeping_whole_cores(ctx, params):
     housekeeping = ctx.plan.get("housekeeping") or {}
     options = ctx.plan.get("options") or {}
     problems = []
-    if options.get("housekeeping_cores_per_node", 1) < params.get("min_cores", 1):
+    count = options.get("housekeeping_cores_per_node", 1)
+    # A count keeps cores on every CPU node. auto (at least 1 per node, on the
+    # GPU-less CPU nodes first, docs/plan-v1.md) and an explicit CPU list may
+    # leave GPU nodes without any: then the machine needs some, somewhere.
+    per_node = isinstance(count, int) and not isinstance(count, bool) and not options.get("housekeeping_cpus")
+    if per_node and count < params.get("min_cores", 1):
         problems.append("housekeeping_cores_per_node is %s; at least %d whole core(s) per node are kept for the system"
-                        % (options.get("housekeeping_cores_per_node"), params.get("min_cores", 1)))
+                        % (count, params.get("min_cores", 1)))
+    if not per_node and not any(text for text in housekeeping.values()):
+        problems.append("the plan keeps no housekeeping CPUs on any node (housekeeping_cores_per_node %s, "
+                        "housekeeping_cpus %s)" % (count, options.get("housekeeping_cpus")))
     for node in ctx.topology.get("numa_nodes") or []:
         if not node.get("has_cpus", True):
             continue
         text = housekeeping.get(str(node.get("id")), "")
         if not text:
-            if not problems:
+            if per_node and not problems:
                 problems.append("node %s has no housekeeping CPUs" % node.get("id"))
             continue
         cpus = set(parse_cpulist(text))

@@ -119,6 +119,7 @@ def test_every_role_variable_is_specified_and_documented():
             name == "kubelet_topology_health_delay" and "`kubelet_topology_health_retries` / `_delay`" in roles_md)
         assert documented, name
         if name not in ("kubelet_topology_profile", "kubelet_topology_profiles_dir", "kubelet_topology_presets_dir",
-                        "kubelet_topology_housekeeping_cores_per_node", "kubelet_topology_topology",
+                        "kubelet_topology_housekeeping_cores_per_node", "kubelet_topology_housekeeping_cpus",
+                        "kubelet_topology_topology",
                         "kubelet_topology_node_name"):
             assert "# %s:" % name in all_yml, name

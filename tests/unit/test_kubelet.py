@@ -156,7 +156,7 @@ def test_json_merge_keeps_order_and_indentation():
     original = json.loads(config("eks-config.json"))
     del original["systemReservedCgroup"], original["kubeReservedCgroup"]
     text = json.dumps(original, indent=4)
-    result = plan(cfg="eks-config.json", text=text)
+    result = plan(cfg="eks-config.json", text=text, housekeeping_cores_per_node=1)
     assert result.config_format == "json" if hasattr(result, "config_format") else True
     merged = json.loads(result.config_text)
     assert list(merged)[: len(original)] == list(original)
@@ -205,7 +205,23 @@ def test_reserved_cpus_are_the_planners_housekeeping_cores(topo, cores):
 
 
 def test_two_socket_reserves_one_whole_core_per_node():
-    assert plan().config["reservedSystemCPUs"] == "0,48,96,144"
+    assert plan(housekeeping_cores_per_node=1).config["reservedSystemCPUs"] == "0,48,96,144"
+
+
+def test_default_reserves_what_the_binding_planner_keeps_by_default():
+    # auto, as gpu_binding_plan: ceil(48 cores / 24) = 2 whole cores per node (docs/plan-v1.md).
+    assert plan().config["reservedSystemCPUs"] == "0-1,48-49,96-97,144-145"
+    assert plan(housekeeping_cores_per_node="auto").config["reservedSystemCPUs"] == "0-1,48-49,96-97,144-145"
+
+
+def test_explicit_housekeeping_cpus_are_reserved_as_the_planner_keeps_them():
+    result = plan(housekeeping_cpus_list="0-3,96-99,48,144")
+    assert result.config["reservedSystemCPUs"] == "0-3,48,96-99,144"
+
+
+def test_bad_housekeeping_cpus_is_a_problem_not_a_traceback():
+    problems = problems_of(housekeeping_cpus_list="0-x")
+    assert any("housekeeping_cpus" in p for p in problems), problems
 
 
 def test_static_with_no_housekeeping_cores_needs_another_cpu_reservation():
@@ -382,7 +398,7 @@ def test_checkpoint_that_disagrees_with_an_unchanged_config_is_removed():
 
 
 def test_changed_reserved_cpus_under_static_removes_the_cpu_checkpoint():
-    merged = plan().config_text
+    merged = plan(housekeeping_cores_per_node=1).config_text
     result = plan(text=merged, housekeeping_cores_per_node=2, cpu_state=checkpoint("static"),
                   memory_state=checkpoint("Static"))
     assert [c["key"] for c in result.changes] == ["reservedSystemCPUs"]

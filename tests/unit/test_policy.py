@@ -82,6 +82,16 @@ CASES = {
 }
 
 
+def test_housekeeping_auto_is_checked_not_compared_as_a_number():
+    # auto may keep housekeeping on some nodes only (GPU-less nodes first); whole cores still required.
+    assert status("GN-HK-001", plan(inst(), hk_cores="auto"), {}) == ("pass", [])
+    assert status("GN-HK-001", plan(inst(), hk_cores="auto", housekeeping={"0": "0,4", "1": ""}), {}) == ("pass", [])
+    state, problems = status("GN-HK-001", plan(inst(), hk_cores="auto", housekeeping={"0": "0", "1": ""}), {})
+    assert state != "pass" and any("split core" in p for p in problems), problems
+    state, problems = status("GN-HK-001", plan(inst(), hk_cores="auto", housekeeping={"0": "", "1": ""}), {})
+    assert state != "pass" and any("no housekeeping CPUs on any node" in p for p in problems), problems
+
+
 def test_every_shipped_rule_has_cases():
     assert sorted(CASES) == sorted(RULES)
 
