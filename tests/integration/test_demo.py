@@ -58,3 +58,24 @@ def test_topology_persisted_for_every_host(demo):
     state, _ = demo
     hosts = sorted(p.name for p in (state / "topology").glob("*.json") if not p.name.endswith(".plan.json"))
     assert len(hosts) == 7
+
+
+def _table_line(out, host, name):
+    lines = [line for line in out.splitlines() if line.strip().startswith('"%s ' % host)
+             and line.split()[1] == name]
+    assert len(lines) == 1, (host, name, lines)
+    return lines[0].strip().strip('",')
+
+
+def test_table_shows_each_instance_nics(demo):
+    state, out = demo
+    assert "NICS" in out
+    shown_any = False
+    for host in ("hgx-h200-8gpu", "dgx-a100-nps4", "dgx1-v100"):
+        for instance in plan_of(state, host)["instances"]:
+            nics = instance.get("nics") or []
+            expected = ",".join(nics[:2]) + (" +%d" % (len(nics) - 2) if len(nics) > 2 else "") if nics else "-"
+            columns = _table_line(out, host, instance["name"]).split()
+            assert columns[7] == expected.split()[0], (host, instance["name"], columns)
+            shown_any = shown_any or bool(nics)
+    assert shown_any  # the demo's HGX and DGX hosts have NICs next to their GPUs
