@@ -25,7 +25,8 @@ def test_plan_from_files_is_pure_and_reads_checkpoints(tmp_path):
     rc, result = run_module("kubelet_topology_plan", args)
     assert rc == 0, result
     assert result["changed"] is False
-    assert result["config"]["reservedSystemCPUs"] == "0,48,96,144"
+    # The default is the planner's auto: ceil(48 cores / 24) = 2 whole cores per node.
+    assert result["config"]["reservedSystemCPUs"] == "0-1,48-49,96-97,144-145"
     assert result["config_format"] == "yaml"
     assert result["remove_checkpoints"] == [str(tmp_path / "cpu_manager_state"), str(tmp_path / "memory_manager_state")]
     assert result["transition_needed"] is True
@@ -34,6 +35,19 @@ def test_plan_from_files_is_pure_and_reads_checkpoints(tmp_path):
     # Same answer in check mode.
     rc, checked = run_module("kubelet_topology_plan", args, check=True)
     assert checked["config_text"] == result["config_text"]
+
+
+@pytest.mark.parametrize("extra, reserved", [
+    ({"housekeeping_cores_per_node": "1"}, "0,48,96,144"),
+    ({"housekeeping_cores_per_node": "auto"}, "0-1,48-49,96-97,144-145"),
+    ({"housekeeping_cpus": "0-3,96-99,48,144"}, "0-3,48,96-99,144"),
+])
+def test_housekeeping_is_taken_as_the_binding_planner_takes_it(tmp_path, extra, reserved):
+    args = {"topology_path": HGX, "profile": "strict", "profiles_dir": PROFILES, "presets_dir": PRESETS,
+            "config_path": KUBEADM, "kubelet_version": "1.31", "state_dir": str(tmp_path)}
+    rc, result = run_module("kubelet_topology_plan", dict(args, **extra))
+    assert rc == 0, result
+    assert result["config"]["reservedSystemCPUs"] == reserved
 
 
 def test_read_checkpoints_false_ignores_files(tmp_path):
