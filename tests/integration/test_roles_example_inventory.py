@@ -43,7 +43,7 @@ def test_hgx_hosts_plan_on_the_hgx_topology(inventory, host):
     profile = load_profile(host_vars["gpunuma_profile"], os.path.join(REPO_ROOT, "policies", "profiles"))
     plan = build_plan(
         topology, profile, host_vars["gpunuma_instances"],
-        housekeeping_cores_per_node=host_vars.get("gpunuma_housekeeping_cores_per_node", 1),
+        housekeeping_cores_per_node=host_vars.get("gpunuma_housekeeping_cores_per_node", "auto"),
     )
     gpus = [g for i in plan["instances"] for g in i["gpus"]]
     assert sorted(gpus) == list(range(8))
