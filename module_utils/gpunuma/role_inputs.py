@@ -241,8 +241,6 @@ VALUE_CHECKS = {
     "numa_binding_housekeeping_cores_per_node": count_or_auto_problem,
     "numa_binding_housekeeping_cpus": cpulist_problem,
     "numa_binding_memory_reserve_per_node": size_or_auto_problem,
-    "kubelet_topology_housekeeping_cores_per_node": count_or_auto_problem,
-    "kubelet_topology_housekeeping_cpus": cpulist_problem,
 }
 
 
