@@ -1,5 +1,8 @@
 """The rollback ladder and the drift audit on a live systemd container.
 
+Also: site.yml keeps a rolled-back node on its profile, and refused moves
+(down from the bottom rung, an unknown profile) change nothing.
+
 Each step runs the real playbook (ansible-playbook with molecule's
 inventory), then reads the live binding of every instance from
 /proc/<pid>/numa_maps and /proc/<pid>/status, and the node's state history.
@@ -67,6 +70,22 @@ def test_ladder_and_audit(host, tmp_path):
         if entry[1] in ("preferred", "strict") and entry[0] in ("preferred", "strict"):
             # big's binding is preferred either way: not restarted.
             assert live(host, "big")[0] == big_pid
+        if entry == ("strict", "preferred", "down"):
+            # A later site.yml keeps the node on its rolled-back profile and says so.
+            rc, out = play("site.yml")
+            assert rc == 0, out[-4000:]
+            assert "stays on profile preferred" in out, out[-3000:]
+            assert live(host, "small")[:2] == (pid, "prefer:0")
+            assert len(history(host)[1]) == count
+        if entry[1] == "off":
+            # Refused moves change nothing: down from the bottom rung, an unknown profile.
+            before = host.file("/etc/gpunuma/state.json").content_string
+            rc, out = play("rollback.yml", {"gpunuma_rollback": "down"})
+            assert rc != 0 and "bottom rung" in out, out[-3000:]
+            rc, out = play("rollback.yml", {"gpunuma_profile": "fastest"})
+            assert rc != 0 and "'fastest' is not a known profile" in out, out[-3000:]
+            assert host.file("/etc/gpunuma/state.json").content_string == before
+            assert live(host, "small")[:2] == (pid, "default")
     assert history(host)[0]["history"][1]["reason"] == "P99 spike"
 
     # The audit: a clean node is compliant.
