@@ -267,10 +267,10 @@ problems:
 """
 
 import json
-import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.errors import GpunumaError
+from ansible.module_utils.gpunuma.plan_inputs import count_or_word
 from ansible.module_utils.gpunuma.plan import build_plan
 from ansible.module_utils.gpunuma.profiles import load_profile
 
@@ -281,13 +281,6 @@ def _load_topology(module, path):
             return json.load(handle)
     except (IOError, OSError, ValueError) as exc:
         module.fail_json(msg="topology_path: %s cannot be read as JSON: %s" % (path, exc))
-
-
-def _count_or_word(value):
-    """A count that reached the module as text (templated "2") becomes the int it says."""
-    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,6}", value):
-        return int(value)
-    return value
 
 
 def main():
@@ -330,7 +323,7 @@ def main():
             topology,
             profile,
             params["instances"],
-            housekeeping_cores_per_node=_count_or_word(params["housekeeping_cores_per_node"]),
+            housekeeping_cores_per_node=count_or_word(params["housekeeping_cores_per_node"]),
             strict_capacity=params["strict_capacity"],
             applied_plan=params["applied_plan"],
             allow_unknown_siblings=params["allow_unknown_siblings"],

@@ -222,10 +222,10 @@ problems:
 
 import json
 import os
-import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.errors import GpunumaError
+from ansible.module_utils.gpunuma.plan_inputs import count_or_word
 from ansible.module_utils.gpunuma.kubelet import CPU_STATE_FILE, MEMORY_STATE_FILE, plan_kubelet
 from ansible.module_utils.gpunuma.profiles import load_profile, parse_profile_text
 
@@ -237,13 +237,6 @@ def _read(module, path, what):
     except (IOError, OSError, UnicodeDecodeError) as exc:
         module.fail_json(msg="%s: %s cannot be read: %s" % (what, path, exc))
 
-
-
-def _count_or_word(value):
-    """A count that reached the module as text (templated "2") becomes the int it says."""
-    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,6}", value):
-        return int(value)
-    return value
 
 def main():
     module = AnsibleModule(
@@ -311,7 +304,7 @@ def main():
             preset,
             config,
             kubelet_version=params["kubelet_version"],
-            housekeeping_cores_per_node=_count_or_word(params["housekeeping_cores_per_node"]),
+            housekeeping_cores_per_node=count_or_word(params["housekeeping_cores_per_node"]),
             housekeeping_cpus_list=params["housekeeping_cpus"],
             overrides=params["overrides"],
             memory_spread=params["memory_spread"],

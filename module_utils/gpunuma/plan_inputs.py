@@ -467,6 +467,13 @@ def check_gpu_environment(specs, topo, problems):
 # Options
 
 
+def count_or_word(value):
+    """A count that reached a module as text (templated "2") becomes the int it says."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,6}", value):
+        return int(value)
+    return value
+
+
 def validate_options(housekeeping_cores_per_node, strict_capacity, problems):
     if housekeeping_cores_per_node != "auto" and (
         not is_int(housekeeping_cores_per_node) or housekeeping_cores_per_node < 0
