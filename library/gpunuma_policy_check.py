@@ -24,7 +24,7 @@ options:
   settings:
     description:
       - Inventory settings the rules read - memlock_limit, memlock_users, limit_memlock (the units' default
-        LimitMEMLOCK), memlock_unlimited_services, numa_balancing, running_bound, kubelet (enabled,
+        LimitMEMLOCK), memlock_unlimited_services, numa_balancing, kubelet (enabled,
         topology_manager_policy, max_allowable_numa_nodes).
     type: dict
     default: {}

@@ -80,6 +80,12 @@ def _is_infinity(value):
 
 
 def check_strict_membind_fits(ctx, params):
+    """The memory declared under membind fits what each node holds for instances.
+
+    The figure is the plan's ``memory_capacity`` (MemTotal minus the reserve,
+    docs/plan-v1.md), never free memory: page cache filled by a loaded model
+    must not turn an unchanged node into a violation on the next run.
+    """
     bound = [i for i in ctx.instances if i.get("mem_policy") == "bind" and len(i.get("mem_nodes") or []) == 1]
     if not bound:
         return None
@@ -87,20 +93,18 @@ def check_strict_membind_fits(ctx, params):
     for item in bound:
         if isinstance(item.get("memory_bytes"), int):
             per_node.setdefault(item["mem_nodes"][0], []).append(item)
+    capacities = ctx.plan.get("memory_capacity") if isinstance(ctx.plan.get("memory_capacity"), dict) else {}
     problems = []
     for node_id, items in sorted(per_node.items()):
-        node = ctx.node(node_id) or {}
-        free = node.get("memory_free_bytes")
-        # The running instances' own memory is already out of the free count.
-        held = sum(i["memory_bytes"] for i in items if i.get("name") in (ctx.settings.get("running_bound") or []))
-        if not isinstance(free, int):
-            problems.append("node %s: free memory unknown; %s under membind cannot be checked"
+        capacity = capacities.get(str(node_id))
+        if not isinstance(capacity, int) or isinstance(capacity, bool):
+            problems.append("node %s: memory size unknown; %s under membind cannot be checked"
                             % (node_id, ", ".join(i["name"] for i in items)))
             continue
         need = sum(i["memory_bytes"] for i in items)
-        if need > free + held:
-            problems.append("instances %s declare %d bytes under membind on node %s, which has %d bytes free"
-                            % (", ".join(i["name"] for i in items), need, node_id, free + held))
+        if need > capacity:
+            problems.append("instances %s declare %d bytes under membind on node %s, which holds %d bytes for instances"
+                            % (", ".join(i["name"] for i in items), need, node_id, capacity))
     return problems
 
 

@@ -29,9 +29,10 @@ def inst(name="llm0", **kw):
     return item
 
 
-def plan(*instances, profile="strict", housekeeping=None, hk_cores=1):
+def plan(*instances, profile="strict", housekeeping=None, hk_cores=1, capacity=None):
     return {"profile": profile, "options": {"housekeeping_cores_per_node": hk_cores},
             "housekeeping": housekeeping if housekeeping is not None else {"0": "0,4", "1": "8,12"},
+            "memory_capacity": capacity if capacity is not None else {"0": 96 << 30, "1": 96 << 30},
             "instances": list(instances)}
 
 
@@ -90,6 +91,18 @@ def test_housekeeping_auto_is_checked_not_compared_as_a_number():
     assert state != "pass" and any("split core" in p for p in problems), problems
     state, problems = status("GN-HK-001", plan(inst(), hk_cores="auto", housekeeping={"0": "", "1": ""}), {})
     assert state != "pass" and any("no housekeeping CPUs on any node" in p for p in problems), problems
+
+
+def test_membind_capacity_is_the_plans_not_free_memory():
+    # Page cache filled the node (MemFree near zero): what it holds for instances is unchanged.
+    cached = {"numa_nodes": [dict(n, memory_free_bytes=64 << 20) for n in TOPO["numa_nodes"]]}
+    assert status("GN-MEM-001", plan(inst(memory_bytes=90 << 30)), {}, topology=cached) == ("pass", [])
+    state, problems = status("GN-MEM-001", plan(inst(memory_bytes=90 << 30), capacity={"0": 80 << 30}), {})
+    assert state == "fail" and problems == [
+        "instances llm0 declare %d bytes under membind on node 0, which holds %d bytes for instances"
+        % (90 << 30, 80 << 30)]
+    state, problems = status("GN-MEM-001", plan(inst(), capacity={"0": None, "1": None}), {})
+    assert state == "fail" and problems == ["node 0: memory size unknown; llm0 under membind cannot be checked"]
 
 
 def test_every_shipped_rule_has_cases():
