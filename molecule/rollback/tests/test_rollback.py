@@ -88,7 +88,8 @@ def test_ladder_and_audit(host, tmp_path):
             rc, out = play("rollback.yml", {"gpunuma_rollback": "down"})
             assert rc != 0 and "bottom rung" in flat(out), out[-3000:]
             rc, out = play("rollback.yml", {"gpunuma_profile": "fastest"})
-            assert rc != 0 and "'fastest' is not a known profile" in flat(out), out[-3000:]
+            # The YAML callback may double a quote: match the words around it.
+            assert rc != 0 and "fastest" in out and "is not a known profile" in flat(out), out[-3000:]
             assert host.file("/etc/gpunuma/state.json").content_string == before
             assert live(host, "small")[:2] == (pid, "default")
     assert history(host)[0]["history"][1]["reason"] == "P99 spike"
