@@ -46,7 +46,7 @@ def apply(node, tmp_path, instances, check=False, **role_vars):
                                          "roles": ["gpu_topology", "numa_binding"]}]))
     cmd = [os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), str(playbook)]
     if check:
-        cmd.append("--check")
+        cmd.extend(["--check", "--diff"])
     return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=ansible_env())
 
 
@@ -127,7 +127,11 @@ def test_removed_dropin_unbinds_the_running_unit(node, tmp_path):
 def test_check_mode_reports_but_changes_nothing(node, tmp_path):
     proc = apply(node, tmp_path, [SLEEPER], check=True)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    assert "changed: [%s] => (item=gpunuma-steady.service)" % node.name in proc.stdout
+    # The unit it would write is reported as a change, with its diff.
+    section = proc.stdout.split("TASK [numa_binding : Install the units and start the instances]")[1].split("TASK [")[0]
+    assert "changed: [%s]" % node.name in section
+    assert "+++ after: %s/gpunuma-steady.service" % UNIT_DIR in proc.stdout
+    assert "+ExecStart=" in proc.stdout
     assert "gpunuma-steady.service" not in node.sh("ls %s" % UNIT_DIR)
     assert node.sh("ls /etc/gpunuma 2>/dev/null || true").strip() == ""
 

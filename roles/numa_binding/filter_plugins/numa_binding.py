@@ -26,6 +26,27 @@ from ansible.module_utils.gpunuma.profiles import profile_choice_problem  # noqa
 PLAN_SCHEMA = "gpunuma.plan/v1"
 
 
+def missing_targets(plan, units, host):
+    """One message per drop-in instance whose unit the node cannot load.
+
+    ``units`` is gpunuma_node_info's ``units`` section ({unit: {LoadState: ...}}).
+    """
+    problems = []
+    for instance in (plan or {}).get("instances") or []:
+        if instance.get("mode") != "dropin":
+            continue
+        state = (units or {}).get(instance.get("unit")) or {"LoadState": "unknown"}
+        load = state.get("LoadState") or ""
+        if load == "loaded":
+            continue
+        why = ("is not installed" if load == "not-found"
+               else "systemd cannot load (%s)" % (load or state.get("error") or "no LoadState"))
+        problems.append("%s: gpunuma_instances entry '%s' binds unit %s, which %s on this node; allowed: an existing "
+                        "service unit, or leave out unit (and give command) for a gpunuma-<name>.service"
+                        % (host, instance.get("name"), instance.get("unit"), why))
+    return problems
+
+
 def exec_argv(instance, numactl_path):
     """The argv a plan instance runs: numactl prefix (if any) + command.
 
@@ -123,4 +144,5 @@ class FilterModule:
             "numa_binding_exec_argv": exec_argv,
             "numa_binding_exec_line": exec_line,
             "numa_binding_environment": environment_assignment,
+            "numa_binding_missing_targets": missing_targets,
         }

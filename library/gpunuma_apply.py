@@ -1,0 +1,284 @@
+#!/usr/bin/python
+"""Write a node's gpunuma files and (re)start its units in one round trip."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpunuma_apply
+short_description: Reconcile gpunuma's files and instance units on a node in one step
+description:
+  - Takes every file the controller rendered (units, drop-ins, limits, sysctl files, the applied plan) and makes
+    the node match, in one round trip (module_utils/gpunuma/node_apply.py).
+  - Every changed file is validated first (O(files[].validate)); one failure stops the module before anything is
+    written. Files are written atomically (a temporary file in the same directory, then rename), each replaced file
+    kept as a backup (C(<path>.<pid>.<time>~), as Ansible's own modules name them).
+  - With O(prune), files gpunuma wrote (recognised by their marker line) that are no longer wanted are removed;
+    their instance units are stopped and disabled first, and units that lose their drop-in are restarted when
+    running.
+  - With O(units.start), systemd is reloaded once, only units whose file changed are restarted (drop-in targets
+    only when running), the instance units are enabled and started, and after O(units.settle_seconds) every unit
+    started here must still be active with the same invocation. A unit that is not is rolled back (its previous
+    file restored, or removed when new) and the module fails with each failed unit's state and journal.
+  - O(after_success) files (the applied plan) are written only when every unit settled.
+  - Supports check mode (reports the same changes, with diffs under --diff, and writes nothing).
+options:
+  files:
+    description: The files the node must have.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path: {description: Absolute path., type: str, required: true}
+      content: {description: The whole text of the file., type: str, required: true}
+      mode: {description: Octal mode., type: str, default: "0644"}
+      owner: {description: Owner (name); left as it is when omitted., type: str}
+      group: {description: Group (name); left as it is when omitted., type: str}
+      backup: {description: Keep a backup of a replaced file., type: bool, default: true}
+      dir_mode: {description: Mode of a parent directory this creates., type: str, default: "0755"}
+      validate:
+        description: A command (list of words, one of them holding C(%s)) run on a temporary copy named like the
+          file; a non-zero exit refuses the whole change.
+        type: list
+        elements: str
+      unit: {description: The systemd unit this file configures (a unit file or one of its drop-ins)., type: str}
+  absent:
+    description: Paths that must not exist.
+    type: list
+    elements: str
+    default: []
+  prune:
+    description: Remove instance units and drop-ins gpunuma wrote that are not in O(files).
+    type: dict
+    suboptions:
+      unit_dir: {description: The unit directory., type: str, required: true}
+      unit_pattern: {description: Shell pattern of instance unit names., type: str, default: gpunuma-*.service}
+      unit_marker: {description: Line that marks a unit gpunuma wrote., type: str, required: true}
+      dropin_name: {description: File name of gpunuma's drop-ins., type: str, required: true}
+      dropin_marker: {description: Line that marks a drop-in gpunuma wrote., type: str, required: true}
+      keep_units: {description: Instance units to keep., type: list, elements: str, default: []}
+      keep_dropins: {description: Units whose gpunuma drop-in is kept., type: list, elements: str, default: []}
+  units:
+    description: What to do with systemd after the files are written.
+    type: dict
+    suboptions:
+      start: {description: Restart changed units and start the instance units., type: bool, default: false}
+      services: {description: Instance units to enable and start., type: list, elements: str, default: []}
+      daemon_reload: {description: Reload systemd when a unit file or drop-in changed., type: bool, default: true}
+      settle_seconds: {description: How long started units must stay up., type: int, default: 5}
+      rollback_on_failure: {description: Restore the files of units that failed., type: bool, default: true}
+      journal_lines: {description: Journal lines reported per failed unit., type: int, default: 20}
+  after_success:
+    description: Files (as O(files), without validate) written only when every unit settled.
+    type: list
+    elements: dict
+    default: []
+author: gpunuma
+"""
+
+EXAMPLES = r"""
+- name: Install the units and start the instances
+  gpunuma_apply:
+    files:
+      - path: /etc/systemd/system/gpunuma-llm0.service
+        content: "{{ lookup('ansible.builtin.template', 'instance.service.j2') }}"
+        owner: root
+        group: root
+        unit: gpunuma-llm0.service
+        validate: [systemd-analyze, verify, "%s"]
+    units:
+      start: true
+      services: [gpunuma-llm0.service]
+"""
+
+RETURN = r"""
+files:
+  description: One entry per wanted file (path, changed, created, backup when one was kept).
+  returned: always
+  type: list
+removed:
+  description: Paths removed (or that would be, in check mode).
+  returned: always
+  type: list
+restarted:
+  description: Units restarted because their file changed (or lost gpunuma's drop-in).
+  returned: always
+  type: list
+started:
+  description: Instance units started because they were not running.
+  returned: always
+  type: list
+failed_units:
+  description: Units that did not stay up after the change.
+  returned: always
+  type: list
+rolled_back:
+  description: Units whose files were restored (or removed when new) after they failed.
+  returned: always
+  type: list
+"""
+
+import os
+import shutil
+import stat
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.node_apply import Apply, ApplyError, normalise_files
+
+
+def _uid(name):
+    import pwd
+    return pwd.getpwnam(name).pw_uid
+
+
+def _gid(name):
+    import grp
+    return grp.getgrnam(name).gr_gid
+
+
+class NodeFiles:
+    """Atomic writes with backups, through AnsibleModule's own helpers."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def meta(self, path):
+        return os.stat(path)
+
+    def attrs_differ(self, path, mode, owner, group, meta):
+        if mode is not None and stat.S_IMODE(meta.st_mode) != mode:
+            return True
+        if owner is not None and meta.st_uid != _uid(owner):
+            return True
+        if group is not None and meta.st_gid != _gid(group):
+            return True
+        return False
+
+    def validate(self, entry):
+        tmpdir = tempfile.mkdtemp(prefix="gpunuma-validate-")
+        try:
+            candidate = os.path.join(tmpdir, os.path.basename(entry["path"]))
+            with open(candidate, "wb") as stream:
+                stream.write(entry["data"])
+            argv = [word.replace("%s", candidate) for word in entry["validate"]]
+            return self.module.run_command(argv)
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+    def _atomic_write(self, path, data, mode, owner, group, dir_mode):
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, mode=dir_mode if dir_mode is not None else 0o755)
+        fd, tmp = tempfile.mkstemp(prefix=".gpunuma-", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as stream:
+                stream.write(data)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.chmod(tmp, mode if mode is not None else 0o644)
+            if owner is not None or group is not None:
+                os.chown(tmp, _uid(owner) if owner is not None else -1, _gid(group) if group is not None else -1)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def write(self, entry):
+        backup = None
+        if os.path.exists(entry["path"]):
+            if entry["backup"]:
+                backup = self.module.backup_local(entry["path"])
+            if entry["before"] == entry["data"]:
+                # Only the mode or owner differ.
+                os.chmod(entry["path"], entry["mode"])
+                if entry["owner"] is not None or entry["group"] is not None:
+                    os.chown(entry["path"], _uid(entry["owner"]) if entry["owner"] is not None else -1,
+                             _gid(entry["group"]) if entry["group"] is not None else -1)
+                return backup
+        self._atomic_write(entry["path"], entry["data"], entry["mode"], entry["owner"], entry["group"],
+                           entry["dir_mode"])
+        return backup
+
+    def remove(self, path):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def restore(self, backup, path):
+        with open(backup, "rb") as stream:
+            data = stream.read()
+        st = os.stat(backup)
+        self._atomic_write(path, data, stat.S_IMODE(st.st_mode), None, None, None)
+        os.chown(path, st.st_uid, st.st_gid)
+
+
+def main():
+    file_options = dict(
+        path=dict(type="str", required=True),
+        content=dict(type="str", required=True),
+        mode=dict(type="str", default="0644"),
+        owner=dict(type="str"),
+        group=dict(type="str"),
+        backup=dict(type="bool", default=True),
+        dir_mode=dict(type="str", default="0755"),
+        validate=dict(type="list", elements="str"),
+        unit=dict(type="str"),
+    )
+    module = AnsibleModule(
+        argument_spec=dict(
+            files=dict(type="list", elements="dict", default=[], options=file_options),
+            absent=dict(type="list", elements="str", default=[]),
+            prune=dict(type="dict", options=dict(
+                unit_dir=dict(type="str", required=True),
+                unit_pattern=dict(type="str", default="gpunuma-*.service"),
+                unit_marker=dict(type="str", required=True),
+                dropin_name=dict(type="str", required=True),
+                dropin_marker=dict(type="str", required=True),
+                keep_units=dict(type="list", elements="str", default=[]),
+                keep_dropins=dict(type="list", elements="str", default=[]),
+            )),
+            units=dict(type="dict", options=dict(
+                start=dict(type="bool", default=False),
+                services=dict(type="list", elements="str", default=[]),
+                daemon_reload=dict(type="bool", default=True),
+                settle_seconds=dict(type="int", default=5),
+                rollback_on_failure=dict(type="bool", default=True),
+                journal_lines=dict(type="int", default=20),
+            )),
+            after_success=dict(type="list", elements="dict", default=[], options=dict(
+                (k, v) for k, v in file_options.items() if k != "validate")),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    for index, path in enumerate(params["absent"]):
+        if not os.path.isabs(path):
+            module.fail_json(msg="absent[%d] must be an absolute path, got %r" % (index, path))
+
+    def runner(argv):
+        return module.run_command(argv)
+
+    apply = Apply(NodeFiles(module), runner, time.sleep, check_mode=module.check_mode)
+    try:
+        files = normalise_files(params["files"])
+        result = apply.run(files, absent=params["absent"], prune=params["prune"], units=params["units"],
+                           after_success=params["after_success"])
+    except ApplyError as exc:
+        module.fail_json(msg=str(exc), **apply.result)
+    except (OSError, KeyError) as exc:
+        module.fail_json(msg="gpunuma_apply: %s" % exc, **apply.result)
+    if not module._diff:
+        result.pop("diff", None)
+    if result.get("failed"):
+        msg = result.pop("msg")
+        result.pop("failed")
+        module.fail_json(msg=msg, **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

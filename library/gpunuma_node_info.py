@@ -1,0 +1,103 @@
+#!/usr/bin/python
+"""Read what gpunuma's roles need from a node, in one round trip."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpunuma_node_info
+short_description: Read a node's gpunuma files, unit states and kernel settings in one round trip
+description:
+  - One module run instead of a chain of slurp, stat, find and command tasks (module_utils/gpunuma/node_probe.py).
+    Only the sections asked for are read. Never changes anything; runs in check mode.
+  - Files are read bounded (regular files only, at most 16 MiB) and returned base64-encoded, as slurp returns them.
+options:
+  files:
+    description: Files to read, as a mapping of a name to a path; returns C(files.<name>) with C(exists), and
+      C(content) (base64) or C(problem).
+    type: dict
+  paths:
+    description: Paths whose existence is reported (C(paths.<path>) true or false).
+    type: list
+    elements: str
+  units:
+    description: Units whose LoadState, ActiveState, UnitFileState and MainPID are read with one systemctl call.
+    type: list
+    elements: str
+  commands:
+    description: Read-only probes to run, as a mapping of a name to an argv; returns rc (null when the program is
+      missing), stdout, stderr.
+    type: dict
+  pid1_proc_dir:
+    description: Read this process directory's limits, status and uid_map (the memlock ceiling systemd applies).
+    type: str
+  autonuma:
+    description: Read kernel.numa_balancing's live value, whether the node is a container, and the sysctl and
+      tuned files that set it.
+    type: dict
+    suboptions:
+      proc_path: {description: The live value's procfs file., type: str, default: /proc/sys/kernel/numa_balancing}
+      container_markers: {description: Files that mark a container., type: list, elements: str, default: []}
+      sysctl_dirs: {description: sysctl.d directories., type: list, elements: str, default: []}
+      sysctl_conf: {description: The sysctl.conf file., type: str, default: /etc/sysctl.conf}
+      tuned_dirs: {description: tuned profile directories., type: list, elements: str, default: []}
+author: gpunuma
+"""
+
+EXAMPLES = r"""
+- name: Read the applied plan and the units' states
+  gpunuma_node_info:
+    files:
+      plan: /etc/gpunuma/plan.json
+    units: [gpunuma-llm0.service]
+  register: node
+"""
+
+RETURN = r"""
+gpunuma_node:
+  description: The sections asked for (files, paths, units, commands, pid1, autonuma).
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.node_probe import probe
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            files=dict(type="dict"),
+            paths=dict(type="list", elements="str"),
+            units=dict(type="list", elements="str"),
+            commands=dict(type="dict"),
+            pid1_proc_dir=dict(type="str"),
+            autonuma=dict(type="dict", options=dict(
+                proc_path=dict(type="str", default="/proc/sys/kernel/numa_balancing"),
+                container_markers=dict(type="list", elements="str", default=[]),
+                sysctl_dirs=dict(type="list", elements="str", default=[]),
+                sysctl_conf=dict(type="str", default="/etc/sysctl.conf"),
+                tuned_dirs=dict(type="list", elements="str", default=[]),
+            )),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    for name, argv in (p["commands"] or {}).items():
+        if not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
+            module.fail_json(msg="commands.%s must be an argv (a list of words), got %r" % (name, argv))
+
+    def runner(argv):
+        try:
+            rc, out, err = module.run_command(argv, handle_exceptions=False)
+        except (OSError, IOError) as exc:
+            return None, "", str(exc)
+        return rc, out, err
+
+    result = probe(runner, files=p["files"], paths=p["paths"], units=p["units"], commands=p["commands"],
+                   pid1_proc_dir=p["pid1_proc_dir"], autonuma=p["autonuma"])
+    module.exit_json(changed=False, gpunuma_node=result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+"""Reconcile a node's gpunuma files and units in one step (one round trip).
+
+The controller renders every file (units, drop-ins, limits, sysctl, the
+applied plan) and hands the whole set to ``gpunuma_apply``, which:
+
+1. validates every changed file first (a command run on a temporary copy):
+   one file that fails validation stops the run before any file is written;
+2. writes each changed file atomically (temporary file in the same
+   directory, then rename), keeping a backup of the file it replaces, and
+   removes the files no longer wanted (prune: only files carrying gpunuma's
+   marker line);
+3. reloads systemd once when a unit or drop-in changed, restarts only the
+   units whose file changed (drop-in targets only when running), enables and
+   starts the instance units, waits ``settle_seconds`` and checks that every
+   unit it started is still active with the same invocation;
+4. on a failure rolls the failed units' files back (previous file from the
+   backup, or removed when new), reloads, restarts the restored units, and
+   reports each failed unit's state and journal;
+5. writes the ``after_success`` files (the applied plan) only when every unit
+   settled.
+
+Check mode computes the same changes and diffs and touches nothing.
+
+The systemd and validation commands go through ``runner(argv) -> (rc, out,
+err)`` and the clock through ``sleep``, so the logic is tested without a node.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+ACTIVE_STATES = ("active", "activating", "reloading")
+
+
+class ApplyError(Exception):
+    """A request the module refuses, or a step that failed before any unit was touched."""
+
+
+def _read(path):
+    """Current bytes of path, or None when it does not exist. Refuses non-regular files."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise ApplyError("%s exists and is not a regular file (%s); move it aside and run again"
+                         % (path, "a symlink" if stat.S_ISLNK(st.st_mode) else "not a file"))
+    if st.st_size > MAX_FILE_BYTES:
+        raise ApplyError("%s is %d bytes, more than gpunuma ever writes (%d); move it aside and run again"
+                         % (path, st.st_size, MAX_FILE_BYTES))
+    with open(path, "rb") as stream:
+        return stream.read(MAX_FILE_BYTES + 1)
+
+
+def _mode_int(mode, field):
+    if mode is None:
+        return None
+    if isinstance(mode, int):
+        return mode
+    text = str(mode)
+    try:
+        value = int(text, 8)
+    except ValueError:
+        raise ApplyError("%s: mode %r is not an octal mode such as '0644'" % (field, mode))
+    if not 0 <= value <= 0o7777:
+        raise ApplyError("%s: mode %r is out of range (0000-7777)" % (field, mode))
+    return value
+
+
+def normalise_files(files, field="files"):
+    """Check the file requests; return them as dicts with bytes content and int modes."""
+    seen = set()
+    out = []
+    for index, entry in enumerate(files or []):
+        where = "%s[%d]" % (field, index)
+        if not isinstance(entry, dict):
+            raise ApplyError("%s must be a mapping with path and content, got %r" % (where, entry))
+        path = entry.get("path")
+        if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+            raise ApplyError("%s.path must be an absolute path, got %r" % (where, path))
+        path = os.path.normpath(path)
+        if path in seen:
+            raise ApplyError("%s.path %s is listed twice" % (where, path))
+        seen.add(path)
+        content = entry.get("content")
+        if not isinstance(content, str):
+            raise ApplyError("%s.content must be text, got %r" % (where, type(content).__name__))
+        data = content.encode("utf-8")
+        if len(data) > MAX_FILE_BYTES:
+            raise ApplyError("%s.content is %d bytes; at most %d" % (where, len(data), MAX_FILE_BYTES))
+        validate = entry.get("validate")
+        if validate is not None:
+            if not isinstance(validate, list) or not validate or not all(isinstance(w, str) for w in validate) \
+                    or not any("%s" in w for w in validate):
+                raise ApplyError("%s.validate must be a command as a list of words, one holding %%s "
+                                 "(the file to check), got %r" % (where, validate))
+        out.append({
+            "path": path,
+            "data": data,
+            "mode": _mode_int(entry.get("mode", "0644"), where + ".mode"),
+            "dir_mode": _mode_int(entry.get("dir_mode", "0755"), where + ".dir_mode"),
+            "owner": entry.get("owner"),
+            "group": entry.get("group"),
+            "backup": bool(entry.get("backup", True)),
+            "validate": validate,
+            "unit": entry.get("unit"),
+            "restart": entry.get("restart", "changed"),
+        })
+    return out
+
+
+def _diff(path, before, after):
+    def text(data):
+        if data is None:
+            return ""
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return "(binary content, %d bytes)\n" % len(data)
+    return {"before_header": path if before is not None else "%s (absent)" % path,
+            "after_header": path if after is not None else "%s (absent)" % path,
+            "before": text(before), "after": text(after)}
+
+
+def plan_files(files, fs):
+    """Compare the wanted files with the node: a list of per-file decisions."""
+    decisions = []
+    for entry in files:
+        current = _read(entry["path"])
+        meta = fs.meta(entry["path"]) if current is not None else None
+        content_changed = current != entry["data"]
+        attrs_changed = (current is not None and not content_changed
+                         and fs.attrs_differ(entry["path"], entry["mode"], entry["owner"], entry["group"], meta))
+        decisions.append(dict(entry, existed=current is not None, before=current,
+                              content_changed=content_changed, changed=content_changed or attrs_changed))
+    return decisions
+
+
+def find_stale(prune, keep_units, keep_dropins, listdir=os.listdir, read=_read):
+    """Files gpunuma wrote (marker line) that the plan no longer names.
+
+    Returns (stale unit names, stale drop-in target unit names), each sorted.
+    A gpunuma-*.service without the marker (someone else's) is never listed.
+    """
+    unit_dir = prune["unit_dir"]
+    try:
+        names = sorted(listdir(unit_dir))
+    except FileNotFoundError:
+        return [], []
+    stale_units, stale_dropins = [], []
+    for name in names:
+        path = os.path.join(unit_dir, name)
+        if fnmatch.fnmatch(name, prune["unit_pattern"]) and name not in keep_units:
+            try:
+                data = read(path)
+            except ApplyError:
+                continue
+            if data is not None and prune["unit_marker"].encode() in data:
+                stale_units.append(name)
+        if name.endswith(".d") and name[:-2] not in keep_dropins:
+            dropin = os.path.join(path, prune["dropin_name"])
+            try:
+                data = read(dropin) if os.path.isdir(path) and not os.path.islink(path) else None
+            except ApplyError:
+                continue
+            if data is not None and prune["dropin_marker"].encode() in data:
+                stale_dropins.append(name[:-2])
+    return stale_units, stale_dropins
+
+
+def _show(runner, unit, props):
+    rc, out, _ = runner(["systemctl", "show", "--property=" + ",".join(props), "--", unit])
+    values = {}
+    for line in (out or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key] = value
+    return values
+
+
+def _journal(runner, unit, lines):
+    rc, out, err = runner(["journalctl", "--no-pager", "--output=short-iso", "--lines", str(lines), "--unit", unit])
+    return (out or err or "").splitlines()
+
+
+class Apply:
+    """One reconciliation. fs writes files (atomic, backups); runner runs commands."""
+
+    def __init__(self, fs, runner, sleep, check_mode=False):
+        self.fs = fs
+        self.runner = runner
+        self.sleep = sleep
+        self.check_mode = check_mode
+        self.result = {"changed": False, "files": [], "removed": [], "restarted": [], "started": [],
+                       "enabled": [], "stopped": [], "failed_units": [], "rolled_back": [], "diff": [],
+                       "messages": []}
+
+    # ------------------------------------------------------------- files
+    def _validate(self, decisions):
+        problems = []
+        for entry in decisions:
+            if not entry["content_changed"] or not entry["validate"]:
+                continue
+            rc, out, err = self.fs.validate(entry)
+            if rc != 0:
+                problems.append("%s failed to validate (%s): %s" % (
+                    entry["path"], " ".join(entry["validate"]), (err or out or "").strip() or "rc %d" % rc))
+        if problems:
+            raise ApplyError("; ".join(problems) + "; nothing was written")
+
+    def _write(self, decisions):
+        for entry in decisions:
+            record = {"path": entry["path"], "changed": entry["changed"], "created": not entry["existed"]}
+            if entry["changed"]:
+                self.result["changed"] = True
+                if entry["content_changed"]:
+                    self.result["diff"].append(_diff(entry["path"], entry["before"], entry["data"]))
+                if not self.check_mode:
+                    backup = self.fs.write(entry)
+                    if backup:
+                        record["backup"] = backup
+            entry["record"] = record
+            self.result["files"].append(record)
+
+    def _remove(self, paths):
+        removed = []
+        for path in paths:
+            before = _read(path)
+            if before is None:
+                continue
+            removed.append(path)
+            self.result["changed"] = True
+            self.result["diff"].append(_diff(path, before, None))
+            if not self.check_mode:
+                self.fs.remove(path)
+        self.result["removed"].extend(removed)
+        return removed
+
+    # ------------------------------------------------------------- units
+    def _systemctl(self, *words):
+        rc, out, err = self.runner(["systemctl"] + list(words))
+        return rc, (err or out or "").strip()
+
+    def run(self, files, absent=(), prune=None, units=None, after_success=()):
+        units = units or {}
+        decisions = plan_files(files, self.fs)
+        self._validate(decisions)
+
+        stale_units, stale_dropins = [], []
+        if prune:
+            stale_units, stale_dropins = find_stale(prune, set(prune.get("keep_units") or []),
+                                                    set(prune.get("keep_dropins") or []))
+        # Stale instance units stop before their file goes.
+        for unit in stale_units:
+            self.result["stopped"].append(unit)
+            self.result["changed"] = True
+            if not self.check_mode:
+                self._systemctl("disable", "--now", "--", unit)
+
+        self._write(decisions)
+        removed = self._remove(list(absent)
+                               + [os.path.join(prune["unit_dir"], u) for u in stale_units]
+                               + [os.path.join(prune["unit_dir"], u + ".d", prune["dropin_name"]) for u in stale_dropins]
+                               if prune else list(absent))
+        unit_files_changed = any(d["changed"] and d["unit"] for d in decisions)
+        if (unit_files_changed or any(p.endswith((".service", ".conf")) for p in removed)) \
+                and units.get("daemon_reload", True):
+            self.result["daemon_reload"] = True
+            if not self.check_mode:
+                rc, msg = self._systemctl("daemon-reload")
+                if rc != 0:
+                    raise ApplyError("systemctl daemon-reload failed: %s" % msg)
+
+        if units.get("start", False):
+            ok = self._start(decisions, units, stale_dropins)
+            if not ok:
+                return self.result
+        after = normalise_files(after_success, "after_success")
+        after_decisions = plan_files(after, self.fs)
+        self._write(after_decisions)
+        return self.result
+
+    def _start(self, decisions, units, unbound):
+        services = list(units.get("services") or [])
+        changed_units = [d for d in decisions if d["content_changed"] and d["unit"]]
+        to_restart = []
+        for d in changed_units:
+            if d["unit"] in services:
+                if d["existed"]:
+                    to_restart.append(d["unit"])
+            else:
+                to_restart.append(d["unit"])  # a drop-in's target: restarted only when running
+        for unit in unbound:
+            to_restart.append(unit)
+        touched = []
+        refused = {}
+        for unit in dict.fromkeys(to_restart):
+            if unit not in services:
+                state = _show(self.runner, unit, ["ActiveState"]).get("ActiveState", "")
+                if state not in ACTIVE_STATES:
+                    continue
+            touched.append(unit)
+            self.result["restarted"].append(unit)
+            self.result["changed"] = True
+            if not self.check_mode:
+                rc, msg = self._systemctl("restart", "--", unit)
+                if rc != 0:
+                    refused[unit] = msg
+        for unit in services:
+            props = _show(self.runner, unit, ["ActiveState", "UnitFileState"])
+            if props.get("UnitFileState") not in ("enabled", "enabled-runtime", "static", "alias"):
+                self.result["enabled"].append(unit)
+                self.result["changed"] = True
+                if not self.check_mode:
+                    self._systemctl("enable", "--", unit)
+            if unit not in touched and props.get("ActiveState") not in ACTIVE_STATES:
+                touched.append(unit)
+                self.result["started"].append(unit)
+                self.result["changed"] = True
+                if not self.check_mode:
+                    rc, msg = self._systemctl("start", "--", unit)
+                    if rc != 0:
+                        refused[unit] = msg
+        if self.check_mode:
+            return True
+        if not touched:
+            return True
+        invocations = {u: _show(self.runner, u, ["InvocationID"]).get("InvocationID", "") for u in touched}
+        settle = int(units.get("settle_seconds", 5))
+        if settle > 0:
+            self.sleep(settle)
+        failed = []
+        states = {}
+        for unit in touched:
+            props = _show(self.runner, unit, ["ActiveState", "SubState", "Result", "InvocationID", "NRestarts"])
+            states[unit] = props
+            if unit in refused:
+                props["Refused"] = refused[unit]
+            if unit in refused or props.get("ActiveState") != "active" \
+                    or props.get("InvocationID", "") != invocations[unit]:
+                failed.append(unit)
+        if not failed:
+            return True
+        self._rollback(decisions, failed, states, units)
+        return False
+
+    def _rollback(self, decisions, failed, states, units):
+        self.result["failed_units"] = failed
+        rollback = units.get("rollback_on_failure", True)
+        rolled = []
+        if rollback:
+            for d in decisions:
+                if not (d["content_changed"] and d["unit"] in failed):
+                    continue
+                backup = d["record"].get("backup")
+                if d["existed"] and backup:
+                    self.fs.restore(backup, d["path"])
+                else:
+                    if d["unit"] in (units.get("services") or []):
+                        self._systemctl("disable", "--now", "--", d["unit"])
+                    self.fs.remove(d["path"])
+                rolled.append(d)
+            if rolled:
+                self._systemctl("daemon-reload")
+                for d in rolled:
+                    if d["existed"] or d["unit"] not in (units.get("services") or []):
+                        self._systemctl("restart", "--", d["unit"])
+        self.result["rolled_back"] = sorted(set(d["unit"] for d in rolled))
+        lines = ["instance units failed to start: " + ", ".join(failed)]
+        if rollback and rolled:
+            lines.append("rolled back to their previous files (or removed when new): "
+                         + ", ".join(self.result["rolled_back"]))
+        elif not rollback:
+            lines.append("not rolled back (numa_binding_rollback_on_failure is false)")
+        for unit in failed:
+            props = states.get(unit, {})
+            lines.append("%s: ActiveState=%s SubState=%s Result=%s NRestarts=%s%s" % (
+                unit, props.get("ActiveState"), props.get("SubState"), props.get("Result"), props.get("NRestarts"),
+                (" (systemctl: %s)" % props["Refused"]) if props.get("Refused") else ""))
+        for unit in failed:
+            lines.extend(_journal(self.runner, unit, int(units.get("journal_lines", 20))))
+        self.result["failed"] = True
+        self.result["msg"] = "\n".join(lines)
