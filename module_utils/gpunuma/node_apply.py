@@ -171,6 +171,15 @@ def find_stale(prune, keep_units, keep_dropins, listdir=os.listdir, read=_read):
     return stale_units, stale_dropins
 
 
+UNIT_SUFFIXES = (".service", ".socket", ".timer", ".target", ".mount", ".slice", ".scope", ".path")
+
+
+def is_systemd_path(path):
+    """A unit file or a unit's drop-in (``<unit>.d/*.conf``): removing one needs a daemon-reload."""
+    parent = os.path.basename(os.path.dirname(path))
+    return path.endswith(UNIT_SUFFIXES) or (parent.endswith(".d") and parent[:-2].endswith(UNIT_SUFFIXES))
+
+
 def _show(runner, unit, props):
     rc, out, _ = runner(["systemctl", "show", "--property=" + ",".join(props), "--", unit])
     values = {}
@@ -266,7 +275,7 @@ class Apply:
                                + [os.path.join(prune["unit_dir"], u + ".d", prune["dropin_name"]) for u in stale_dropins]
                                if prune else list(absent))
         unit_files_changed = any(d["changed"] and d["unit"] for d in decisions)
-        if (unit_files_changed or any(p.endswith((".service", ".conf")) for p in removed)) \
+        if (unit_files_changed or any(is_systemd_path(p) for p in removed)) \
                 and units.get("daemon_reload", True):
             self.result["daemon_reload"] = True
             if not self.check_mode:
@@ -358,6 +367,9 @@ class Apply:
                 backup = d["record"].get("backup")
                 if d["existed"] and backup:
                     self.fs.restore(backup, d["path"])
+                elif d["existed"]:
+                    # No backup kept (backup: false): the bytes read before the write.
+                    self.fs.write(dict(d, data=d["before"], before=d["data"], backup=False))
                 else:
                     if d["unit"] in (units.get("services") or []):
                         self._systemctl("disable", "--now", "--", d["unit"])
