@@ -1,0 +1,749 @@
+"""gpunuma_apply's core (module_utils/gpunuma/node_apply.py) on real files under tmp_path.
+
+Files go through the module's own ``NodeFiles`` (library/gpunuma_apply.py)
+with a small stand-in for AnsibleModule (backup_local, run_command); systemd
+is a fake that keeps per-unit state and records every command.
+"""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ansible.module_utils.gpunuma.node_apply import (
+    Apply,
+    ApplyError,
+    find_stale,
+    normalise_files,
+    plan_files,
+)
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.unit
+
+_spec = importlib.util.spec_from_file_location("gpunuma_apply_module",
+                                               os.path.join(REPO_ROOT, "library", "gpunuma_apply.py"))
+gpunuma_apply = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpunuma_apply)
+NodeFiles = gpunuma_apply.NodeFiles
+
+UNIT_MARKER = "# gpunuma instance "
+DROPIN_MARKER = "# gpunuma binding of "
+DROPIN_NAME = "50-gpunuma.conf"
+
+# A validate command that accepts a file only when it holds "[Service]".
+VALIDATE_SERVICE = [sys.executable, "-c",
+                    "import sys; d = open(sys.argv[1]).read(); "
+                    "sys.exit(0) if '[Service]' in d else (sys.stderr.write('no [Service] section'), sys.exit(1))",
+                    "%s"]
+
+
+class FakeModule:
+    """What NodeFiles uses of AnsibleModule."""
+
+    def __init__(self):
+        self.backups = []
+        self.commands = []
+
+    def backup_local(self, path):
+        backup = path + ".bak"
+        shutil.copy2(path, backup)
+        self.backups.append(backup)
+        return backup
+
+    def run_command(self, argv):
+        self.commands.append(list(argv))
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return proc.returncode, proc.stdout, proc.stderr
+
+
+class FakeSystemd:
+    """systemctl and journalctl over a dict of unit states.
+
+    ``on_settle`` maps a unit to the properties it has after the settle sleep
+    (a crash after start, a restart by systemd); ``refuse`` maps a unit to the
+    error its restart/start prints.
+    """
+
+    PROPS = ("ActiveState", "SubState", "Result", "UnitFileState", "InvocationID", "NRestarts")
+
+    def __init__(self, units=None, on_settle=None, refuse=None, journal=None, unit_dir=None):
+        self.units = {name: dict(state) for name, state in (units or {}).items()}
+        self.on_settle = on_settle or {}
+        self.refuse = refuse or {}
+        self.journal = journal or {}
+        self.unit_dir = unit_dir
+        self.calls = []
+        self.sleeps = []
+        self.files_at_call = []
+        self._next = 0
+
+    def state(self, unit):
+        return self.units.setdefault(unit, {"ActiveState": "inactive", "SubState": "dead", "Result": "success",
+                                            "UnitFileState": "", "InvocationID": "", "NRestarts": "0"})
+
+    def _invocation(self):
+        self._next += 1
+        return "inv%04d" % self._next
+
+    def _run(self, unit):
+        st = self.state(unit)
+        st.update(ActiveState="active", SubState="running", Result="success", InvocationID=self._invocation())
+
+    def __call__(self, argv):
+        argv = list(argv)
+        self.calls.append(argv)
+        if self.unit_dir:
+            self.files_at_call.append((tuple(argv), sorted(os.listdir(self.unit_dir))))
+        if argv[0] == "journalctl":
+            unit = argv[argv.index("--unit") + 1]
+            return 0, "".join(line + "\n" for line in self.journal.get(unit, [])), ""
+        assert argv[0] == "systemctl", argv
+        verb = argv[1]
+        if verb == "show":
+            props = argv[2].split("=", 1)[1].split(",")
+            assert argv[3] == "--"
+            blocks = []
+            for unit in argv[4:]:
+                st = self.state(unit)
+                blocks.append("".join("%s=%s\n" % (p, st.get(p, "")) for p in props))
+            return 0, "\n".join(blocks), ""
+        if verb == "daemon-reload":
+            return 0, "", ""
+        unit = argv[-1]
+        assert argv[-2] == "--", argv
+        if verb in ("restart", "start"):
+            if unit in self.refuse:
+                self.state(unit).update(ActiveState="failed", SubState="failed", Result="exit-code")
+                return 1, "", self.refuse[unit]
+            self._run(unit)
+            return 0, "", ""
+        if verb == "enable":
+            self.state(unit)["UnitFileState"] = "enabled"
+            return 0, "", ""
+        if verb == "disable":
+            st = self.state(unit)
+            st["UnitFileState"] = "disabled"
+            if "--now" in argv:
+                st.update(ActiveState="inactive", SubState="dead")
+            return 0, "", ""
+        raise AssertionError("unexpected command %r" % argv)
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        for unit, props in self.on_settle.items():
+            self.state(unit).update(props)
+
+    # ---------------------------------------------------------------- views
+    def mutating(self):
+        return [c for c in self.calls if c[0] == "systemctl" and c[1] != "show"]
+
+    def verb(self, verb):
+        return [c[-1] for c in self.calls if c[0] == "systemctl" and c[1] == verb and verb != "daemon-reload"]
+
+    def reloads(self):
+        return sum(1 for c in self.calls if c[:2] == ["systemctl", "daemon-reload"])
+
+
+def running(inv="old", enabled="enabled"):
+    return {"ActiveState": "active", "SubState": "running", "Result": "success", "UnitFileState": enabled,
+            "InvocationID": inv, "NRestarts": "0"}
+
+
+def stopped(enabled="disabled"):
+    return {"ActiveState": "inactive", "SubState": "dead", "Result": "success", "UnitFileState": enabled,
+            "InvocationID": "", "NRestarts": "0"}
+
+
+def unit_text(name, exe="/usr/bin/serve"):
+    return "%s%s\n[Unit]\nDescription=%s\n\n[Service]\nExecStart=%s\n" % (UNIT_MARKER, name, name, exe)
+
+
+def dropin_text(unit, cpus="0-3"):
+    return "%s%s\n[Service]\nCPUAffinity=%s\n" % (DROPIN_MARKER, unit, cpus)
+
+
+class Node:
+    """A unit directory under tmp_path with a few files, and helpers."""
+
+    def __init__(self, tmp_path):
+        self.root = tmp_path
+        self.unit_dir = tmp_path / "system"
+        self.unit_dir.mkdir()
+        self.plan_path = tmp_path / "etc" / "gpunuma" / "plan.json"
+
+    def put(self, rel, text, mode=0o644):
+        path = self.unit_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        os.chmod(path, mode)
+        return path
+
+    def path(self, rel):
+        return str(self.unit_dir / rel)
+
+    def entry(self, rel, text, unit=None, **extra):
+        entry = {"path": self.path(rel), "content": text, "unit": unit}
+        entry.update(extra)
+        return entry
+
+    def prune(self, keep_units=(), keep_dropins=()):
+        return {"unit_dir": str(self.unit_dir), "unit_pattern": "gpunuma-*.service", "unit_marker": UNIT_MARKER,
+                "dropin_name": DROPIN_NAME, "dropin_marker": DROPIN_MARKER,
+                "keep_units": list(keep_units), "keep_dropins": list(keep_dropins)}
+
+    def after_success(self, text='{"instances": 2}\n'):
+        return [{"path": str(self.plan_path), "content": text, "mode": "0644"}]
+
+    def leftovers(self):
+        """Temporary files of atomic writes left anywhere under the root."""
+        return [os.path.join(d, f) for d, _, fs in os.walk(self.root) for f in fs if f.startswith(".gpunuma-")]
+
+
+@pytest.fixture
+def node(tmp_path):
+    return Node(tmp_path)
+
+
+def apply_run(fake, files, check_mode=False, module=None, **kwargs):
+    apply = Apply(NodeFiles(module or FakeModule()), fake, fake.sleep, check_mode=check_mode)
+    return apply.run(normalise_files(files), **kwargs)
+
+
+UNITS = {"start": True, "settle_seconds": 3}
+
+
+# ------------------------------------------------------------------ unchanged
+
+def test_unchanged_files_report_no_change_and_restart_nothing(node):
+    llm0 = node.put("gpunuma-llm0.service", unit_text("llm0"))
+    node.put("containerd.service.d/" + DROPIN_NAME, dropin_text("containerd.service"))
+    fake = FakeSystemd({"gpunuma-llm0.service": running(), "containerd.service": running()})
+    mtime = os.stat(llm0).st_mtime_ns
+
+    result = apply_run(fake, [
+        node.entry("gpunuma-llm0.service", unit_text("llm0"), unit="gpunuma-llm0.service"),
+        node.entry("containerd.service.d/" + DROPIN_NAME, dropin_text("containerd.service"),
+                   unit="containerd.service"),
+    ], units=dict(UNITS, services=["gpunuma-llm0.service"]))
+
+    assert result["changed"] is False
+    assert [f["changed"] for f in result["files"]] == [False, False]
+    assert result["restarted"] == [] and result["started"] == [] and result["enabled"] == []
+    assert fake.mutating() == []
+    assert fake.sleeps == []
+    assert "daemon_reload" not in result
+    assert os.stat(llm0).st_mtime_ns == mtime
+    assert not os.path.exists(str(llm0) + ".bak")
+
+
+def test_mode_only_change_is_a_change_without_a_diff(node):
+    path = node.put("gpunuma-llm0.service", unit_text("llm0"), mode=0o600)
+    fake = FakeSystemd({"gpunuma-llm0.service": running()})
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0"), mode="0644")])
+    assert result["changed"] is True
+    assert result["diff"] == []
+    assert os.stat(path).st_mode & 0o7777 == 0o644
+    assert path.read_text() == unit_text("llm0")
+
+
+# ------------------------------------------------------------------ changed unit of an existing service
+
+def test_changed_unit_written_atomically_backed_up_and_only_it_restarted(node):
+    old = unit_text("llm0", "/usr/bin/old")
+    new = unit_text("llm0", "/usr/bin/new")
+    llm0 = node.put("gpunuma-llm0.service", old)
+    node.put("gpunuma-llm1.service", unit_text("llm1"))
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a"), "gpunuma-llm1.service": running("b"),
+                        "containerd.service": running("c")})
+    # An open descriptor on the old file still reads the old bytes after an
+    # atomic replace (a rewrite in place would change them).
+    with open(llm0, "rb") as held:
+        result = apply_run(fake, [
+            node.entry("gpunuma-llm0.service", new, unit="gpunuma-llm0.service", validate=VALIDATE_SERVICE),
+            node.entry("gpunuma-llm1.service", unit_text("llm1"), unit="gpunuma-llm1.service"),
+        ], units=dict(UNITS, services=["gpunuma-llm0.service", "gpunuma-llm1.service"]),
+            after_success=node.after_success())
+        assert held.read().decode() == old
+
+    assert result["changed"] is True
+    assert not result.get("failed")
+    assert llm0.read_text() == new
+    assert open(str(llm0) + ".bak").read() == old
+    assert result["files"][0] == {"path": str(llm0), "changed": True, "created": False,
+                                  "backup": str(llm0) + ".bak"}
+    assert result["files"][1]["changed"] is False
+    assert fake.reloads() == 1
+    assert result["daemon_reload"] is True
+    assert fake.verb("restart") == ["gpunuma-llm0.service"]
+    assert result["restarted"] == ["gpunuma-llm0.service"]
+    assert fake.verb("start") == [] and fake.verb("enable") == [] and fake.verb("disable") == []
+    assert fake.units["gpunuma-llm1.service"]["InvocationID"] == "b"
+    assert fake.units["containerd.service"]["InvocationID"] == "c"
+    # daemon-reload comes before the restart, and the restart after the write.
+    verbs = [c[1] for c in fake.mutating()]
+    assert verbs == ["daemon-reload", "restart"]
+    assert fake.sleeps == [3]
+    assert node.plan_path.read_text() == '{"instances": 2}\n'
+    assert node.leftovers() == []
+    # The unit's diff, then the plan written after success.
+    diff, plan_diff = result["diff"]
+    assert plan_diff["before_header"] == str(node.plan_path) + " (absent)"
+    assert diff["before"] == old and diff["after"] == new and diff["before_header"] == str(llm0)
+
+
+def test_new_service_is_enabled_and_started_not_restarted(node):
+    fake = FakeSystemd({"gpunuma-llm2.service": stopped(enabled="")})
+    result = apply_run(fake, [node.entry("gpunuma-llm2.service", unit_text("llm2"), unit="gpunuma-llm2.service")],
+                       units=dict(UNITS, services=["gpunuma-llm2.service"]))
+    assert (node.unit_dir / "gpunuma-llm2.service").read_text() == unit_text("llm2")
+    assert result["files"][0]["created"] is True and "backup" not in result["files"][0]
+    assert fake.verb("restart") == []
+    assert fake.verb("enable") == ["gpunuma-llm2.service"]
+    assert fake.verb("start") == ["gpunuma-llm2.service"]
+    assert result["started"] == ["gpunuma-llm2.service"] and result["enabled"] == ["gpunuma-llm2.service"]
+    assert result["restarted"] == []
+    assert fake.reloads() == 1
+    assert result["diff"][0]["before_header"].endswith("(absent)")
+
+
+def test_stopped_unchanged_service_is_started_without_reload(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0"))
+    fake = FakeSystemd({"gpunuma-llm0.service": stopped(enabled="enabled")})
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0"), unit="gpunuma-llm0.service")],
+                       units=dict(UNITS, services=["gpunuma-llm0.service"]))
+    assert result["changed"] is True
+    assert fake.reloads() == 0
+    assert fake.verb("start") == ["gpunuma-llm0.service"] and fake.verb("enable") == []
+
+
+@pytest.mark.parametrize("state,restarted", [("active", True), ("activating", True), ("inactive", False),
+                                             ("failed", False)])
+def test_dropin_target_restarted_only_when_running(node, state, restarted):
+    st = running("k") if state == "active" else dict(stopped(), ActiveState=state)
+    fake = FakeSystemd({"containerd.service": st})
+    result = apply_run(fake, [node.entry("containerd.service.d/" + DROPIN_NAME, dropin_text("containerd.service"),
+                                         unit="containerd.service")], units=dict(UNITS))
+    assert (node.unit_dir / "containerd.service.d" / DROPIN_NAME).exists()
+    assert fake.reloads() == 1
+    assert fake.verb("restart") == (["containerd.service"] if restarted else [])
+    assert fake.verb("start") == []
+    assert result["restarted"] == (["containerd.service"] if restarted else [])
+    assert not result.get("failed")
+
+
+def test_units_not_started_when_start_is_false(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    fake = FakeSystemd({"gpunuma-llm0.service": running()})
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0"), unit="gpunuma-llm0.service")],
+                       units={"start": False, "services": ["gpunuma-llm0.service"]},
+                       after_success=node.after_success())
+    assert [c[1] for c in fake.calls] == ["daemon-reload"]
+    assert result["restarted"] == []
+    assert node.plan_path.exists()
+
+
+# ------------------------------------------------------------------ validation
+
+def test_validation_failure_of_any_file_writes_nothing(node):
+    llm0 = node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    fake = FakeSystemd({"gpunuma-llm0.service": running()})
+    stale = node.put("gpunuma-gone.service", unit_text("gone"))
+    module = FakeModule()
+    with pytest.raises(ApplyError) as err:
+        apply_run(fake, [
+            node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"), unit="gpunuma-llm0.service",
+                       validate=VALIDATE_SERVICE),
+            node.entry("gpunuma-llm1.service", unit_text("llm1"), unit="gpunuma-llm1.service"),
+            node.entry("gpunuma-bad.service", "[Unit]\nDescription=no service\n", unit="gpunuma-bad.service",
+                       validate=VALIDATE_SERVICE),
+        ], module=module, prune=node.prune(keep_units=["gpunuma-llm0.service"]),
+            units=dict(UNITS, services=["gpunuma-llm0.service"]), after_success=node.after_success())
+    msg = str(err.value)
+    assert node.path("gpunuma-bad.service") in msg and "no [Service] section" in msg
+    assert msg.endswith("nothing was written")
+    assert node.path("gpunuma-llm0.service") not in msg
+    # Both changed files with a validate command were checked, on copies.
+    assert len(module.commands) == 2
+    assert all(node.path("") not in c[-1] for c in module.commands)
+    assert llm0.read_text() == unit_text("llm0", "/usr/bin/old")
+    assert not (node.unit_dir / "gpunuma-llm1.service").exists()
+    assert not (node.unit_dir / "gpunuma-bad.service").exists()
+    assert stale.exists()
+    assert not node.plan_path.exists()
+    assert module.backups == []
+    assert fake.calls == []
+    assert node.leftovers() == []
+
+
+def test_validation_only_for_changed_files(node):
+    node.put("gpunuma-llm0.service", "[Unit]\n")
+    module = FakeModule()
+    fake = FakeSystemd()
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", "[Unit]\n", validate=VALIDATE_SERVICE)],
+                       module=module)
+    assert result["changed"] is False and module.commands == []
+
+
+# ------------------------------------------------------------------ check mode
+
+def _check_mode_scene(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    node.put("gpunuma-gone.service", unit_text("gone"))
+    node.put("nginx.service.d/" + DROPIN_NAME, dropin_text("nginx.service"))
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a"), "gpunuma-gone.service": running("g"),
+                        "nginx.service": running("n"), "containerd.service": running("c"),
+                        "gpunuma-llm2.service": stopped(enabled="")})
+    files = [
+        node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"), unit="gpunuma-llm0.service",
+                   validate=VALIDATE_SERVICE),
+        node.entry("gpunuma-llm2.service", unit_text("llm2"), unit="gpunuma-llm2.service"),
+        node.entry("containerd.service.d/" + DROPIN_NAME, dropin_text("containerd.service"),
+                   unit="containerd.service"),
+    ]
+    services = ["gpunuma-llm0.service", "gpunuma-llm2.service"]
+    kwargs = dict(prune=node.prune(keep_units=services, keep_dropins=["containerd.service"]),
+                  units=dict(UNITS, services=services), after_success=node.after_success())
+    return fake, files, kwargs
+
+
+def _snapshot(root):
+    return {os.path.join(d, f): open(os.path.join(d, f), "rb").read()
+            for d, _, fs in os.walk(root) for f in fs}
+
+
+def test_check_mode_reports_the_same_decisions_and_touches_nothing(node, tmp_path_factory):
+    fake, files, kwargs = _check_mode_scene(node)
+    before = _snapshot(node.root)
+    module = FakeModule()
+    checked = apply_run(fake, files, check_mode=True, module=module, **kwargs)
+
+    assert _snapshot(node.root) == before
+    assert module.backups == []
+    assert [c[1] for c in fake.calls if c[0] == "systemctl"] and fake.mutating() == []
+    assert all(c[0] == "systemctl" and c[1] == "show" for c in fake.calls)
+    assert fake.sleeps == []
+
+    # The same scene applied for real makes the same decisions.
+    real_node = Node(tmp_path_factory.mktemp("real"))
+    real_fake, real_files, real_kwargs = _check_mode_scene(real_node)
+    applied = apply_run(real_fake, real_files, **real_kwargs)
+    assert not applied.get("failed")
+
+    for key in ("changed", "restarted", "started", "enabled", "stopped", "daemon_reload"):
+        assert checked.get(key) == applied.get(key), key
+    assert checked["changed"] is True
+    assert checked["restarted"] == ["gpunuma-llm0.service", "containerd.service", "nginx.service"]
+    assert checked["started"] == ["gpunuma-llm2.service"]
+    assert checked["stopped"] == ["gpunuma-gone.service"]
+    assert [os.path.relpath(p, str(node.root)) for p in checked["removed"]] == \
+        [os.path.relpath(p, str(real_node.root)) for p in applied["removed"]]
+
+    def strip(diffs, root):
+        return [{k: v.replace(str(root), "<root>") for k, v in d.items()} for d in diffs]
+
+    assert strip(checked["diff"], node.root) == strip(applied["diff"], real_node.root)
+    # Diffs for the three changed files, the two removals and the plan.
+    assert len(checked["diff"]) == 6
+    assert [f["changed"] for f in checked["files"]] == [True, True, True, True]
+    assert all("backup" not in f for f in checked["files"])
+
+
+# ------------------------------------------------------------------ prune
+
+def test_prune_stops_and_removes_only_marked_stale_files(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0"))
+    gone = node.put("gpunuma-gone.service", unit_text("gone"))
+    foreign = node.put("gpunuma-foreign.service", "[Unit]\nDescription=someone else's\n[Service]\nExecStart=/x\n")
+    kept_dropin = node.put("containerd.service.d/" + DROPIN_NAME, dropin_text("containerd.service"))
+    stale_dropin = node.put("nginx.service.d/" + DROPIN_NAME, dropin_text("nginx.service"))
+    other_conf = node.put("nginx.service.d/10-local.conf", "[Service]\nNice=5\n")
+    unmarked_dropin = node.put("redis.service.d/" + DROPIN_NAME, "[Service]\nNice=1\n")
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a"), "gpunuma-gone.service": running("g"),
+                        "gpunuma-foreign.service": running("f"), "nginx.service": running("n"),
+                        "containerd.service": running("c"), "redis.service": running("r")},
+                       unit_dir=str(node.unit_dir))
+
+    result = apply_run(fake, [
+        node.entry("gpunuma-llm0.service", unit_text("llm0"), unit="gpunuma-llm0.service"),
+        node.entry("containerd.service.d/" + DROPIN_NAME, dropin_text("containerd.service"),
+                   unit="containerd.service"),
+    ], prune=node.prune(keep_units=["gpunuma-llm0.service"], keep_dropins=["containerd.service"]),
+        units=dict(UNITS, services=["gpunuma-llm0.service"]))
+
+    assert not gone.exists()
+    assert not stale_dropin.exists()
+    assert foreign.exists() and kept_dropin.exists() and other_conf.exists() and unmarked_dropin.exists()
+    assert sorted(result["removed"]) == sorted([str(gone), str(stale_dropin)])
+    assert result["stopped"] == ["gpunuma-gone.service"]
+    disables = [c for c in fake.calls if c[:2] == ["systemctl", "disable"]]
+    assert disables == [["systemctl", "disable", "--now", "--", "gpunuma-gone.service"]]
+    # The unit was stopped while its file still existed.
+    [(_, listing)] = [(argv, names) for argv, names in fake.files_at_call if argv[1] == "disable"]
+    assert "gpunuma-gone.service" in listing
+    assert fake.reloads() == 1
+    assert fake.verb("restart") == ["nginx.service"]
+    assert result["restarted"] == ["nginx.service"]
+    assert fake.units["gpunuma-foreign.service"]["ActiveState"] == "active"
+    assert fake.units["containerd.service"]["InvocationID"] == "c"
+    assert fake.units["redis.service"]["InvocationID"] == "r"
+    assert result["changed"] is True and not result.get("failed")
+
+
+def test_prune_stale_dropin_of_a_stopped_unit_is_not_started(node):
+    stale_dropin = node.put("nginx.service.d/" + DROPIN_NAME, dropin_text("nginx.service"))
+    fake = FakeSystemd({"nginx.service": stopped()})
+    result = apply_run(fake, [], prune=node.prune(), units=dict(UNITS))
+    assert not stale_dropin.exists()
+    assert fake.reloads() == 1
+    assert fake.verb("restart") == [] and fake.verb("start") == []
+    assert result["restarted"] == []
+
+
+def test_find_stale_lists_marked_files_only(node):
+    node.put("gpunuma-a.service", unit_text("a"))
+    node.put("gpunuma-b.service", unit_text("b"))
+    node.put("gpunuma-c.service", "[Unit]\n")
+    node.put("other.service", unit_text("other"))
+    node.put("x.service.d/" + DROPIN_NAME, dropin_text("x.service"))
+    node.put("y.service.d/" + DROPIN_NAME, dropin_text("y.service"))
+    node.put("z.service.d/" + DROPIN_NAME, "[Service]\n")
+    os.symlink(node.path("x.service.d"), node.path("w.service.d"))
+    assert find_stale(node.prune(keep_units=["gpunuma-b.service"], keep_dropins=["y.service"]),
+                      {"gpunuma-b.service"}, {"y.service"}) == (["gpunuma-a.service"], ["x.service"])
+
+
+def test_find_stale_without_unit_dir(tmp_path):
+    prune = {"unit_dir": str(tmp_path / "missing"), "unit_pattern": "gpunuma-*.service", "unit_marker": "m",
+             "dropin_name": "d.conf", "dropin_marker": "m"}
+    assert find_stale(prune, set(), set()) == ([], [])
+
+
+# ------------------------------------------------------------------ failure and rollback
+
+def test_failed_existing_unit_is_restored_from_backup(node):
+    old = unit_text("llm0", "/usr/bin/old")
+    new = unit_text("llm0", "/usr/bin/broken")
+    llm0 = node.put("gpunuma-llm0.service", old)
+    node.put("gpunuma-llm1.service", unit_text("llm1", "/usr/bin/old1"))
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a"), "gpunuma-llm1.service": running("b")},
+                       on_settle={"gpunuma-llm0.service": {"ActiveState": "failed", "SubState": "failed",
+                                                          "Result": "exit-code", "NRestarts": "3"}},
+                       journal={"gpunuma-llm0.service": ["llm0 boom: bad flag", "llm0 exited 2"]})
+    result = apply_run(fake, [
+        node.entry("gpunuma-llm0.service", new, unit="gpunuma-llm0.service"),
+        node.entry("gpunuma-llm1.service", unit_text("llm1", "/usr/bin/new1"), unit="gpunuma-llm1.service"),
+    ], units=dict(UNITS, services=["gpunuma-llm0.service", "gpunuma-llm1.service"]),
+        after_success=node.after_success())
+
+    assert result["failed"] is True
+    assert result["failed_units"] == ["gpunuma-llm0.service"]
+    assert result["rolled_back"] == ["gpunuma-llm0.service"]
+    assert llm0.read_text() == old
+    # The unit that settled keeps its new file.
+    assert (node.unit_dir / "gpunuma-llm1.service").read_text() == unit_text("llm1", "/usr/bin/new1")
+    msg = result["msg"]
+    assert msg.splitlines()[0] == "instance units failed to start: gpunuma-llm0.service"
+    assert "rolled back to their previous files" in msg
+    assert "gpunuma-llm0.service: ActiveState=failed SubState=failed Result=exit-code NRestarts=3" in msg
+    assert "llm0 boom: bad flag" in msg and "llm0 exited 2" in msg
+    assert "gpunuma-llm1.service" not in msg
+    assert not node.plan_path.exists()
+    assert fake.reloads() == 2
+    restarts = fake.verb("restart")
+    assert sorted(restarts[:2]) == ["gpunuma-llm0.service", "gpunuma-llm1.service"]
+    assert restarts[2:] == ["gpunuma-llm0.service"]
+    # The reload after the restore comes before the restored unit's restart.
+    tail = [c[1] for c in fake.mutating()][-2:]
+    assert tail == ["daemon-reload", "restart"]
+    journal = [c for c in fake.calls if c[0] == "journalctl"]
+    assert journal == [["journalctl", "--no-pager", "--output=short-iso", "--lines", "20", "--unit",
+                        "gpunuma-llm0.service"]]
+
+
+def test_new_unit_that_fails_is_disabled_and_removed(node):
+    fake = FakeSystemd({"gpunuma-llm2.service": stopped(enabled="")},
+                       on_settle={"gpunuma-llm2.service": {"ActiveState": "failed", "SubState": "failed",
+                                                          "Result": "exit-code"}},
+                       journal={"gpunuma-llm2.service": ["llm2 cannot open device"]})
+    result = apply_run(fake, [node.entry("gpunuma-llm2.service", unit_text("llm2"), unit="gpunuma-llm2.service")],
+                       units=dict(UNITS, services=["gpunuma-llm2.service"], journal_lines=7),
+                       after_success=node.after_success())
+    assert not (node.unit_dir / "gpunuma-llm2.service").exists()
+    assert result["rolled_back"] == ["gpunuma-llm2.service"]
+    assert ["systemctl", "disable", "--now", "--", "gpunuma-llm2.service"] in fake.calls
+    # A removed new unit is not restarted.
+    assert fake.verb("restart") == []
+    assert fake.reloads() == 2
+    assert "instance units failed to start: gpunuma-llm2.service" in result["msg"]
+    assert "llm2 cannot open device" in result["msg"]
+    assert ["journalctl", "--no-pager", "--output=short-iso", "--lines", "7", "--unit",
+            "gpunuma-llm2.service"] in fake.calls
+    assert not node.plan_path.exists()
+
+
+def test_unit_restarted_by_systemd_during_settle_counts_as_failed(node):
+    llm0 = node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    # Still "active", but a different invocation: it crashed and systemd restarted it.
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a")},
+                       on_settle={"gpunuma-llm0.service": {"InvocationID": "restarted-by-systemd",
+                                                          "NRestarts": "1"}})
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
+                                         unit="gpunuma-llm0.service")],
+                       units=dict(UNITS, services=["gpunuma-llm0.service"]), after_success=node.after_success())
+    assert result["failed"] is True
+    assert result["failed_units"] == ["gpunuma-llm0.service"]
+    assert "ActiveState=active" in result["msg"] and "NRestarts=1" in result["msg"]
+    assert llm0.read_text() == unit_text("llm0", "/usr/bin/old")
+    assert not node.plan_path.exists()
+
+
+def test_refused_restart_is_reported_with_systemctl_error(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a")},
+                       refuse={"gpunuma-llm0.service": "Job for gpunuma-llm0.service failed."})
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
+                                         unit="gpunuma-llm0.service")],
+                       units=dict(UNITS, services=["gpunuma-llm0.service"]))
+    assert result["failed_units"] == ["gpunuma-llm0.service"]
+    assert "(systemctl: Job for gpunuma-llm0.service failed.)" in result["msg"]
+
+
+def test_failed_dropin_target_gets_its_new_dropin_removed_and_restarted(node):
+    fake = FakeSystemd({"containerd.service": running("c")},
+                       on_settle={"containerd.service": {"ActiveState": "failed"}})
+    dropin = "containerd.service.d/" + DROPIN_NAME
+    result = apply_run(fake, [node.entry(dropin, dropin_text("containerd.service"), unit="containerd.service")],
+                       units=dict(UNITS))
+    assert not (node.unit_dir / dropin).exists()
+    assert result["rolled_back"] == ["containerd.service"]
+    assert fake.verb("disable") == []
+    assert fake.verb("restart") == ["containerd.service", "containerd.service"]
+
+
+def test_no_rollback_leaves_the_new_files(node):
+    llm0 = node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a")},
+                       on_settle={"gpunuma-llm0.service": {"ActiveState": "failed"}})
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
+                                         unit="gpunuma-llm0.service")],
+                       units=dict(UNITS, services=["gpunuma-llm0.service"], rollback_on_failure=False),
+                       after_success=node.after_success())
+    assert result["failed"] is True
+    assert llm0.read_text() == unit_text("llm0", "/usr/bin/new")
+    assert result["rolled_back"] == []
+    assert "not rolled back" in result["msg"]
+    assert "rolled back to their previous files" not in result["msg"]
+    assert fake.reloads() == 1
+    assert fake.verb("restart") == ["gpunuma-llm0.service"]
+    assert not node.plan_path.exists()
+
+
+def test_after_success_written_when_every_unit_settles(node):
+    node.plan_path.parent.mkdir(parents=True)
+    node.plan_path.write_text('{"instances": 1}\n')
+    fake = FakeSystemd({"gpunuma-llm2.service": stopped(enabled="")})
+    result = apply_run(fake, [node.entry("gpunuma-llm2.service", unit_text("llm2"), unit="gpunuma-llm2.service")],
+                       units=dict(UNITS, services=["gpunuma-llm2.service"]), after_success=node.after_success())
+    assert not result.get("failed")
+    assert node.plan_path.read_text() == '{"instances": 2}\n'
+    assert open(str(node.plan_path) + ".bak").read() == '{"instances": 1}\n'
+    assert result["files"][-1]["path"] == str(node.plan_path) and result["files"][-1]["changed"] is True
+
+
+def test_after_success_created_with_its_directory(node):
+    fake = FakeSystemd()
+    result = apply_run(fake, [], after_success=node.after_success())
+    assert node.plan_path.read_text() == '{"instances": 2}\n'
+    assert result["changed"] is True and fake.calls == []
+
+
+# ------------------------------------------------------------------ refusals
+
+def test_non_regular_file_at_a_wanted_path_is_refused(node):
+    target = node.put("real.service", "x")
+    os.symlink(str(target), node.path("gpunuma-llm0.service"))
+    with pytest.raises(ApplyError, match="not a regular file .a symlink."):
+        apply_run(FakeSystemd(), [node.entry("gpunuma-llm0.service", "y")])
+    assert target.read_text() == "x"
+
+
+def test_daemon_reload_failure_is_an_error(node):
+    class Failing(FakeSystemd):
+        def __call__(self, argv):
+            if argv[:2] == ["systemctl", "daemon-reload"]:
+                self.calls.append(list(argv))
+                return 1, "", "Access denied"
+            return super().__call__(argv)
+    with pytest.raises(ApplyError, match="daemon-reload failed: Access denied"):
+        apply_run(Failing(), [node.entry("gpunuma-x.service", unit_text("x"), unit="gpunuma-x.service")],
+                  units=dict(UNITS))
+
+
+@pytest.mark.parametrize("files,message", [
+    ([{"path": "/etc/a.conf", "content": "a"}, {"path": "etc/b.conf", "content": "b"}],
+     r"files\[1\]\.path must be an absolute path"),
+    ([{"path": "/etc/a.conf", "content": "a"}, {"path": "/etc//./a.conf", "content": "b"}],
+     r"files\[1\]\.path /etc/a.conf is listed twice"),
+    ([{"path": "/etc/a.conf", "content": b"bytes"}], r"files\[0\]\.content must be text, got 'bytes'"),
+    ([{"path": "/etc/a.conf", "content": None}], r"files\[0\]\.content must be text"),
+    ([{"path": "/etc/a.conf", "content": "a", "mode": "rw-r--r--"}],
+     r"files\[0\]\.mode: mode 'rw-r--r--' is not an octal mode"),
+    ([{"path": "/etc/a.conf", "content": "a", "mode": "17777"}], r"files\[0\]\.mode: mode '17777' is out of range"),
+    ([{"path": "/etc/a.conf", "content": "a", "dir_mode": "9"}], r"files\[0\]\.dir_mode: mode '9'"),
+    ([{"path": "/etc/a.conf", "content": "a", "validate": ["systemd-analyze", "verify"]}],
+     r"files\[0\]\.validate must be a command .* one holding %s"),
+    ([{"path": "/etc/a.conf", "content": "a", "validate": "visudo -cf %s"}], r"files\[0\]\.validate must be"),
+    ([{"path": "/etc/a.conf", "content": "a", "validate": []}], r"files\[0\]\.validate must be"),
+    (["/etc/a.conf"], r"files\[0\] must be a mapping"),
+    ([{"path": "/etc/a\0.conf", "content": "a"}], r"files\[0\]\.path must be an absolute path"),
+])
+def test_normalise_files_refusals_name_the_field(files, message):
+    with pytest.raises(ApplyError, match=message):
+        normalise_files(files)
+
+
+def test_normalise_files_field_name_and_defaults():
+    with pytest.raises(ApplyError, match=r"after_success\[0\]\.path"):
+        normalise_files([{"path": "plan.json", "content": ""}], "after_success")
+    [entry] = normalise_files([{"path": "/etc/x/../a.conf", "content": "é", "validate": ["check", "-f", "%s"]}])
+    assert entry["path"] == "/etc/a.conf"
+    assert entry["data"] == "é".encode("utf-8")
+    assert entry["mode"] == 0o644 and entry["dir_mode"] == 0o755
+    assert entry["backup"] is True and entry["restart"] == "changed"
+    assert normalise_files(None) == []
+    assert normalise_files([{"path": "/a", "content": "", "mode": "0600"}])[0]["mode"] == 0o600
+
+
+def test_plan_files_marks_content_and_attribute_changes(node):
+    node.put("same.conf", "a\n")
+    node.put("mode.conf", "a\n", mode=0o600)
+    node.put("text.conf", "old\n")
+    decisions = plan_files(normalise_files([
+        node.entry("same.conf", "a\n"), node.entry("mode.conf", "a\n"), node.entry("text.conf", "new\n"),
+        node.entry("new.conf", "n\n"),
+    ]), NodeFiles(FakeModule()))
+    assert [(d["content_changed"], d["changed"], d["existed"]) for d in decisions] == [
+        (False, False, True), (False, True, True), (True, True, True), (True, True, False)]
+    assert decisions[2]["before"] == b"old\n" and decisions[3]["before"] is None
+
+
+def test_failed_existing_unit_without_backup_gets_its_previous_bytes_back(node):
+    old = unit_text("llm0", "/usr/bin/old")
+    llm0 = node.put("gpunuma-llm0.service", old)
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a")},
+                       on_settle={"gpunuma-llm0.service": {"ActiveState": "failed"}})
+    module = FakeModule()
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
+                                         unit="gpunuma-llm0.service", backup=False)],
+                       module=module, units=dict(UNITS, services=["gpunuma-llm0.service"]))
+    assert module.backups == [] and "backup" not in result["files"][0]
+    assert result["rolled_back"] == ["gpunuma-llm0.service"]
+    # The unit existed: it is put back as it was, never deleted or disabled.
+    assert llm0.read_text() == old
+    assert fake.verb("disable") == []
+    assert fake.verb("restart") == ["gpunuma-llm0.service", "gpunuma-llm0.service"]
+    assert node.leftovers() == []
