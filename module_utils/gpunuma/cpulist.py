@@ -221,14 +221,3 @@ def cpus_from_affinity_words(words, word_bits=64, what="NVML CPU affinity"):
         width = len(bits)
         cpus.update(base + width - 1 - i for i, bit in enumerate(bits) if bit == "1")
     return frozenset(cpus)
-
-
-def affinity_words_from_cpus(cpus, word_bits=64, nwords=None):
-    """Inverse of :func:`cpus_from_affinity_words` (used to write NVML replays)."""
-    cpus = sorted(set(cpus))
-    needed = (cpus[-1] // word_bits + 1) if cpus else 1
-    count = max(needed, nwords or 0)
-    words = [0] * count
-    for cpu in cpus:
-        words[cpu // word_bits] |= 1 << (cpu % word_bits)
-    return words

@@ -495,17 +495,3 @@ def fingerprint(topology):
     }
     blob = json.dumps(layout, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def summary_row(topology):
-    """One line of the fleet summary table."""
-    return {
-        "host": topology["hostname"],
-        "sockets": topology.get("sockets"),
-        "numa_nodes": len(topology["numa_nodes"]),
-        "cpu_nodes": sum(1 for n in topology["numa_nodes"] if n["has_cpus"]),
-        "gpus": len(topology["gpus"]),
-        "nics": len(topology["nics"]),
-        "fingerprint": (topology.get("fingerprint") or "")[len("sha256:"):][:12],
-        "warnings": len(topology.get("warnings") or []),
-    }

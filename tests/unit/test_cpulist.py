@@ -60,12 +60,10 @@ def test_parse_cpumask_rejects_non_hex():
         cpulist.parse_cpumask("zz,00")
 
 
-def test_affinity_words_round_trip():
-    cpus = set(range(0, 48)) | set(range(96, 144))
-    words = cpulist.affinity_words_from_cpus(cpus)
-    assert len(words) == 3
-    assert words[0] == (1 << 48) - 1
-    assert cpulist.cpus_from_affinity_words(words) == frozenset(cpus)
+def test_affinity_words_read_lowest_cpu_first():
+    # CPUs 0-47 and 96-143 as NVML hands them: 64-bit words, word 0 holding CPUs 0-63.
+    words = [(1 << 48) - 1, ((1 << 32) - 1) << 32, (1 << 16) - 1]
+    assert cpulist.cpus_from_affinity_words(words) == frozenset(range(0, 48)) | frozenset(range(96, 144))
 
 
 def test_affinity_words_reject_overflow():

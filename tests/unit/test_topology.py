@@ -23,6 +23,14 @@ def host_of(builder, tmp_path, **kwargs):
     return sysfs.read_host(_TREES[key])
 
 
+def affinity_words(cpus, word_bits=64):
+    """NVML's CPU affinity words for ``cpus`` (word 0 holds CPUs 0..word_bits-1)."""
+    words = [0] * ((max(cpus) // word_bits + 1) if cpus else 1)
+    for cpu in cpus:
+        words[cpu // word_bits] |= 1 << (cpu % word_bits)
+    return words
+
+
 def nvml_dump_for(host, numa_ids=None, mig=None, affinity=True, links=None):
     """An NVML dump consistent with a sysfs tree's GPUs (as a real node would give)."""
     gpus = []
@@ -30,7 +38,7 @@ def nvml_dump_for(host, numa_ids=None, mig=None, affinity=True, links=None):
         numa = (numa_ids or {}).get(index, pci["numa_node"])
         words = {"nvml_error": "NotSupported"}
         if affinity and pci["local_cpulist"]:
-            words = cpulist.affinity_words_from_cpus(cpulist.parse_cpulist(pci["local_cpulist"]))
+            words = affinity_words(cpulist.parse_cpulist(pci["local_cpulist"]))
         gpus.append({
             "index": index, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-%08d" % index,
             "pci_bus_id": pci["pci_bus_id"],
