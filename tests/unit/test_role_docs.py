@@ -1,0 +1,90 @@
+"""docs/role-variables.md is generated from the roles' argument specs and kept current."""
+
+import importlib.util
+import os
+import shutil
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.unit
+
+SCRIPT = os.path.join(REPO_ROOT, "scripts", "gen-role-docs.py")
+DOC = os.path.join(REPO_ROOT, "docs", "role-variables.md")
+ROLES = os.path.join(REPO_ROOT, "roles")
+
+_spec = importlib.util.spec_from_file_location("gen_role_docs", SCRIPT)
+gen = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen)
+
+
+def test_role_variables_doc_is_what_the_script_generates():
+    with open(DOC, encoding="utf-8") as handle:
+        committed = handle.read()
+    assert committed == gen.render(ROLES), (
+        "docs/role-variables.md differs from the roles' meta/argument_specs.yml; regenerate it: %s" % gen.COMMAND
+    )
+
+
+def test_every_role_entry_point_and_variable_is_documented():
+    text = gen.render(ROLES)
+    specs = gen.load_specs(ROLES)
+    assert {role for role, _ in specs} >= {"numa_binding", "memlock", "autonuma", "gpu_topology"}
+    for role, entry_points in specs:
+        assert "\n## %s\n" % role in text
+        for entry_point, spec in entry_points.items():
+            section = text.split("\n### %s: %s\n" % (role, entry_point), 1)[1].split("\n### ", 1)[0]
+            for name in (spec.get("options") or {}):
+                assert "| `%s` |" % name in section, (role, entry_point, name)
+
+
+def _copy_role(tmp_path, role="memlock"):
+    roles = tmp_path / "roles"
+    shutil.copytree(os.path.join(ROLES, role, "meta"), roles / role / "meta")
+    return roles
+
+
+def test_a_changed_spec_changes_the_doc(tmp_path):
+    roles = _copy_role(tmp_path)
+    before = gen.render(str(roles))
+    path = roles / "memlock" / "meta" / "argument_specs.yml"
+    data = yaml.safe_load(path.read_text())
+    data["argument_specs"]["main"]["options"]["memlock_on_clamp"]["default"] = "fail"
+    path.write_text(yaml.safe_dump(data))
+    after = gen.render(str(roles))
+    assert "| `memlock_on_clamp` | str | `warn` | `warn`, `fail` |" in before
+    assert "| `memlock_on_clamp` | str | `fail` | `warn`, `fail` |" in after
+
+
+def test_row_shows_type_elements_default_choices_and_description(tmp_path):
+    roles = tmp_path / "roles"
+    (roles / "demo" / "meta").mkdir(parents=True)
+    (roles / "demo" / "meta" / "argument_specs.yml").write_text(yaml.safe_dump({"argument_specs": {"main": {
+        "short_description": "Demo role",
+        "options": {
+            "demo_names": {"type": "list", "elements": "str", "default": [], "description": ["First.", "Second | more."]},
+            "demo_mode": {"type": "str", "choices": ["a", "b"], "description": "Mode."},
+            "demo_must": {"type": "int", "required": True, "description": "Needed."},
+        },
+    }, "check": {"short_description": "Checks only", "options": {}}}}))
+    text = gen.render(str(roles))
+    assert "### demo: main\n\nDemo role\n" in text
+    assert "| `demo_names` | list of str | `[]` | - | First.<br>Second \\| more. |" in text
+    assert "| `demo_mode` | str | - | `a`, `b` | Mode. |" in text
+    assert "| `demo_must` | int | required | - | Needed. |" in text
+    assert "### demo: check\n\nChecks only\n\nNo variables.\n" in text
+
+
+def test_check_mode_reports_a_stale_doc(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gen, "REPO_ROOT", str(tmp_path))
+    shutil.copytree(os.path.join(ROLES, "memlock", "meta"), tmp_path / "roles" / "memlock" / "meta")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "role-variables.md").write_text("stale\n")
+    assert gen.main(["--check"]) == 1
+    assert gen.COMMAND in capsys.readouterr().err
+    assert (tmp_path / "docs" / "role-variables.md").read_text() == "stale\n"
+    assert gen.main([]) == 0
+    assert gen.main(["--check"]) == 0
+    assert "| `memlock_limit` |" in (tmp_path / "docs" / "role-variables.md").read_text()
