@@ -1,4 +1,4 @@
-"""Filter plugins of the autonuma, memlock and numa_binding roles.
+"""The filter plugin (filter_plugins/gpunuma.py): the autonuma, memlock and numa_binding filters.
 
 The autonuma and memlock filters are thin wrappers over gpunuma.sysctl_owners
 and gpunuma.limits (who else sets kernel.numa_balancing; the memlock ceiling
@@ -9,6 +9,7 @@ node (file lists, grep -H output, /proc files).
 
 import importlib.util
 import os
+import re
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -19,17 +20,59 @@ from conftest import REPO_ROOT
 pytestmark = pytest.mark.unit
 
 
-def _load(role, name):
-    path = os.path.join(REPO_ROOT, "roles", role, "filter_plugins", name + ".py")
-    spec = importlib.util.spec_from_file_location("gpunuma_test_%s_filters" % role, path)
+def _load():
+    path = os.path.join(REPO_ROOT, "filter_plugins", "gpunuma.py")
+    spec = importlib.util.spec_from_file_location("gpunuma_test_filters", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-autonuma = _load("autonuma", "autonuma")
-memlock = _load("memlock", "memlock")
-numa_binding = _load("numa_binding", "numa_binding")
+plugin = _load()
+
+
+def _filters(prefix):
+    """The plugin's filters whose names start with ``prefix`` (one role's filters)."""
+    return {name: f for name, f in plugin.FilterModule().filters().items() if name.startswith(prefix)}
+
+
+# Filter names as the roles and playbooks call them: ``| name`` and ``map('name')``.
+_USE = re.compile(r"(?:\|\s*|map\(\s*['\"])((?:gpunuma|autonuma|memlock|numa_binding|gpu_topology|gpu_validate)_[a-z_]+)")
+
+
+def _used_filter_names():
+    used = {}
+    for top in ("roles", "playbooks", "molecule"):
+        for root, _dirs, files in os.walk(os.path.join(REPO_ROOT, top)):
+            for name in files:
+                if not name.endswith((".yml", ".yaml", ".j2")):
+                    continue
+                path = os.path.join(root, name)
+                with open(path, encoding="utf-8") as handle:
+                    for match in _USE.finditer(handle.read()):
+                        used.setdefault(match.group(1), os.path.relpath(path, REPO_ROOT))
+    return used
+
+
+def test_every_filter_the_roles_and_playbooks_call_is_in_the_plugin():
+    used = _used_filter_names()
+    # The scan sees the calls (a broken pattern would pass vacuously).
+    assert {"gpunuma_audit_line", "numa_binding_exec_line", "memlock_clamp", "autonuma_tuned_setting"} <= set(used)
+    filters = plugin.FilterModule().filters()
+    missing = {name: where for name, where in used.items() if name not in filters}
+    assert not missing, missing
+    for name, function in filters.items():
+        assert callable(function), name
+
+
+def test_ansible_cfg_points_at_the_plugin_directory():
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(REPO_ROOT, "ansible.cfg"))
+    assert config["defaults"]["filter_plugins"] == "filter_plugins"
+    assert os.path.isfile(os.path.join(REPO_ROOT, config["defaults"]["filter_plugins"], "gpunuma.py"))
+
 
 OWN = "/etc/sysctl.d/60-gpunuma-numa-balancing.conf"
 
@@ -42,7 +85,7 @@ OWN = "/etc/sysctl.d/60-gpunuma-numa-balancing.conf"
 
 
 def test_autonuma_filters_are_the_sysctl_owners_functions():
-    filters = autonuma.FilterModule().filters()
+    filters = _filters("autonuma_")
     # autonuma_input_problems checks the role's variables (test_roles_inputs.py).
     assert set(filters) == {"autonuma_sysctl_writers", "autonuma_sysctl_conflicts", "autonuma_tuned_active_profiles",
                             "autonuma_tuned_setting", "autonuma_tuned_conflict", "autonuma_input_problems"}
@@ -54,7 +97,7 @@ def test_autonuma_filters_are_the_sysctl_owners_functions():
 
 
 def test_autonuma_filters_chain_as_the_role_chains_them():
-    filters = autonuma.FilterModule().filters()
+    filters = _filters("autonuma_")
     paths = ["/usr/lib/sysctl.d/10-distro.conf", OWN, "/etc/sysctl.d/99-late.conf"]
     grep = ["/usr/lib/sysctl.d/10-distro.conf:kernel.numa_balancing = 1", OWN + ":kernel.numa_balancing=0",
             "/etc/sysctl.d/99-late.conf:kernel/numa_balancing=1"]
@@ -86,7 +129,7 @@ def test_autonuma_filters_chain_as_the_role_chains_them():
 )
 def test_autonuma_errors_become_filter_errors(name, args):
     with pytest.raises(AnsibleFilterError, match="allowed: "):
-        autonuma.FilterModule().filters()[name](*args)
+        _filters("autonuma_")[name](*args)
 
 
 # ------------------------------------------------------------------- memlock
@@ -94,7 +137,7 @@ def test_autonuma_errors_become_filter_errors(name, args):
 
 
 def test_memlock_filters_are_the_limits_functions():
-    filters = memlock.FilterModule().filters()
+    filters = _filters("memlock_")
     assert filters["memlock_systemd_value"].__wrapped__ is limits.systemd_limit
     assert filters["memlock_ceiling"].__wrapped__ is limits.memlock_ceiling
     assert filters["memlock_clamp"].__wrapped__ is limits.memlock_clamp
@@ -103,7 +146,7 @@ def test_memlock_filters_are_the_limits_functions():
 
 
 def test_memlock_filters_chain_as_the_role_chains_them():
-    filters = memlock.FilterModule().filters()
+    filters = _filters("memlock_")
     limits_text = ("Limit                     Soft Limit           Hard Limit           Units     \n"
                    "Max locked memory         8388608              8388608              bytes     \n")
     ceiling = filters["memlock_ceiling"](limits_text, "CapEff:\t00000000a8a425fb\n", None, "/proc/1")
@@ -123,7 +166,7 @@ def test_memlock_filters_chain_as_the_role_chains_them():
 )
 def test_memlock_errors_become_filter_errors(name, args, message):
     with pytest.raises(AnsibleFilterError, match=message):
-        memlock.FilterModule().filters()[name](*args)
+        _filters("memlock_")[name](*args)
 
 
 # -------------------------------------------------------------- numa_binding
@@ -135,7 +178,7 @@ def test_exec_argv_puts_numactl_path_before_the_command():
         "exec_prefix": ["numactl", "--physcpubind=2-23", "--membind=0"],
         "command": ["/opt/vllm/bin/vllm", "serve"],
     }
-    assert numa_binding.exec_argv(instance, "/usr/bin/numactl") == [
+    assert plugin.numa_binding_exec_argv(instance, "/usr/bin/numactl") == [
         "/usr/bin/numactl",
         "--physcpubind=2-23",
         "--membind=0",
@@ -146,27 +189,27 @@ def test_exec_argv_puts_numactl_path_before_the_command():
 
 def test_exec_argv_without_prefix_is_the_command():
     instance = {"name": "x", "exec_prefix": [], "command": ["/bin/true"]}
-    assert numa_binding.exec_argv(instance, "/usr/bin/numactl") == ["/bin/true"]
+    assert plugin.numa_binding_exec_argv(instance, "/usr/bin/numactl") == ["/bin/true"]
 
 
 def test_exec_argv_needs_a_command():
     with pytest.raises(AnsibleFilterError, match="has no command"):
-        numa_binding.exec_argv({"name": "vendor", "exec_prefix": [], "command": None}, "/usr/bin/numactl")
+        plugin.numa_binding_exec_argv({"name": "vendor", "exec_prefix": [], "command": None}, "/usr/bin/numactl")
 
 
 def test_exec_line_escapes_what_systemd_would_expand():
-    line = numa_binding.exec_line(["/bin/echo", "$HOME", "%h", 'say "hi"', "a\\b"])
+    line = plugin.numa_binding_exec_line(["/bin/echo", "$HOME", "%h", 'say "hi"', "a\\b"])
     assert line == '"/bin/echo" "$$HOME" "%%h" "say \\"hi\\"" "a\\\\b"'
 
 
 def test_exec_line_refuses_an_executable_systemd_reads_as_a_prefix():
     with pytest.raises(AnsibleFilterError, match="prefix"):
-        numa_binding.exec_line(["-/bin/true"])
+        plugin.numa_binding_exec_line(["-/bin/true"])
 
 
 def test_environment_keeps_dollar_and_escapes_specifiers():
-    assert numa_binding.environment_assignment("A", 'x $Y %n "q" \\') == '"A=x $Y %%n \\"q\\" \\\\"'
+    assert plugin.numa_binding_environment("A", 'x $Y %n "q" \\') == '"A=x $Y %%n \\"q\\" \\\\"'
 
 
 def test_environment_control_characters_are_c_escaped():
-    assert numa_binding.environment_assignment("A", "l1\nl2\t\x01") == '"A=l1\\nl2\\t\\x01"'
+    assert plugin.numa_binding_environment("A", "l1\nl2\t\x01") == '"A=l1\\nl2\\t\\x01"'

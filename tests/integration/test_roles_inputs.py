@@ -18,9 +18,9 @@ pytestmark = pytest.mark.unit
 PROFILES = os.path.join(REPO_ROOT, "policies", "profiles")
 
 
-def _load(role, name):
-    path = os.path.join(REPO_ROOT, "roles", role, "filter_plugins", name + ".py")
-    spec = importlib.util.spec_from_file_location("gpunuma_inputs_%s_filters" % role, path)
+def _load():
+    path = os.path.join(REPO_ROOT, "filter_plugins", "gpunuma.py")
+    spec = importlib.util.spec_from_file_location("gpunuma_inputs_filters", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -189,23 +189,23 @@ def test_shipped_profiles_pass(value):
     assert profile_choice_problem(value, PROFILES) is None
 
 
-memlock = _load("memlock", "memlock")
+plugin = _load()
 
 
 @pytest.mark.parametrize("value", ["64GiB", "1.5G", "64G", "8k", 1048576, "unlimited", "infinity"])
 def test_memlock_sizes_are_the_parser_grammar(value):
-    assert memlock.limit_problem(value) is None
+    assert plugin.memlock_limit_problem(value) is None
 
 
 @pytest.mark.parametrize("value", [0, "0", "0K", "1000", "1.5K", "lots", "99999999999E", -1, True])
 def test_memlock_sizes_refused_name_the_value(value):
-    problem = memlock.limit_problem(value)
+    problem = plugin.memlock_limit_problem(value)
     assert problem and problem.startswith("memlock_limit: ") and "allowed" in problem
 
 
 @pytest.mark.parametrize("users", [["svc\n"], ["a b"], ["@g"], ["-x"], [5]])
 def test_memlock_user_names_match_whole(users):
-    problems = memlock.input_problems({}, {"memlock_limit": "unlimited", "memlock_users": users, "memlock_groups": []})
+    problems = plugin.memlock_input_problems({}, {"memlock_limit": "unlimited", "memlock_users": users, "memlock_groups": []})
     assert len(problems) == 1 and problems[0].startswith("memlock_users: ")
 
 

@@ -1,15 +1,17 @@
 """Drift audit core: parsing /proc and unit files, findings per difference."""
 
+import importlib.util
 import os
-import sys
 
 import pytest
 
 from ansible.module_utils.gpunuma import audit
 from conftest import REPO_ROOT
 
-sys.path.insert(0, os.path.join(REPO_ROOT, "playbooks", "filter_plugins"))
-import gpunuma_audit  # noqa: E402
+_spec = importlib.util.spec_from_file_location(
+    "gpunuma_audit_filters", os.path.join(REPO_ROOT, "filter_plugins", "gpunuma.py"))
+gpunuma_audit = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpunuma_audit)
 
 STATUS = "Name:\tsleep\nCpus_allowed:\tf\nCpus_allowed_list:\t1-3\nMems_allowed_list:\t0\n"
 MAPS_BIND = ("55d0 bind:0 file=/usr/bin/sleep mapped=4 N0=4 kernelpagesize_kB=4\n"

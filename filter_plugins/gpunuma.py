@@ -1,0 +1,511 @@
+"""gpunuma's controller-side Jinja filters, for every role and playbook.
+
+The logic lives in ``module_utils/gpunuma`` and is imported here exactly as
+modules import it; these filters hand it the roles' inputs and turn its
+errors (``GpunumaError``) into filter errors. One file holds them all so the
+``module_utils`` path set-up and the error wrapper exist once; ansible.cfg
+(``filter_plugins = filter_plugins``) and the molecule scenarios
+(``ANSIBLE_FILTER_PLUGINS``) point Ansible here.
+
+Sections: fleet audit (playbooks/audit.yml), autonuma, gpu_topology,
+gpu_validate, gpunuma_state, memlock, numa_binding. Every filter is the
+module-level function of the same name.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import ansible.module_utils
+from ansible import constants as C
+from ansible.errors import AnsibleFilterError
+
+# Controller-side plugins do not get the configured module_utils path on
+# ansible.module_utils (only modules shipped to a node do); add it so the
+# core is imported exactly as modules import it.
+for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
+    if _path not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(_path)
+
+from ansible.module_utils.gpunuma import h2d_report, limits, role_inputs, sysctl_owners  # noqa: E402
+from ansible.module_utils.gpunuma import state as statelib  # noqa: E402
+from ansible.module_utils.gpunuma.errors import GpunumaError  # noqa: E402
+from ansible.module_utils.gpunuma.plan import systemd_environment_assignment, systemd_exec_line  # noqa: E402
+from ansible.module_utils.gpunuma.profiles import ProfileError, load_profiles, profile_choice_problem  # noqa: E402
+
+
+def _filter(function):
+    """``function`` with its GpunumaError raised as AnsibleFilterError (``__wrapped__`` is ``function``)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except GpunumaError as exc:
+            raise AnsibleFilterError(str(exc))
+
+    return wrapper
+
+
+# ================================================================ fleet audit
+# Summary of playbooks/audit.yml: table lines and Prometheus textfile metrics.
+
+
+def gpunuma_audit_line(report):
+    """``HOST STATUS what drifted`` for one gpunuma.audit/v1 report."""
+    findings = report.get("findings") or []
+    what = ", ".join(
+        "%s%s" % (f.get("id"), ("(%s)" % f["instance"]) if f.get("instance") else "")
+        for f in findings if f.get("severity") in ("error", "warning")
+    )
+    failed = ["policy %s" % r.get("id") for r in (report.get("policy") or {}).get("results") or []
+              if r.get("status") == "fail" and r.get("severity") == "error"]
+    what = ", ".join(x for x in [what] + failed if x)
+    return "%-24s %-12s %s" % (report.get("hostname"), report.get("status"), what or "-")
+
+
+def gpunuma_audit_unreachable_line(host):
+    return "%-24s %-12s %s" % (host, "unreachable", "not audited")
+
+
+def _label(value):
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def gpunuma_audit_metrics(reports, unreachable=()):
+    """node_exporter textfile metrics: per host status and per finding id counts."""
+    lines = [
+        "# HELP gpunuma_audit_compliant 1 when the node matches its applied plan, 0 when it drifted or was unreachable.",
+        "# TYPE gpunuma_audit_compliant gauge",
+    ]
+    for report in reports:
+        lines.append('gpunuma_audit_compliant{host="%s"} %d'
+                     % (_label(report.get("hostname")), 1 if report.get("status") == "compliant" else 0))
+    for host in unreachable:
+        lines.append('gpunuma_audit_compliant{host="%s"} 0' % _label(host))
+    lines += [
+        "# HELP gpunuma_audit_unreachable 1 when the node could not be audited.",
+        "# TYPE gpunuma_audit_unreachable gauge",
+    ]
+    for report in reports:
+        lines.append('gpunuma_audit_unreachable{host="%s"} 0' % _label(report.get("hostname")))
+    for host in unreachable:
+        lines.append('gpunuma_audit_unreachable{host="%s"} 1' % _label(host))
+    lines += [
+        "# HELP gpunuma_audit_findings Findings of the last audit per host, finding id and severity.",
+        "# TYPE gpunuma_audit_findings gauge",
+    ]
+    for report in reports:
+        counts = {}
+        for finding in report.get("findings") or []:
+            key = (finding.get("id"), finding.get("severity"))
+            counts[key] = counts.get(key, 0) + 1
+        for (fid, severity), count in sorted(counts.items()):
+            lines.append('gpunuma_audit_findings{host="%s",id="%s",severity="%s"} %d'
+                         % (_label(report.get("hostname")), _label(fid), _label(severity), count))
+    return "\n".join(lines) + "\n"
+
+
+# ================================================================ autonuma
+# Who else sets kernel.numa_balancing: the logic (systemd-sysctl order, tuned
+# include chains, conflict sentences) is gpunuma.sysctl_owners.
+
+autonuma_sysctl_writers = _filter(sysctl_owners.sysctl_writers)
+autonuma_sysctl_conflicts = _filter(sysctl_owners.sysctl_conflicts)
+autonuma_tuned_active_profiles = _filter(sysctl_owners.tuned_active_profiles)
+autonuma_tuned_setting = _filter(sysctl_owners.tuned_setting)
+autonuma_tuned_conflict = _filter(sysctl_owners.tuned_conflict)
+
+# systemd-sysctl reads only *.conf files (sysctl.d(5)); the whole path must match.
+AUTONUMA_SYSCTL_FILE_PATTERN = r"/[^\x00-\x1f\x7f]*[^/\x00-\x1f\x7f]\.conf"
+
+
+def autonuma_input_problems(options, values, aliases=None):
+    """Every problem of the AutoNUMA inputs (argument spec, then the sysctl file name)."""
+    problems = role_inputs.input_problems(options, values, aliases)
+    named = set(p.split(":", 1)[0] for p in problems)
+    balancing = values.get("autonuma_numa_balancing")
+    if (
+        "autonuma_numa_balancing" not in named
+        and balancing is not None
+        and (isinstance(balancing, bool) or str(balancing).strip() not in ("0", "1"))
+    ):
+        problems.append(
+            "autonuma_numa_balancing: %s is invalid; allowed: 0 (AutoNUMA off), 1 (on), or null (leave it alone)%s"
+            % (
+                role_inputs.shown(balancing),
+                (
+                    " - YAML read an unquoted off/on/no/yes as a boolean; write 0 or 1"
+                    if isinstance(balancing, bool)
+                    else ""
+                ),
+            )
+        )
+    path = values.get("autonuma_sysctl_file")
+    if (
+        "autonuma_sysctl_file" not in named
+        and isinstance(path, str)
+        and not re.fullmatch(AUTONUMA_SYSCTL_FILE_PATTERN, path)
+    ):
+        problems.append(
+            "autonuma_sysctl_file: %s is invalid; allowed: an absolute path ending in .conf "
+            "(systemd-sysctl ignores other names)" % repr(path)
+        )
+    return problems
+
+
+# ================================================================ gpu_topology
+# Controller file names and persisted-topology reads (gpunuma.role_inputs).
+
+TOPOLOGY_SCHEMA = "gpunuma.topology/v1"
+
+gpu_topology_file_stem = _filter(role_inputs.host_file_stem)
+gpu_topology_file_stem.__doc__ = "The controller file name stem of inventory host ``host`` (role_inputs.host_file_stem)."
+
+
+def _gpu_topology_stem_problem(host):
+    """Why ``host`` cannot name a controller file, or None."""
+    try:
+        role_inputs.host_file_stem(host)
+    except GpunumaError as exc:
+        return str(exc)
+    return None
+
+
+def gpu_topology_controller_files(host, directory):
+    """``{stem, topology, pending, plan}``: the controller files of ``host`` in ``directory``."""
+    stem = gpu_topology_file_stem(host)
+    base = directory.rstrip("/") + "/" + stem
+    return {"stem": stem, "topology": base + ".json", "pending": base + ".pending.json", "plan": base + ".plan.json"}
+
+
+def gpu_topology_read_topology(content, path, where, encoding="base64"):
+    """A persisted topology (node: slurp content; controller: text) as ``{data, problem}``."""
+    return role_inputs.read_state_file(
+        content,
+        where,
+        TOPOLOGY_SCHEMA,
+        "It holds the hardware fingerprint later runs compare against. To recover, re-run with "
+        "-e gpu_topology_accept_changes=true to replace it with a fresh discovery (the damaged file is kept as "
+        "a backup, %s.<pid>.<time>~), or move it aside (mv %s %s.damaged) and run again." % (path, path, path),
+        encoding,
+    )
+
+
+def gpu_topology_input_problems(options, values, aliases=None, host=None):
+    """Every problem of the discovery inputs (argument spec, then the host's file name)."""
+    problems = role_inputs.input_problems(options, values, aliases)
+    if host is not None:
+        problem = _gpu_topology_stem_problem(host)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+# ================================================================ gpu_validate
+# Validation reports over gpunuma.h2d_report.
+
+
+@_filter
+def gpu_validate_policy(data, source="policy"):
+    return h2d_report.load_policy(data, source)
+
+
+@_filter
+def gpu_validate_report(probe, policy, hostname, profile=None, generated_at=None):
+    return h2d_report.build_report(probe, policy, hostname=hostname, profile=profile, generated_at=generated_at)
+
+
+@_filter
+def gpu_validate_table(reports):
+    return h2d_report.fleet_table([r for r in reports if isinstance(r, dict)])
+
+
+@_filter
+def gpu_validate_host_file(hostname):
+    return h2d_report.host_file_name(hostname)
+
+
+# ================================================================ gpunuma_state
+# Which profile a node runs: the decisions are gpunuma.state; these filters
+# hand it the profiles directory and the variables given on the command line.
+
+
+def _extra_vars():
+    """The -e variables of this run (they are indistinguishable from inventory variables in templates)."""
+    try:
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.utils.vars import load_extra_vars
+
+        return load_extra_vars(DataLoader()) or {}
+    except Exception:  # pragma: no cover - no CLI context (unit tests)
+        return {}
+
+
+def gpunuma_extra_var(name, default=None):
+    """The value of ``-e name=...`` on this run's command line, or ``default``."""
+    return _extra_vars().get(name, default)
+
+
+def gpunuma_rollback_target(read, rollback, requested, profiles_dir, inventory_profile, host):
+    """``{target, action, from}`` or ``{error}`` for a rollback of one node.
+
+    ``read``: the gpunuma_state module's ``gpunuma_state`` (mode read).
+    """
+    try:
+        profiles = load_profiles(profiles_dir)
+    except ProfileError as exc:
+        return {"error": "%s: the profiles in %s cannot be read: %s" % (host, profiles_dir, exc)}
+    if rollback in ("", None):
+        rollback = None
+    if isinstance(requested, str) and requested == "":
+        requested = None
+    try:
+        target, action = statelib.resolve_target(
+            read.get("current_profile"), read.get("state"), rollback, requested, profiles, inventory_profile, host
+        )
+    except statelib.StateError as exc:
+        return {"error": str(exc)}
+    return {"target": target, "action": action, "from": read.get("current_profile")}
+
+
+# ================================================================ memlock
+# The memlock limit as systemd writes it, and the ceiling PID 1 puts on it
+# (gpunuma.limits).
+
+memlock_systemd_value = _filter(limits.systemd_limit)
+memlock_ceiling = _filter(limits.memlock_ceiling)
+memlock_clamp = _filter(limits.memlock_clamp)
+memlock_clamp_message = _filter(limits.clamp_message)
+memlock_format_limit = _filter(limits.format_limit)
+memlock_aliases = role_inputs.aliases_of
+
+# User and group names as shadow-utils accepts them (a trailing $ marks Samba
+# machine accounts); anything else could break the limits.d line. Matched
+# against the whole name: "root\n" is not a name.
+MEMLOCK_NAME_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]*[$]?"
+# RLIM_INFINITY is 2^64-1; limits.conf counts KiB.
+_MAX_LIMIT = 2**64 - 1
+
+
+def memlock_limit_problem(value, variable="memlock_limit"):
+    """Why ``value`` is no memlock limit, naming ``variable`` and the allowed range; None when it is one.
+
+    Parsed by limits.parse_limit, the function that turns it into the
+    units' LimitMEMLOCK= and the limits.d value: one grammar for both.
+    """
+    try:
+        limit = limits.parse_limit(value, variable)
+    except GpunumaError as exc:
+        return str(exc)
+    if limit is None:
+        return None
+    if limit == 0 or limit >= _MAX_LIMIT:
+        return (
+            "%s: %s is %d bytes; allowed: unlimited, infinity, or a size from 1K to below 16E "
+            "(0 locks no memory at all: pinned CUDA and NCCL buffers fail)"
+            % (variable, role_inputs.shown(value), limit)
+        )
+    if limit % 1024:
+        return (
+            "%s: %s is %d bytes, not a whole number of KiB (limits.conf counts KiB); allowed: a multiple "
+            "of 1024 bytes, or a size such as 512M" % (variable, role_inputs.shown(value), limit)
+        )
+    return None
+
+
+def memlock_input_problems(options, values, aliases=None):
+    """Every problem of the memlock inputs (argument spec, then the size and the names)."""
+    problems = role_inputs.input_problems(options, values, aliases)
+    named = set(p.split(":", 1)[0] for p in problems)
+    if "memlock_limit" not in named:
+        problem = memlock_limit_problem(values.get("memlock_limit"))
+        if problem:
+            problems.append(problem)
+    wildcard = values.get("memlock_allow_wildcard")
+    wildcard = wildcard is True or str(wildcard).strip().lower() in ("y", "yes", "on", "1", "true", "t")
+    users = values.get("memlock_users")
+    if "memlock_users" not in named and isinstance(users, list):
+        if "*" in users and not wildcard:
+            problems.append(
+                "memlock_users: '*' would give every user on the node the limit; allowed: named users, or set "
+                "memlock_allow_wildcard: true to mean it"
+            )
+        problems += role_inputs.name_problems(
+            "memlock_users",
+            users,
+            MEMLOCK_NAME_PATTERN,
+            "letters, digits, '_', '.', '-' (groups go in memlock_groups, without '@')",
+            extra_ok=("*",),
+            noun="user names",
+        )
+    groups = values.get("memlock_groups")
+    if "memlock_groups" not in named:
+        problems += role_inputs.name_problems(
+            "memlock_groups",
+            groups,
+            MEMLOCK_NAME_PATTERN,
+            "letters, digits, '_', '.', '-', without a leading '@'",
+            noun="group names",
+        )
+    return problems
+
+
+# ================================================================ numa_binding
+# Render plan instances into systemd unit syntax. Templates only render the
+# plan: the argv quoting for ``ExecStart=`` is the planner's own
+# ``systemd_exec_line`` (imported, not copied), so a command is always passed
+# as argv and never read by a shell.
+
+PLAN_SCHEMA = "gpunuma.plan/v1"
+
+numa_binding_aliases = role_inputs.aliases_of
+numa_binding_profile_problem = profile_choice_problem
+numa_binding_exec_line = _filter(systemd_exec_line)
+numa_binding_exec_line.__doc__ = "``ExecStart=`` value running ``argv`` verbatim (plan.systemd_exec_line)."
+numa_binding_environment = _filter(systemd_environment_assignment)
+numa_binding_environment.__doc__ = "``Environment=`` word for one variable (plan.systemd_environment_assignment)."
+
+
+def numa_binding_missing_targets(plan, units, host):
+    """One message per drop-in instance whose unit the node cannot load.
+
+    ``units`` is gpunuma_node_info's ``units`` section ({unit: {LoadState: ...}}).
+    """
+    problems = []
+    for instance in (plan or {}).get("instances") or []:
+        if instance.get("mode") != "dropin":
+            continue
+        state = (units or {}).get(instance.get("unit")) or {"LoadState": "unknown"}
+        load = state.get("LoadState") or ""
+        if load == "loaded":
+            continue
+        why = ("is not installed" if load == "not-found"
+               else "systemd cannot load (%s)" % (load or state.get("error") or "no LoadState"))
+        problems.append("%s: gpunuma_instances entry '%s' binds unit %s, which %s on this node; allowed: an existing "
+                        "service unit, or leave out unit (and give command) for a gpunuma-<name>.service"
+                        % (host, instance.get("name"), instance.get("unit"), why))
+    return problems
+
+
+def numa_binding_exec_argv(instance, numactl_path):
+    """The argv a plan instance runs: numactl prefix (if any) + command.
+
+    The plan's ``exec_prefix`` names ``numactl`` by program name; the unit
+    gets the node's absolute path so it does not depend on systemd's
+    executable search path.
+    """
+    command = instance.get("command")
+    if not command:
+        raise AnsibleFilterError("instance %r has no command to run" % instance.get("name"))
+    prefix = list(instance.get("exec_prefix") or [])
+    if prefix and prefix[0] == "numactl":
+        prefix[0] = numactl_path
+    return prefix + list(command)
+
+
+def numa_binding_input_problems(options, values, aliases, profiles_dir):
+    """Every problem of the binding inputs, naming the variable the user set.
+
+    The argument spec's checks (role_inputs.input_problems), then the ones a
+    spec cannot express: the profile is a file of ``profiles_dir`` and
+    ``numa_binding_limit_memlock`` parses as the memlock role's sizes do.
+    """
+    problems = role_inputs.input_problems(options, values, aliases)
+    profile = values.get("numa_binding_profile")
+    variable = role_inputs.user_variable(
+        "numa_binding_profile", options.get("numa_binding_profile", {}), values, aliases
+    )
+    # The profile's own sentence (known names, the unquoted-off hint) replaces the spec's type sentence.
+    problems = [p for p in problems if not p.startswith(variable + ":")]
+    problem = profile_choice_problem(profile, profiles_dir, variable)
+    if problem:
+        problems.append(problem)
+    memlock = values.get("numa_binding_limit_memlock")
+    if memlock not in (None, role_inputs.UNDEFINED):
+        problem = numa_binding_limit_problem(memlock, "numa_binding_limit_memlock")
+        if problem and not any(p.startswith("numa_binding_limit_memlock:") for p in problems):
+            problems.append(problem)
+    return problems
+
+
+def numa_binding_limit_problem(value, variable):
+    """Why ``value`` is no RLIMIT_MEMLOCK value (limits.parse_limit, then the range); None when it is one."""
+    try:
+        limit = limits.parse_limit(value, variable)
+    except GpunumaError as exc:
+        return str(exc)
+    if limit is None:
+        return None
+    if limit < 1024 or limit >= 2**64 - 1:
+        return (
+            "%s: %s is %d bytes; allowed: unlimited, infinity, or from 1K (1024 bytes) to below 16E "
+            "(a limit of 0 locks no memory at all: pinned CUDA and NCCL buffers fail)"
+            % (variable, role_inputs.shown(value), limit)
+        )
+    return None
+
+
+def numa_binding_read_applied_plan(content, path, host):
+    """The node's applied plan (slurp content) as ``{data, problem}`` (role_inputs.read_state_file)."""
+    return role_inputs.read_state_file(
+        content,
+        "%s:%s" % (host, path),
+        PLAN_SCHEMA,
+        "It is read to leave running instances' own memory out of the free-memory check, and is rewritten "
+        "(with a backup) only after a successful apply. To recover, move it aside on the node "
+        "(mv %s %s.damaged) and run again; earlier plans are kept beside it as %s.<pid>.<time>~ backups."
+        % (path, path, path),
+    )
+
+
+# Filter name -> function; each name is the function's own name above.
+FILTERS = (
+    # fleet audit
+    "gpunuma_audit_line",
+    "gpunuma_audit_unreachable_line",
+    "gpunuma_audit_metrics",
+    # autonuma
+    "autonuma_input_problems",
+    "autonuma_sysctl_writers",
+    "autonuma_sysctl_conflicts",
+    "autonuma_tuned_active_profiles",
+    "autonuma_tuned_setting",
+    "autonuma_tuned_conflict",
+    # gpu_topology
+    "gpu_topology_file_stem",
+    "gpu_topology_controller_files",
+    "gpu_topology_read_topology",
+    "gpu_topology_input_problems",
+    # gpu_validate
+    "gpu_validate_policy",
+    "gpu_validate_report",
+    "gpu_validate_table",
+    "gpu_validate_host_file",
+    # gpunuma_state
+    "gpunuma_extra_var",
+    "gpunuma_rollback_target",
+    # memlock
+    "memlock_aliases",
+    "memlock_input_problems",
+    "memlock_systemd_value",
+    "memlock_ceiling",
+    "memlock_clamp",
+    "memlock_clamp_message",
+    "memlock_format_limit",
+    # numa_binding
+    "numa_binding_aliases",
+    "numa_binding_input_problems",
+    "numa_binding_profile_problem",
+    "numa_binding_read_applied_plan",
+    "numa_binding_exec_argv",
+    "numa_binding_exec_line",
+    "numa_binding_environment",
+    "numa_binding_missing_targets",
+)
+
+
+class FilterModule:
+    def filters(self):
+        return {name: globals()[name] for name in FILTERS}
