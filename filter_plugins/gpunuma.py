@@ -389,6 +389,36 @@ def numa_binding_missing_targets(plan, units, host):
     return problems
 
 
+def numa_binding_dropin_hazards(plan, inspected, host):
+    """One message per drop-in instance whose unit a drop-in cannot bind safely.
+
+    ``inspected`` is gpunuma_node_info's ``inspect`` section. A unit whose own
+    ExecStart= launches a container through a CLI (the drop-in would bind the
+    CLI, not the workload), unless the instance replaces the command; a unit
+    whose EnvironmentFile= sets CUDA_VISIBLE_DEVICES (EnvironmentFile= wins over
+    the drop-in's Environment=, systemd.exec(5)) for an instance with GPUs.
+    """
+    problems = []
+    for instance in (plan or {}).get("instances") or []:
+        if instance.get("mode") != "dropin":
+            continue
+        found = (inspected or {}).get(instance.get("unit")) or {}
+        where = "%s: gpunuma_instances entry '%s' binds unit %s" % (host, instance.get("name"), instance.get("unit"))
+        launchers = found.get("container_launchers") or []
+        if launchers and not instance.get("command"):
+            problems.append(
+                "%s, whose ExecStart= launches a container (%s): the binding would hold the CLI, not the workload. "
+                "Bind the container itself (its runtime's cpuset/NUMA options, or the kubelet role), give the instance "
+                "a command, or set numa_binding_allow_dropin_hazards: true" % (where, ", ".join(launchers)))
+        cuda = [line for line in found.get("cuda_visible_devices") or [] if not line.startswith("Environment=")]
+        if cuda and instance.get("gpus"):
+            problems.append(
+                "%s, whose EnvironmentFile= sets CUDA_VISIBLE_DEVICES (%s), which overrides the drop-in's GPUs %s. "
+                "Remove it from the file, or set numa_binding_allow_dropin_hazards: true"
+                % (where, "; ".join(cuda), ",".join(str(g) for g in instance.get("gpus"))))
+    return problems
+
+
 def numa_binding_exec_argv(instance, numactl_path):
     """The argv a plan instance runs: numactl prefix (if any) + command.
 
@@ -503,6 +533,7 @@ FILTERS = (
     "numa_binding_exec_line",
     "numa_binding_environment",
     "numa_binding_missing_targets",
+    "numa_binding_dropin_hazards",
 )
 
 

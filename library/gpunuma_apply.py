@@ -68,6 +68,11 @@ options:
       settle_seconds: {description: How long started units must stay up., type: int, default: 5}
       rollback_on_failure: {description: Restore the files of units that failed., type: bool, default: true}
       journal_lines: {description: Journal lines reported per failed unit., type: int, default: 20}
+      restart_batch:
+        description: Changed running units restart this many at a time, each batch settled before the next; a
+          failed batch stops the rest (their new files are put back).
+        type: int
+        default: 1
   after_success:
     description: Files (as O(files), without validate) written only when every unit settled.
     type: list
@@ -248,6 +253,7 @@ def main():
                 settle_seconds=dict(type="int", default=5),
                 rollback_on_failure=dict(type="bool", default=True),
                 journal_lines=dict(type="int", default=20),
+                restart_batch=dict(type="int", default=1),
             )),
             after_success=dict(type="list", elements="dict", default=[], options=dict(
                 (k, v) for k, v in file_options.items() if k != "validate")),

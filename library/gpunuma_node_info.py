@@ -24,6 +24,13 @@ options:
     description: Units whose LoadState, ActiveState, UnitFileState and MainPID are read with one systemctl call.
     type: list
     elements: str
+  inspect_units:
+    description:
+      - Units that drop-ins would bind; returns C(inspect.<unit>) with C(container_launchers) (a C(docker run),
+        C(podman run), C(nerdctl run)... in its ExecStart=, whose binding would apply to the CLI, not the workload)
+        and C(cuda_visible_devices) (lines of its EnvironmentFile= or Environment= that set CUDA_VISIBLE_DEVICES).
+    type: list
+    elements: str
   commands:
     description: Read-only probes to run, as a mapping of a name to an argv; returns rc (null when the program is
       missing), stdout, stderr.
@@ -70,6 +77,7 @@ def main():
             files=dict(type="dict"),
             paths=dict(type="list", elements="str"),
             units=dict(type="list", elements="str"),
+            inspect_units=dict(type="list", elements="str"),
             commands=dict(type="dict"),
             pid1_proc_dir=dict(type="str"),
             autonuma=dict(type="dict", options=dict(
@@ -95,7 +103,7 @@ def main():
         return rc, out, err
 
     result = probe(runner, files=p["files"], paths=p["paths"], units=p["units"], commands=p["commands"],
-                   pid1_proc_dir=p["pid1_proc_dir"], autonuma=p["autonuma"])
+                   pid1_proc_dir=p["pid1_proc_dir"], autonuma=p["autonuma"], inspect=p["inspect_units"])
     module.exit_json(changed=False, gpunuma_node=result)
 
 

@@ -304,46 +304,57 @@ class Apply:
                 to_restart.append(d["unit"])  # a drop-in's target: restarted only when running
         for unit in unbound:
             to_restart.append(unit)
-        touched = []
-        refused = {}
+        restart = []
         for unit in dict.fromkeys(to_restart):
             if unit not in services:
                 state = _show(self.runner, unit, ["ActiveState"]).get("ActiveState", "")
                 if state not in ACTIVE_STATES:
                     continue
-            touched.append(unit)
-            self.result["restarted"].append(unit)
-            self.result["changed"] = True
-            if not self.check_mode:
-                rc, msg = self._systemctl("restart", "--", unit)
-                if rc != 0:
-                    refused[unit] = msg
+            restart.append(unit)
+        self.result["restarted"] = list(restart)
+        start = []
         for unit in services:
             props = _show(self.runner, unit, ["ActiveState", "UnitFileState"])
             if props.get("UnitFileState") not in ("enabled", "enabled-runtime", "static", "alias"):
                 self.result["enabled"].append(unit)
-                self.result["changed"] = True
                 if not self.check_mode:
                     self._systemctl("enable", "--", unit)
-            if unit not in touched and props.get("ActiveState") not in ACTIVE_STATES:
-                touched.append(unit)
-                self.result["started"].append(unit)
-                self.result["changed"] = True
-                if not self.check_mode:
-                    rc, msg = self._systemctl("start", "--", unit)
-                    if rc != 0:
-                        refused[unit] = msg
+            if unit not in restart and props.get("ActiveState") not in ACTIVE_STATES:
+                start.append(unit)
+        self.result["started"] = list(start)
+        if restart or start or self.result["enabled"]:
+            self.result["changed"] = True
         if self.check_mode:
             return True
-        if not touched:
-            return True
-        invocations = {u: _show(self.runner, u, ["InvocationID"]).get("InvocationID", "") for u in touched}
+        # Rolling: changed running instances restart a batch at a time, each
+        # batch settled before the next; a failed batch stops the rest, whose
+        # new files are put back (they never ran).
+        size = max(1, int(units.get("restart_batch") or 1))
+        batches = [restart[i:i + size] for i in range(0, len(restart), size)]
+        if start:
+            batches.append(start)
+        for index, batch in enumerate(batches):
+            verb = "start" if (start and index == len(batches) - 1) else "restart"
+            failed, states = self._settle(batch, verb, units)
+            if failed:
+                pending = [u for later in batches[index + 1:] for u in later if u in restart]
+                self._rollback(decisions, failed, states, units, pending)
+                return False
+        return True
+
+    def _settle(self, batch, verb, units):
+        """(Re)start batch, wait settle_seconds, and return (failed units, their states)."""
+        refused = {}
+        for unit in batch:
+            rc, msg = self._systemctl(verb, "--", unit)
+            if rc != 0:
+                refused[unit] = msg
+        invocations = {u: _show(self.runner, u, ["InvocationID"]).get("InvocationID", "") for u in batch}
         settle = int(units.get("settle_seconds", 5))
         if settle > 0:
             self.sleep(settle)
-        failed = []
-        states = {}
-        for unit in touched:
+        failed, states = [], {}
+        for unit in batch:
             props = _show(self.runner, unit, ["ActiveState", "SubState", "Result", "InvocationID", "NRestarts"])
             states[unit] = props
             if unit in refused:
@@ -351,18 +362,16 @@ class Apply:
             if unit in refused or props.get("ActiveState") != "active" \
                     or props.get("InvocationID", "") != invocations[unit]:
                 failed.append(unit)
-        if not failed:
-            return True
-        self._rollback(decisions, failed, states, units)
-        return False
+        return failed, states
 
-    def _rollback(self, decisions, failed, states, units):
+    def _rollback(self, decisions, failed, states, units, pending=()):
         self.result["failed_units"] = failed
+        self.result["not_restarted"] = list(pending)
         rollback = units.get("rollback_on_failure", True)
         rolled = []
         if rollback:
             for d in decisions:
-                if not (d["content_changed"] and d["unit"] in failed):
+                if not (d["content_changed"] and (d["unit"] in failed or d["unit"] in pending)):
                     continue
                 backup = d["record"].get("backup")
                 if d["existed"] and backup:
@@ -378,6 +387,8 @@ class Apply:
             if rolled:
                 self._systemctl("daemon-reload")
                 for d in rolled:
+                    if d["unit"] in pending:
+                        continue  # never restarted: it still runs its previous file
                     if d["existed"] or d["unit"] not in (units.get("services") or []):
                         self._systemctl("restart", "--", d["unit"])
         self.result["rolled_back"] = sorted(set(d["unit"] for d in rolled))
@@ -387,6 +398,9 @@ class Apply:
                          + ", ".join(self.result["rolled_back"]))
         elif not rollback:
             lines.append("not rolled back (numa_binding_rollback_on_failure is false)")
+        if pending:
+            lines.append("not restarted (the rolling restart stopped at the failure; their previous files are %s): %s"
+                         % ("back" if rollback else "NOT back", ", ".join(pending)))
         for unit in failed:
             props = states.get(unit, {})
             lines.append("%s: ActiveState=%s SubState=%s Result=%s NRestarts=%s%s" % (

@@ -150,8 +150,74 @@ def pid1_texts(proc_dir):
     return texts
 
 
-def probe(runner, files=None, paths=None, units=None, commands=None, pid1_proc_dir=None, autonuma=None):
+CONTAINER_LAUNCHERS = ("docker", "podman", "nerdctl", "ctr", "crictl")
+_ENV_LINE = re.compile(r"^\s*(?:export\s+)?CUDA_VISIBLE_DEVICES\s*=\s*(.*?)\s*$")
+
+
+def _argv_words(exec_start):
+    """The argv[] of each command in a ``systemctl show -p ExecStart`` value."""
+    commands = []
+    for match in re.finditer(r"argv\[\]=(.*?) ;", exec_start or ""):
+        commands.append(match.group(1).split())
+    return commands
+
+
+def launches_container(argv):
+    """'docker run' etc. when argv starts a container through an engine's CLI, else None."""
+    words = [os.path.basename(w) for w in argv[:6]]
+    for index, word in enumerate(words):
+        if word in CONTAINER_LAUNCHERS:
+            rest = words[index + 1:]
+            for verb in ("run", "start", "create"):
+                if verb in rest[:3]:
+                    return "%s %s" % (word, verb)
+            if word in ("podman", "docker") and rest[:2] == ["compose", "up"]:
+                return "%s compose up" % word
+    return None
+
+
+def inspect_units(runner, units):
+    """For units that drop-ins would bind: what their ExecStart= launches and
+    whether an EnvironmentFile= sets CUDA_VISIBLE_DEVICES behind the drop-in."""
+    units = [u for u in dict.fromkeys(units or [])]
+    if not units:
+        return {}
+    rc, out, err = runner(["systemctl", "show", "--property=ExecStart,EnvironmentFiles,Environment", "--"] + units)
+    blocks = re.split(r"\n\s*\n", (out or "").strip("\n")) if (out or "").strip() else []
+    result = {}
+    for unit, block in zip(units, blocks):
+        exec_start, env_files, env = "", [], ""
+        for line in block.splitlines():
+            key, _, value = line.partition("=")
+            if key == "ExecStart":
+                exec_start += value
+            elif key == "EnvironmentFiles" and value:
+                env_files.append(value.split(" (")[0])
+            elif key == "Environment":
+                env = value
+        launchers = [l for l in (launches_container(argv) for argv in _argv_words(exec_start)) if l]
+        cuda = []
+        for path in env_files:
+            path = path.lstrip("-")
+            try:
+                data = read_bounded(path, limit=MAX_CONFIG_FILE, follow_symlinks=True, what="an EnvironmentFile")
+            except OSError:
+                continue
+            for line in data.decode("utf-8", "replace").splitlines():
+                match = _ENV_LINE.match(line)
+                if match:
+                    cuda.append("%s: CUDA_VISIBLE_DEVICES=%s" % (path, match.group(1)))
+        if re.search(r"(^|\s)CUDA_VISIBLE_DEVICES=", env or ""):
+            cuda.append("Environment=: " + " ".join(w for w in env.split() if w.startswith("CUDA_VISIBLE_DEVICES=")))
+        result[unit] = {"container_launchers": launchers, "cuda_visible_devices": cuda}
+    return result
+
+
+def probe(runner, files=None, paths=None, units=None, commands=None, pid1_proc_dir=None, autonuma=None,
+          inspect=None):
     out = {}
+    if inspect:
+        out["inspect"] = inspect_units(runner, inspect)
     if files:
         out["files"] = {name: read_file(path) for name, path in files.items()}
     if paths:

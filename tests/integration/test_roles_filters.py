@@ -213,3 +213,35 @@ def test_environment_keeps_dollar_and_escapes_specifiers():
 
 def test_environment_control_characters_are_c_escaped():
     assert plugin.numa_binding_environment("A", "l1\nl2\t\x01") == '"A=l1\\nl2\\t\\x01"'
+
+
+# ------------------------------------------------------------ drop-in hazards
+
+def _dropin_plan(**instance):
+    base = {"name": "vendor", "mode": "dropin", "unit": "vendor.service", "gpus": [0], "command": None}
+    base.update(instance)
+    return {"instances": [base, {"name": "own", "mode": "service", "unit": "gpunuma-own.service", "gpus": [1]}]}
+
+
+def test_dropin_hazard_container_launcher_is_refused_unless_the_instance_replaces_the_command():
+    inspected = {"vendor.service": {"container_launchers": ["docker run"], "cuda_visible_devices": []}}
+    problems = plugin.numa_binding_dropin_hazards(_dropin_plan(), inspected, "h1")
+    assert len(problems) == 1
+    assert "h1: gpunuma_instances entry 'vendor' binds unit vendor.service, whose ExecStart= launches a container " \
+           "(docker run)" in problems[0]
+    assert "numa_binding_allow_dropin_hazards: true" in problems[0]
+    assert plugin.numa_binding_dropin_hazards(_dropin_plan(command=["/srv/run"]), inspected, "h1") == []
+
+
+def test_dropin_hazard_environment_file_cuda_visible_devices():
+    inspected = {"vendor.service": {"container_launchers": [],
+                                    "cuda_visible_devices": ["/etc/default/vendor: CUDA_VISIBLE_DEVICES=3",
+                                                             "Environment=: CUDA_VISIBLE_DEVICES=0"]}}
+    problems = plugin.numa_binding_dropin_hazards(_dropin_plan(), inspected, "h1")
+    assert len(problems) == 1
+    assert "EnvironmentFile= sets CUDA_VISIBLE_DEVICES (/etc/default/vendor: CUDA_VISIBLE_DEVICES=3)" in problems[0]
+    assert "GPUs 0" in problems[0]
+    # The unit's own Environment= is overridden by the drop-in's: not a hazard. CPU-only instances neither.
+    only_env = {"vendor.service": {"container_launchers": [], "cuda_visible_devices": ["Environment=: CUDA_VISIBLE_DEVICES=0"]}}
+    assert plugin.numa_binding_dropin_hazards(_dropin_plan(), only_env, "h1") == []
+    assert plugin.numa_binding_dropin_hazards(_dropin_plan(gpus=[]), inspected, "h1") == []

@@ -155,3 +155,29 @@ def test_refused_set_mempolicy_fails_with_the_fix_or_falls_back(tmp_path):
         assert node.sh("systemctl is-active gpunuma-steady.service").strip() == "active"
     finally:
         node.remove()
+
+
+def test_dropin_on_a_unit_that_launches_a_container_is_refused(node, tmp_path):
+    node.sh("printf '[Service]\\nExecStart=/usr/bin/docker run --rm example/vllm\\n' > %s/vendor.service"
+            " && systemctl daemon-reload" % UNIT_DIR)
+    vendor = {"name": "vendor", "unit": "vendor.service", "numa_node": 0, "share_cpus": True, "memory": "64M"}
+    refused = apply(node, tmp_path, [vendor])
+    assert refused.returncode != 0
+    assert "binds unit vendor.service, whose ExecStart= launches a container (docker run)" in refused.stdout
+    assert node.sh("ls %s/vendor.service.d/ 2>/dev/null || true" % UNIT_DIR).strip() == ""
+    allowed = apply(node, tmp_path, [vendor], numa_binding_allow_dropin_hazards=True)
+    assert allowed.returncode == 0, allowed.stdout[-4000:]
+    assert "CPUAffinity=" in node.sh("cat %s/vendor.service.d/50-gpunuma.conf" % UNIT_DIR) or \
+        "numactl" in node.sh("cat %s/vendor.service.d/50-gpunuma.conf" % UNIT_DIR)
+
+
+def test_instance_unit_has_a_reachable_start_limit(node, tmp_path):
+    proc = apply(node, tmp_path, [SLEEPER])
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    shown = node.sh("systemctl show --property=StartLimitIntervalUSec,StartLimitBurst,RestartUSec "
+                    "gpunuma-steady.service")
+    values = dict(line.split("=", 1) for line in shown.split())
+    assert values["StartLimitBurst"] == "5"
+    assert values["StartLimitIntervalUSec"] == "10min"
+    # Five restarts 5 s apart fit in the interval: the limit is reachable.
+    assert values["RestartUSec"] == "5s"

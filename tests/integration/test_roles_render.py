@@ -44,6 +44,11 @@ RENDER_PLAYBOOK = """
     numa_binding_limit_memlock: "4194304"
     numa_binding_restart_policy: on-failure
     numa_binding_plan_path: /etc/gpunuma/plan.json
+    numa_binding_start_limit_interval_sec: 600
+    numa_binding_start_limit_burst: 5
+    # What the role derives from the node: a cgroup v2 cpuset (fences on) and nvidia-persistenced.
+    __numa_binding_fence_on: true
+    __numa_binding_gpu_deps: [nvidia-persistenced.service]
     ansible_managed: Managed by gpunuma; local edits are overwritten
   tasks:
     - gpu_binding_plan:
@@ -177,6 +182,29 @@ def test_exec_start_runs_numactl_then_the_command_verbatim(rendered, name):
     (exec_start,) = [v for k, v in directives(text) if k == "ExecStart"]
     assert parse_exec_start(exec_start) == [NUMACTL] + instance["numactl_args"] + instance["command"]
     assert instance["command"] == next(i["command"] for i in INSTANCES if i["name"] == name)
+
+
+def _by_key(text):
+    values = {}
+    for key, value in directives(text):
+        values.setdefault(key, []).append(value)
+    return values
+
+
+def test_fences_start_limit_and_gpu_ordering(rendered):
+    text, instance = _unit_text(rendered, "llm0")
+    values = _by_key(text)
+    assert values["AllowedCPUs"] == [instance["cpus"]]
+    assert instance["mem_policy"] == "bind"
+    assert values["AllowedMemoryNodes"] == [",".join(str(n) for n in instance["mem_nodes"])]
+    assert values["StartLimitBurst"] == ["5"] and values["StartLimitIntervalSec"] == ["600"]
+    assert "nvidia-persistenced.service" in values["After"] and "nvidia-persistenced.service" in values["Wants"]
+    dropin, vendor = _unit_text(rendered, "vendor")
+    dvalues = _by_key(dropin)
+    assert dvalues["AllowedCPUs"] == [vendor["cpus"]]
+    assert dvalues["After"] == ["nvidia-persistenced.service"]
+    # A drop-in leaves the vendor unit's own LimitMEMLOCK= alone unless the instance sets one.
+    assert "LimitMEMLOCK" not in dvalues
 
 
 def test_environment_reaches_the_program_verbatim(rendered):

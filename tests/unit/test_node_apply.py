@@ -134,6 +134,7 @@ class FakeSystemd:
 
     def sleep(self, seconds):
         self.sleeps.append(seconds)
+        self.calls.append(["sleep"])
         for unit, props in self.on_settle.items():
             self.state(unit).update(props)
 
@@ -536,7 +537,7 @@ def test_failed_existing_unit_is_restored_from_backup(node):
     result = apply_run(fake, [
         node.entry("gpunuma-llm0.service", new, unit="gpunuma-llm0.service"),
         node.entry("gpunuma-llm1.service", unit_text("llm1", "/usr/bin/new1"), unit="gpunuma-llm1.service"),
-    ], units=dict(UNITS, services=["gpunuma-llm0.service", "gpunuma-llm1.service"]),
+    ], units=dict(UNITS, services=["gpunuma-llm0.service", "gpunuma-llm1.service"], restart_batch=2),
         after_success=node.after_success())
 
     assert result["failed"] is True
@@ -747,3 +748,43 @@ def test_failed_existing_unit_without_backup_gets_its_previous_bytes_back(node):
     assert fake.verb("disable") == []
     assert fake.verb("restart") == ["gpunuma-llm0.service", "gpunuma-llm0.service"]
     assert node.leftovers() == []
+
+
+def test_rolling_restart_stops_at_the_first_failed_batch(node):
+    """Batches of one: llm0 fails, so llm1 is never restarted and gets its old file back."""
+    old0, old1 = unit_text("llm0", "/usr/bin/old"), unit_text("llm1", "/usr/bin/old1")
+    llm0 = node.put("gpunuma-llm0.service", old0)
+    llm1 = node.put("gpunuma-llm1.service", old1)
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a"), "gpunuma-llm1.service": running("b")},
+                       on_settle={"gpunuma-llm0.service": {"ActiveState": "failed", "SubState": "failed",
+                                                          "Result": "exit-code", "NRestarts": "1"}})
+    result = apply_run(fake, [
+        node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/broken"), unit="gpunuma-llm0.service"),
+        node.entry("gpunuma-llm1.service", unit_text("llm1", "/usr/bin/new1"), unit="gpunuma-llm1.service"),
+    ], units=dict(UNITS, services=["gpunuma-llm0.service", "gpunuma-llm1.service"], restart_batch=1),
+        after_success=node.after_success())
+
+    assert result["failed"] is True
+    assert result["failed_units"] == ["gpunuma-llm0.service"]
+    assert result["not_restarted"] == ["gpunuma-llm1.service"]
+    assert llm0.read_text() == old0 and llm1.read_text() == old1
+    # llm1 was never restarted: not in the batch, and not after the rollback either.
+    assert "gpunuma-llm1.service" not in fake.verb("restart")
+    assert "not restarted (the rolling restart stopped at the failure" in result["msg"]
+    assert not node.plan_path.exists()
+
+
+def test_rolling_restart_settles_each_batch_before_the_next(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    node.put("gpunuma-llm1.service", unit_text("llm1", "/usr/bin/old1"))
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a"), "gpunuma-llm1.service": running("b")})
+    result = apply_run(fake, [
+        node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"), unit="gpunuma-llm0.service"),
+        node.entry("gpunuma-llm1.service", unit_text("llm1", "/usr/bin/new1"), unit="gpunuma-llm1.service"),
+    ], units=dict(UNITS, services=["gpunuma-llm0.service", "gpunuma-llm1.service"], restart_batch=1))
+    assert not result.get("failed")
+    assert result["restarted"] == ["gpunuma-llm0.service", "gpunuma-llm1.service"]
+    # One settle wait per batch, and the second restart only after the first wait.
+    assert len(fake.sleeps) == 2
+    order = [c[-1] for c in fake.calls if c[:2] == ["systemctl", "restart"] or c == ["sleep"]]
+    assert order == ["gpunuma-llm0.service", "sleep", "gpunuma-llm1.service", "sleep"]

@@ -6,6 +6,7 @@ import signal
 
 import pytest
 
+from ansible.module_utils.gpunuma import node_probe
 from ansible.module_utils.gpunuma.node_probe import (
     autonuma_probe,
     pid1_texts,
@@ -320,3 +321,40 @@ def test_probe_returns_only_the_sections_asked_for(tmp_path, autonuma_tree):
     _, spec = autonuma_tree
     result = probe(_runner(1, 1), autonuma=spec)
     assert list(result) == ["autonuma"] and result["autonuma"]["live_value"] == "1"
+
+
+# ------------------------------------------------------------------ drop-in targets
+
+@pytest.mark.parametrize("argv,expected", [
+    (["/usr/bin/docker", "run", "--rm", "img"], "docker run"),
+    (["/usr/bin/podman", "run", "img"], "podman run"),
+    (["/usr/local/bin/nerdctl", "--namespace", "k8s.io", "run", "img"], "nerdctl run"),
+    (["/usr/bin/docker", "compose", "up"], "docker compose up"),
+    (["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server"], None),
+    (["/usr/bin/dockerd", "-H", "fd://"], None),
+])
+def test_launches_container(argv, expected):
+    assert node_probe.launches_container(argv) == expected
+
+
+def test_inspect_units_finds_container_launchers_and_cuda_env(tmp_path):
+    env = tmp_path / "vendor.env"
+    env.write_text("# comment\nexport CUDA_VISIBLE_DEVICES=3\nOTHER=1\n")
+    show = ("ExecStart={ path=/usr/bin/docker ; argv[]=/usr/bin/docker run --gpus all img ; ignore_errors=no ; "
+            "start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\n"
+            "EnvironmentFiles=%s (ignore_errors=no)\nEnvironment=\n\n"
+            "ExecStart={ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 serve.py ; ignore_errors=no }\n"
+            "EnvironmentFiles=\nEnvironment=CUDA_VISIBLE_DEVICES=0 FOO=1\n" % env)
+    calls = []
+
+    def runner(argv):
+        calls.append(argv)
+        return 0, show, ""
+
+    found = node_probe.inspect_units(runner, ["vendor.service", "plain.service"])
+    assert calls == [["systemctl", "show", "--property=ExecStart,EnvironmentFiles,Environment", "--",
+                      "vendor.service", "plain.service"]]
+    assert found["vendor.service"] == {"container_launchers": ["docker run"],
+                                       "cuda_visible_devices": ["%s: CUDA_VISIBLE_DEVICES=3" % env]}
+    assert found["plain.service"]["container_launchers"] == []
+    assert found["plain.service"]["cuda_visible_devices"] == ["Environment=: CUDA_VISIBLE_DEVICES=0"]
