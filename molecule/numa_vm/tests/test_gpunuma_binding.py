@@ -7,10 +7,11 @@ the guest's own sysfs; the planner must have bound both instances to node
 where their pages really are, the locked-memory limit. kernel.numa_balancing
 must be off although the kernel booted with it on.
 
-What gpunuma guarantees for memory is the memory *policy* (numactl
---membind / --preferred, or systemd NUMAPolicy=/NUMAMask=), not a cpuset:
-Mems_allowed_list stays at every node, and the policy decides where pages
-come from. test_memory_binding_is_a_policy_not_a_cpuset pins that down.
+Each instance is also fenced by its cgroup (AllowedCPUs=, and
+AllowedMemoryNodes= for the bind policy): a process inside cannot widen its
+CPU affinity past the fence, and a bind instance's Mems_allowed_list is its
+node. A preferred instance keeps every node allowed: its policy prefers node
+1 and may spill, by design.
 
 test_reboot.py runs after this file and reboots the guest.
 """
@@ -136,10 +137,41 @@ def test_instance(host, name, check):
     check(host, name)
 
 
+# -- the cgroup fences (numa_binding_fence: auto; the guest has cgroup v2 with cpuset)
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_memory_binding_is_a_policy_not_a_cpuset(host, name):
+def test_instance_unit_is_fenced(host, name):
+    """AllowedCPUs= on every bound instance; AllowedMemoryNodes= only where the
+    policy is bind (a preferred instance may still spill, by design)."""
+    unit = f"gpunuma-{name}.service"
+    shown = host.check_output(f"systemctl show --property=AllowedCPUs,AllowedMemoryNodes -- {unit}")
+    values = dict(line.split("=", 1) for line in shown.splitlines())
+    cpus = probe.node_cpulist(host, probe.NODE)
+    assert values["AllowedCPUs"] == cpus
     pid = probe.main_pid(host, name)
-    assert probe.status_field(host, pid, "Mems_allowed_list") == "0-1"
+    if probe.INSTANCES[name]["policy"] == "bind":
+        assert values["AllowedMemoryNodes"] == str(probe.NODE)
+        assert probe.status_field(host, pid, "Mems_allowed_list") == str(probe.NODE)
+    else:
+        assert values["AllowedMemoryNodes"] == ""
+        assert probe.status_field(host, pid, "Mems_allowed_list") == "0-1"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_process_cannot_widen_itself_past_the_fence(host, name):
+    """sched_setaffinity from inside (taskset here, an engine's own numactl in
+    production) is clamped to the fence: asking for every CPU leaves it on node
+    1's, and asking for node 0's alone is refused."""
+    pid = probe.main_pid(host, name)
+    cpus = probe.node_cpulist(host, probe.NODE)
+    every = probe.read(host, "/sys/devices/system/cpu/online").strip()
+    host.run(f"taskset -a -p -c {every} {pid}")
+    assert probe.status_field(host, pid, "Cpus_allowed_list") == cpus
+    other = probe.node_cpulist(host, 1 - probe.NODE)
+    refused = host.run(f"taskset -a -p -c {other} {pid}")
+    assert refused.rc != 0, refused.stdout + refused.stderr
+    assert probe.status_field(host, pid, "Cpus_allowed_list") == cpus
 
 
 # -- AutoNUMA -----------------------------------------------------------------

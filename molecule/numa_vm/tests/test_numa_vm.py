@@ -10,6 +10,8 @@ import json
 
 import pytest
 
+import gpunuma_probe as probe
+
 NODE_CPUS = {0: "0-1", 1: "2-3"}
 NIC_NODE = 1
 
@@ -107,6 +109,16 @@ def test_systemd_cpuset_confines_cpus_and_memory(host, node, cpus):
     )
     assert _status_field(status_text, "Cpus_allowed_list") == cpus
     assert _status_field(status_text, "Mems_allowed_list") == str(node)
+
+
+@pytest.mark.parametrize("name", sorted(probe.INSTANCES))
+def test_fenced_instances_keep_their_cpus_after_a_cpuset_change(host, name):
+    """The trap above (a unit started with AllowedCPUs= resets the affinity of
+    running tasks to their cgroup's CPUs) is harmless to a fenced instance: its
+    cgroup's CPUs are its binding."""
+    host.check_output("systemd-run --quiet --wait --pipe -p AllowedCPUs=0 true")
+    pid = probe.main_pid(host, name)
+    assert probe.status_field(host, pid, "Cpus_allowed_list") == probe.node_cpulist(host, probe.NODE)
 
 
 def test_unbound_process_sees_both_nodes(host):
