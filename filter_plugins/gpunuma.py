@@ -28,7 +28,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
-from ansible.module_utils.gpunuma import h2d_report, limits, role_inputs, sysctl_owners  # noqa: E402
+from ansible.module_utils.gpunuma import audit, h2d_report, limits, role_inputs, sysctl_owners  # noqa: E402
 from ansible.module_utils.gpunuma import state as statelib  # noqa: E402
 from ansible.module_utils.gpunuma.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.plan import systemd_environment_assignment, systemd_exec_line  # noqa: E402
@@ -63,6 +63,12 @@ def gpunuma_audit_line(report):
               if r.get("status") == "fail" and r.get("severity") == "error"]
     what = ", ".join(x for x in [what] + failed if x)
     return "%-24s %-12s %s" % (report.get("hostname"), report.get("status"), what or "-")
+
+
+def gpunuma_audit_kubelet(plan_result, profile=None, problem=None):
+    """audit.kubelet_findings from a kubelet_topology plan result (or the problem that stopped it)."""
+    plan_result = plan_result or {}
+    return audit.kubelet_findings(plan_result.get("changes"), plan_result.get("remove_checkpoints"), problem, profile)
 
 
 def gpunuma_audit_unreachable_line(host):
@@ -494,6 +500,7 @@ def numa_binding_read_applied_plan(content, path, host):
 FILTERS = (
     # fleet audit
     "gpunuma_audit_line",
+    "gpunuma_audit_kubelet",
     "gpunuma_audit_unreachable_line",
     "gpunuma_audit_metrics",
     # autonuma

@@ -35,6 +35,9 @@ FINDING_IDS = (
     "numa-balancing-live",
     "numa-balancing-file",
     "profile-state",
+    "kubelet-setting",
+    "kubelet-checkpoint",
+    "kubelet-unreadable",
 )
 
 _POLICY_WORDS = {"bind": "bind", "prefer": "preferred", "interleave": "interleave", "default": "default",
@@ -236,6 +239,31 @@ def audit_instance(item, unit, proc, min_local_share):
             findings.append(Finding("memlock", "error", "%s: PID %s runs with memlock %s, its unit sets LimitMEMLOCK=%s"
                                     % (name, unit.get("pid"), got, live["unit_memlock"]), name, want, got))
     return findings, live
+
+
+def kubelet_findings(changes, remove_checkpoints=(), problem=None, profile=None):
+    """Findings for a kubelet node: each owned setting whose live value is not
+    what the node's profile asks for (the kubelet plan's ``changes``), each
+    checkpoint the kubelet would refuse to restore, or the reason the kubelet
+    settings could not be read or planned."""
+    if problem:
+        return [Finding("kubelet-unreadable", "error", "kubelet settings cannot be checked: %s" % problem)]
+    findings = []
+    for change in changes or []:
+        findings.append(Finding(
+            "kubelet-setting", "error",
+            "kubelet %s is %s, profile %s asks for %s" % (change.get("key"), _shown(change.get("old")), profile,
+                                                           _shown(change.get("new"))),
+            None, change.get("new"), change.get("old")))
+    for path in remove_checkpoints or []:
+        findings.append(Finding("kubelet-checkpoint", "warning",
+                                "kubelet checkpoint %s does not match the configured policy: the kubelet would refuse "
+                                "to start until it is removed" % path, None, None, path))
+    return findings
+
+
+def _shown(value):
+    return "absent" if value is None else repr(value)
 
 
 def status_of(findings):

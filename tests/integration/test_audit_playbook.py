@@ -38,3 +38,39 @@ def test_fleet_table_reports_and_exit_status(tmp_path):
     text = metrics.read_text()
     assert 'gpunuma_audit_compliant{host="localhost"} 0' in text and 'gpunuma_audit_unreachable{host="ghost"} 1' in text
     assert not (tmp_path / "plan.json").exists() and not (tmp_path / "sysctl.conf").exists()
+
+
+def test_kubelet_settings_are_audited(tmp_path):
+    """A kubelet node whose config does not match its profile's preset drifts, naming each setting."""
+    import shutil
+
+    from conftest import FIXTURES
+
+    topology = tmp_path / "topology.json"
+    shutil.copy(os.path.join(FIXTURES, "topologies", "hgx-h200-8gpu-2socket-ht.json"), topology)
+    config = tmp_path / "config.yaml"
+    config.write_text(open(os.path.join(FIXTURES, "kubelet", "kubeadm-config.yaml"), encoding="utf-8").read())
+    state = tmp_path / "state"
+    state.mkdir()
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                      "gpunuma_kubelet": True, "kubelet_topology_config_path": str(config),
+                      "kubelet_topology_state_dir": str(state), "kubelet_topology_kubelet_version": "1.31",
+                      "gpu_topology_node_path": str(topology),
+                      # The fixture is another machine's topology: not re-discovered here.
+                      "gpu_topology_nvml_dump": "/nonexistent"}}}}))
+    reports = tmp_path / "reports"
+    before = config.read_text()
+    proc = run_playbook("playbooks/audit.yml", str(inventory),
+                        {"gpunuma_audit_dir": str(reports), "numa_binding_plan_path": str(tmp_path / "plan.json"),
+                         "autonuma_sysctl_file": str(tmp_path / "sysctl.conf")}, check=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    report = json.loads((reports / "localhost.json").read_text())
+    kubelet = {f["message"].split()[1]: f for f in report["findings"] if f["id"] == "kubelet-setting"}
+    assert kubelet["cpuManagerPolicy"]["expected"] == "static", report["findings"]
+    assert kubelet["topologyManagerPolicy"]["expected"] == "single-numa-node"
+    assert "profile strict asks for" in kubelet["cpuManagerPolicy"]["message"]
+    assert report["status"] == "drifted"
+    assert config.read_text() == before

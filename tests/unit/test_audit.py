@@ -107,3 +107,23 @@ def test_status_and_fleet_lines():
     assert 'gpunuma_audit_compliant{host="gpu-a01"} 0' in metrics
     assert 'gpunuma_audit_unreachable{host="gpu-b"} 1' in metrics
     assert 'gpunuma_audit_findings{host="gpu-a01",id="cpu-affinity",severity="error"} 1' in metrics
+
+
+def test_kubelet_findings_name_each_setting_and_checkpoint():
+    findings = audit.kubelet_findings(
+        [{"key": "cpuManagerPolicy", "old": "none", "new": "static"},
+         {"key": "reservedSystemCPUs", "old": None, "new": "0-1"}],
+        ["/var/lib/kubelet/cpu_manager_state"], profile="strict")
+    assert [(f["id"], f["severity"]) for f in findings] == [
+        ("kubelet-setting", "error"), ("kubelet-setting", "error"), ("kubelet-checkpoint", "warning")]
+    assert findings[0]["message"] == "kubelet cpuManagerPolicy is 'none', profile strict asks for 'static'"
+    assert (findings[0]["expected"], findings[0]["actual"]) == ("static", "none")
+    assert "reservedSystemCPUs is absent" in findings[1]["message"]
+    assert audit.status_of(findings) == "drifted"
+
+
+def test_kubelet_findings_clean_and_unreadable():
+    assert audit.kubelet_findings([], []) == []
+    unreadable = audit.kubelet_findings(None, None, problem="config.yaml cannot be read")
+    assert [f["id"] for f in unreadable] == ["kubelet-unreadable"]
+    assert "config.yaml cannot be read" in unreadable[0]["message"]
