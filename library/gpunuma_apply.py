@@ -68,6 +68,13 @@ options:
       settle_seconds: {description: How long started units must stay up., type: int, default: 5}
       rollback_on_failure: {description: Restore the files of units that failed., type: bool, default: true}
       journal_lines: {description: Journal lines reported per failed unit., type: int, default: 20}
+      readiness:
+        description:
+          - Per unit, when a (re)started unit counts as settled - C(url) (an HTTP 2xx answer) or C(command) (exit 0),
+            with C(timeout) and C(interval) in seconds. A unit that does not answer in time fails like one that
+            did not stay up (and is rolled back).
+        type: dict
+        default: {}
       restart_batch:
         description: Changed running units restart this many at a time, each batch settled before the next; a
           failed batch stops the rest (their new files are put back).
@@ -254,6 +261,7 @@ def main():
                 rollback_on_failure=dict(type="bool", default=True),
                 journal_lines=dict(type="int", default=20),
                 restart_batch=dict(type="int", default=1),
+                readiness=dict(type="dict", default={}),
             )),
             after_success=dict(type="list", elements="dict", default=[], options=dict(
                 (k, v) for k, v in file_options.items() if k != "validate")),

@@ -171,6 +171,19 @@ def find_stale(prune, keep_units, keep_dropins, listdir=os.listdir, read=_read):
     return stale_units, stale_dropins
 
 
+def _http_get(url, timeout):
+    """(True, status) for an HTTP 2xx answer, else (False, what happened)."""
+    from urllib.error import HTTPError, URLError
+    from urllib.request import urlopen
+    try:
+        with urlopen(url, timeout=timeout) as answer:  # noqa: S310 (the operator's own readiness URL)
+            return 200 <= answer.status < 300, "HTTP %d" % answer.status
+    except HTTPError as exc:
+        return False, "HTTP %d" % exc.code
+    except (URLError, OSError, ValueError) as exc:
+        return False, str(getattr(exc, "reason", exc))
+
+
 UNIT_SUFFIXES = (".service", ".socket", ".timer", ".target", ".mount", ".slice", ".scope", ".path")
 
 
@@ -198,11 +211,13 @@ def _journal(runner, unit, lines):
 class Apply:
     """One reconciliation. fs writes files (atomic, backups); runner runs commands."""
 
-    def __init__(self, fs, runner, sleep, check_mode=False):
+    def __init__(self, fs, runner, sleep, check_mode=False, http_get=None, now=None):
         self.fs = fs
         self.runner = runner
         self.sleep = sleep
         self.check_mode = check_mode
+        self.http_get = http_get or _http_get
+        self.now = now
         self.result = {"changed": False, "files": [], "removed": [], "restarted": [], "started": [],
                        "enabled": [], "stopped": [], "failed_units": [], "rolled_back": [], "diff": [],
                        "messages": []}
@@ -362,7 +377,34 @@ class Apply:
             if unit in refused or props.get("ActiveState") != "active" \
                     or props.get("InvocationID", "") != invocations[unit]:
                 failed.append(unit)
+        for unit in batch:
+            spec = (units.get("readiness") or {}).get(unit)
+            if unit in failed or not spec:
+                continue
+            answer = self._wait_ready(spec)
+            if answer is not None:
+                states[unit]["Refused"] = "not ready: %s" % answer
+                failed.append(unit)
         return failed, states
+
+    def _wait_ready(self, spec):
+        """None once the instance answers its readiness check, else the last answer after the timeout."""
+        timeout, interval = int(spec.get("timeout", 300)), int(spec.get("interval", 5))
+        waited = 0
+        last = "no answer"
+        while True:
+            if spec.get("url"):
+                ok, last = self.http_get(spec["url"], min(interval, 10))
+            else:
+                rc, out, err = self.runner(list(spec["command"]))
+                ok = rc == 0
+                last = "%s exited %s%s" % (spec["command"][0], rc, (": " + (err or out).strip()[:200]) if (err or out) else "")
+            if ok:
+                return None
+            if waited >= timeout:
+                return "%s after %d s (%s)" % (spec.get("url") or " ".join(spec["command"]), waited, last)
+            self.sleep(interval)
+            waited += interval
 
     def _rollback(self, decisions, failed, states, units, pending=()):
         self.result["failed_units"] = failed

@@ -202,6 +202,7 @@ def render_instance(spec, topo, profile):
         "group": spec.group,
         "memory_bytes": spec.memory_bytes,
         "memlock": spec.memlock,
+        "ready": spec.ready,
         "nics": nics,
         "gpu_nics": gpu_nics,
         "warnings": list(spec.warnings),

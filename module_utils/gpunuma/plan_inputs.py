@@ -50,7 +50,10 @@ INSTANCE_KEYS = (
     "memlock",
     "nic_environment",
     "engine",
+    "ready",
 )
+READY_KEYS = ("url", "command", "timeout", "interval")
+MAX_READY_TIMEOUT = 3600
 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _UNIT_RE = re.compile(r"[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.service")
@@ -291,6 +294,51 @@ def _check_memlock(raw, spec, topo, problems):
     spec.memlock = "infinity" if limit is None else limit
 
 
+def _check_ready(raw, spec, topo, problems):
+    """``ready``: when a (re)started instance counts as settled (docs/plan-v1.md).
+
+    ``{url: http://127.0.0.1:8000/health}`` (an HTTP 2xx answer) or
+    ``{command: [argv...]}`` (exit 0), with ``timeout`` (seconds, default
+    300) and ``interval`` (seconds between tries, default 5).
+    """
+    ready = raw.get("ready")
+    if ready is None:
+        return
+    where = "%s.ready" % spec.path
+    if not isinstance(ready, dict):
+        problems.append("%s: %r is not a mapping; allowed: {url: http://...} or {command: [argv...]}, with timeout "
+                        "and interval in seconds" % (where, ready))
+        return
+    unknown = [k for k in ready if k not in READY_KEYS]
+    if unknown:
+        problems.append("%s.%s: unknown key; allowed: %s" % (where, unknown[0], ", ".join(READY_KEYS)))
+        return
+    url, command = ready.get("url"), ready.get("command")
+    if (url is None) == (command is None):
+        problems.append("%s: give exactly one of url and command" % where)
+        return
+    out = {}
+    if url is not None:
+        if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s]{1,2000}", url):
+            problems.append("%s.url: %r is not an http:// or https:// URL" % (where, url))
+            return
+        out["url"] = url
+    else:
+        if not isinstance(command, list) or not command or not all(isinstance(w, str) and w for w in command) \
+                or not command[0].startswith("/"):
+            problems.append("%s.command: %r is not an argv list starting with an absolute path" % (where, command))
+            return
+        out["command"] = list(command)
+    for key, default in (("timeout", 300), ("interval", 5)):
+        value = ready.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_READY_TIMEOUT:
+            problems.append("%s.%s: %r is not allowed; allowed: whole seconds from 1 to %d"
+                            % (where, key, value, MAX_READY_TIMEOUT))
+            return
+        out[key] = value
+    spec.ready = out
+
+
 def _check_share_cpus(raw, spec, topo, problems):
     share = raw.get("share_cpus", False)
     if share is None:
@@ -398,6 +446,7 @@ INSTANCE_CHECKS = (
     _check_environment,
     _check_memory,
     _check_memlock,
+    _check_ready,
     _check_share_cpus,
     _check_cpus,
     _check_nic_environment,

@@ -79,6 +79,7 @@ class InstanceSpec:
     environment: dict = field(default_factory=dict)
     memory_bytes: Optional[int] = None
     memlock: object = None  # "infinity", bytes, or None
+    ready: Optional[dict] = None  # {url|command, timeout, interval}
     share_cpus: bool = False
     requested_cpu_count: Optional[int] = None
     requested_cpu_list: Optional[frozenset] = None

@@ -181,3 +181,18 @@ def test_instance_unit_has_a_reachable_start_limit(node, tmp_path):
     assert values["StartLimitIntervalUSec"] == "10min"
     # Five restarts 5 s apart fit in the interval: the limit is reachable.
     assert values["RestartUSec"] == "5s"
+
+
+def test_restart_settles_only_when_ready_else_rolls_back(node, tmp_path):
+    first = apply(node, tmp_path, [dict(SLEEPER, ready={"command": ["/bin/true"], "timeout": 5, "interval": 1})])
+    assert first.returncode == 0, first.stdout[-4000:]
+    good = node.sh("cat %s/gpunuma-steady.service" % UNIT_DIR)
+    never = dict(SLEEPER, environment={"MODE": "new"},
+                 ready={"command": ["/bin/sh", "-c", "echo warming up; exit 1"], "timeout": 3, "interval": 1})
+    second = apply(node, tmp_path, [never])
+    assert second.returncode != 0
+    out = " ".join(second.stdout.split())
+    assert "instance units failed to start: gpunuma-steady.service" in out
+    assert "not ready: /bin/sh -c echo warming up; exit 1 after 3 s (/bin/sh exited 1: warming up)" in out
+    assert node.sh("cat %s/gpunuma-steady.service" % UNIT_DIR) == good
+    assert node.sh("systemctl is-active gpunuma-steady.service").strip() == "active"

@@ -788,3 +788,42 @@ def test_rolling_restart_settles_each_batch_before_the_next(node):
     assert len(fake.sleeps) == 2
     order = [c[-1] for c in fake.calls if c[:2] == ["systemctl", "restart"] or c == ["sleep"]]
     assert order == ["gpunuma-llm0.service", "sleep", "gpunuma-llm1.service", "sleep"]
+
+
+# ------------------------------------------------------------------ readiness
+
+def _ready_run(node, fake, answers, spec):
+    calls = []
+
+    def http_get(url, timeout):
+        calls.append(url)
+        return answers.pop(0) if answers else (False, "connection refused")
+
+    apply = Apply(NodeFiles(FakeModule()), fake, fake.sleep, http_get=http_get)
+    result = apply.run(normalise_files([
+        node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"), unit="gpunuma-llm0.service")]),
+        units=dict(UNITS, services=["gpunuma-llm0.service"], readiness={"gpunuma-llm0.service": spec}),
+        after_success=node.after_success())
+    return result, calls
+
+
+def test_restart_settles_only_when_the_instance_answers(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a")})
+    result, calls = _ready_run(node, fake, [(False, "connection refused"), (False, "HTTP 503"), (True, "HTTP 200")],
+                               {"url": "http://127.0.0.1:8000/health", "timeout": 60, "interval": 2})
+    assert not result.get("failed"), result.get("msg")
+    assert calls == ["http://127.0.0.1:8000/health"] * 3
+    assert node.plan_path.exists()
+
+
+def test_instance_that_never_answers_is_rolled_back(node):
+    old = unit_text("llm0", "/usr/bin/old")
+    unit = node.put("gpunuma-llm0.service", old)
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a")})
+    result, calls = _ready_run(node, fake, [], {"url": "http://127.0.0.1:8000/health", "timeout": 6, "interval": 2})
+    assert result["failed"] is True
+    assert len(calls) == 4  # at 0, 2, 4 and 6 s
+    assert "not ready: http://127.0.0.1:8000/health after 6 s (connection refused)" in result["msg"]
+    assert unit.read_text() == old
+    assert not node.plan_path.exists()

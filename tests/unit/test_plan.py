@@ -981,6 +981,30 @@ def test_text_only_plan_of_published_ht_fixture_equals_the_sysfs_plan(name, tmp_
             "gpunuma_instances[0].memlock: 'lots' is not a memlock limit; allowed: infinity, unlimited",
         ),
         (
+            {"name": "a", "gpus": [0], "command": ["/bin/x"], "ready": "http://x"},
+            "gpunuma_instances[0].ready: 'http://x' is not a mapping",
+        ),
+        (
+            {"name": "a", "gpus": [0], "command": ["/bin/x"], "ready": {"url": "ftp://x"}},
+            "gpunuma_instances[0].ready.url: 'ftp://x' is not an http:// or https:// URL",
+        ),
+        (
+            {"name": "a", "gpus": [0], "command": ["/bin/x"], "ready": {"url": "http://x", "command": ["/bin/true"]}},
+            "gpunuma_instances[0].ready: give exactly one of url and command",
+        ),
+        (
+            {"name": "a", "gpus": [0], "command": ["/bin/x"], "ready": {"command": ["curl", "x"]}},
+            "gpunuma_instances[0].ready.command: ['curl', 'x'] is not an argv list starting with an absolute path",
+        ),
+        (
+            {"name": "a", "gpus": [0], "command": ["/bin/x"], "ready": {"url": "http://x", "timeout": 0}},
+            "gpunuma_instances[0].ready.timeout: 0 is not allowed; allowed: whole seconds from 1 to 3600",
+        ),
+        (
+            {"name": "a", "gpus": [0], "command": ["/bin/x"], "ready": {"url": "http://x", "every": 3}},
+            "gpunuma_instances[0].ready.every: unknown key; allowed: url, command, timeout, interval",
+        ),
+        (
             {"name": "a", "gpus": [0], "command": ["/bin/x"], "cpus": "0-3"},
             "gpunuma_instances[0].cpus: CPUs 0 are not worker CPUs of NUMA node 0 (housekeeping: 0); allowed: 1-47,97-143",
         ),
@@ -1746,3 +1770,17 @@ def test_l3_groups_discovered_from_sysfs_cache_index3(tmp_path):
     plan = make_plan(topo, "strict", per_gpu(gpus, memory="8G"))
     first, second = [parse_cpulist(i["cpus"]) for i in plan["instances"]]
     assert not _ccxs_of(first) & _ccxs_of(second)
+
+
+def test_readiness_check_is_carried_into_the_plan_with_its_defaults():
+    plan = build_plan(topology("h200-1gpu-vm"), profile("strict"), [
+        {"name": "a", "gpus": [0], "command": ["/bin/x"], "ready": {"url": "http://127.0.0.1:8000/health"}},
+        {"name": "b", "numa_node": 0, "share_cpus": True, "command": ["/bin/x"],
+         "ready": {"command": ["/usr/bin/curl", "-sf", "http://127.0.0.1:8001/v1/models"], "timeout": 900}},
+        {"name": "c", "numa_node": 0, "share_cpus": True, "command": ["/bin/x"]},
+    ], housekeeping_cores_per_node=0)
+    ready = {i["name"]: i["ready"] for i in plan["instances"]}
+    assert ready["a"] == {"url": "http://127.0.0.1:8000/health", "timeout": 300, "interval": 5}
+    assert ready["b"] == {"command": ["/usr/bin/curl", "-sf", "http://127.0.0.1:8001/v1/models"],
+                          "timeout": 900, "interval": 5}
+    assert ready["c"] is None
