@@ -85,19 +85,15 @@ def gpunuma_audit_metrics(reports, unreachable=()):
         "# HELP gpunuma_audit_compliant 1 when the node matches its applied plan, 0 when it drifted or was unreachable.",
         "# TYPE gpunuma_audit_compliant gauge",
     ]
-    for report in reports:
-        lines.append('gpunuma_audit_compliant{host="%s"} %d'
-                     % (_label(report.get("hostname")), 1 if report.get("status") == "compliant" else 0))
-    for host in unreachable:
-        lines.append('gpunuma_audit_compliant{host="%s"} 0' % _label(host))
+    hosts = [(report.get("hostname"), report.get("status") == "compliant") for report in reports]
+    lines += ['gpunuma_audit_compliant{host="%s"} %d' % (_label(h), ok) for h, ok in hosts]
+    lines += ['gpunuma_audit_compliant{host="%s"} 0' % _label(host) for host in unreachable]
     lines += [
         "# HELP gpunuma_audit_unreachable 1 when the node could not be audited.",
         "# TYPE gpunuma_audit_unreachable gauge",
     ]
-    for report in reports:
-        lines.append('gpunuma_audit_unreachable{host="%s"} 0' % _label(report.get("hostname")))
-    for host in unreachable:
-        lines.append('gpunuma_audit_unreachable{host="%s"} 1' % _label(host))
+    lines += ['gpunuma_audit_unreachable{host="%s"} 0' % _label(h) for h, _ in hosts]
+    lines += ['gpunuma_audit_unreachable{host="%s"} 1' % _label(host) for host in unreachable]
     lines += [
         "# HELP gpunuma_audit_findings Findings of the last audit per host, finding id and severity.",
         "# TYPE gpunuma_audit_findings gauge",

@@ -32,21 +32,31 @@ needs_docker = pytest.mark.skipif(bool(NOT_READY), reason=NOT_READY or "")
 
 
 class Node:
-    def __init__(self, sys_nice=True):
-        self.name = "gpunuma-it-%s" % uuid.uuid4().hex[:8]
+    """A systemd container of the fleet image.
+
+    ``name`` (default a fresh ``gpunuma-it-*``) is also its hostname when
+    ``hostname`` is true; ``mounts`` are read-only bind mounts (source, target).
+    """
+
+    def __init__(self, sys_nice=True, name=None, hostname=False, mounts=(), boot_timeout=300):
+        self.name = name or "gpunuma-it-%s" % uuid.uuid4().hex[:8]
         caps = ["--cap-add", "SYS_ADMIN"] + (["--cap-add", "SYS_NICE"] if sys_nice else [])
+        extra = ["--hostname", self.name] if hostname else []
+        for source, target in mounts:
+            extra += ["-v", "%s:%s:ro" % (source, target)]
         subprocess.run(
-            ["docker", "run", "-d", "--name", self.name, *caps, "--cgroupns", "host",
+            ["docker", "run", "-d", "--name", self.name, *caps, *extra, "--cgroupns", "host",
              "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
              "--stop-signal", "SIGRTMIN+3", IMAGE, "/lib/systemd/systemd"],
             check=True, capture_output=True,
         )
-        deadline = time.time() + 120
+        deadline = time.time() + boot_timeout
         while time.time() < deadline:
             state = self.sh("systemctl is-system-running --wait", check=False).strip()
             if state in ("running", "degraded"):
                 return
             time.sleep(1)
+        self.remove()
         raise AssertionError("%s did not finish booting" % self.name)
 
     def sh(self, script, check=True):

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT
-from containers import IMAGE, Node, needs_docker
+from containers import Node, needs_docker
 
 pytestmark = [pytest.mark.molecule, needs_docker]
 
@@ -62,32 +62,6 @@ def _git_mounts():
     if os.path.isdir("/usr/share/git-core"):
         mounts.append(("/usr/share/git-core", "/usr/share/git-core"))
     return mounts
-
-
-class PullNode(Node):
-    """A Node (CAP_SYS_ADMIN, CAP_SYS_NICE, systemd as PID 1) with extra
-    read-only bind mounts and a hostname of its own."""
-
-    def __init__(self, name, mounts):
-        self.name = name
-        volumes = []
-        for source, target in mounts:
-            volumes += ["-v", "%s:%s:ro" % (source, target)]
-        subprocess.run(
-            ["docker", "run", "-d", "--name", self.name, "--hostname", self.name,
-             "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_NICE", "--cgroupns", "host",
-             "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", *volumes, "--tmpfs", "/run", "--tmpfs", "/run/lock",
-             "--stop-signal", "SIGRTMIN+3", IMAGE, "/lib/systemd/systemd"],
-            check=True, capture_output=True,
-        )
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            state = self.sh("systemctl is-system-running --wait", check=False).strip()
-            if state in ("running", "degraded"):
-                return
-            time.sleep(1)
-        self.remove()
-        raise AssertionError("%s did not finish booting" % self.name)
 
 
 def build_repository(tmp_path, hostname):
@@ -145,7 +119,7 @@ def pull_node(tmp_path):
     bare = build_repository(tmp_path, name)
     mounts = [(_site_packages(), SITE_IN_NODE), (str(write_entry_points(tmp_path)), BIN_IN_NODE),
               (str(bare), REPO_IN_NODE)] + _git_mounts()
-    node = PullNode(name, mounts)
+    node = Node(name=name, hostname=True, mounts=mounts)
     yield node
     node.remove()
 
