@@ -41,6 +41,12 @@ description:
 version_added: "0.1.0"
 author: gpunuma maintainers
 options:
+  read_files:
+    description:
+      - Files to read in the same round trip, as a mapping of a name to a path (e.g. the persisted
+        C(/etc/gpunuma/topology.json)); returns C(files.<name>) with C(exists), and C(content) (base64, as slurp
+        returns it) or C(problem). Read on the host the module runs on.
+    type: dict
   sysfs_root:
     description:
       - Directory holding C(sys/) and C(proc/) to read instead of the live host (a support
@@ -203,6 +209,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.discover import discover
 from ansible.module_utils.gpunuma.errors import GpunumaError
+from ansible.module_utils.gpunuma.node_probe import read_file
 
 
 def main():
@@ -216,6 +223,7 @@ def main():
                          default=["nvml", "nvidia_smi", "sysfs"]),
             nvidia_smi_path=dict(type="path"),
             hostname=dict(type="str"),
+            read_files=dict(type="dict"),
         ),
         mutually_exclusive=[("nvml_dump", "record_nvml_dump")],
         supports_check_mode=True,
@@ -248,6 +256,10 @@ def main():
                          "it with the inputs" % (type(exc).__name__, exc), exception=traceback.format_exc())
 
     out = dict(changed=False, topology=result["topology"])
+    if params["read_files"]:
+        # In the same round trip: files the caller compares with the discovery
+        # (the persisted inventory), as gpunuma_node_info returns them.
+        out["files"] = dict((name, read_file(path)) for name, path in params["read_files"].items())
     dest = params["record_nvml_dump"]
     if dest:
         dump = result.get("nvml_dump")
