@@ -291,18 +291,23 @@ MEMLOCK_NAME_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]*[$]?"
 _MAX_LIMIT = 2**64 - 1
 
 
+def _parsed_limit(value, variable):
+    """(bytes, None), (None, None) for unlimited, or (None, the parse error)."""
+    try:
+        return limits.parse_limit(value, variable), None
+    except GpunumaError as exc:
+        return None, str(exc)
+
+
 def memlock_limit_problem(value, variable="memlock_limit"):
     """Why ``value`` is no memlock limit, naming ``variable`` and the allowed range; None when it is one.
 
     Parsed by limits.parse_limit, the function that turns it into the
     units' LimitMEMLOCK= and the limits.d value: one grammar for both.
     """
-    try:
-        limit = limits.parse_limit(value, variable)
-    except GpunumaError as exc:
-        return str(exc)
+    limit, problem = _parsed_limit(value, variable)
     if limit is None:
-        return None
+        return problem
     if limit == 0 or limit >= _MAX_LIMIT:
         return (
             "%s: %s is %d bytes; allowed: unlimited, infinity, or a size from 1K to below 16E "
@@ -464,13 +469,10 @@ def numa_binding_input_problems(options, values, aliases, profiles_dir):
 
 def numa_binding_limit_problem(value, variable):
     """Why ``value`` is no RLIMIT_MEMLOCK value (limits.parse_limit, then the range); None when it is one."""
-    try:
-        limit = limits.parse_limit(value, variable)
-    except GpunumaError as exc:
-        return str(exc)
+    limit, problem = _parsed_limit(value, variable)
     if limit is None:
-        return None
-    if limit < 1024 or limit >= 2**64 - 1:
+        return problem
+    if limit < 1024 or limit >= _MAX_LIMIT:
         return (
             "%s: %s is %d bytes; allowed: unlimited, infinity, or from 1K (1024 bytes) to below 16E "
             "(a limit of 0 locks no memory at all: pinned CUDA and NCCL buffers fail)"
