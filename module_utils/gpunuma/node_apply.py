@@ -211,16 +211,14 @@ def _journal(runner, unit, lines):
 class Apply:
     """One reconciliation. fs writes files (atomic, backups); runner runs commands."""
 
-    def __init__(self, fs, runner, sleep, check_mode=False, http_get=None, now=None):
+    def __init__(self, fs, runner, sleep, check_mode=False, http_get=None):
         self.fs = fs
         self.runner = runner
         self.sleep = sleep
         self.check_mode = check_mode
         self.http_get = http_get or _http_get
-        self.now = now
         self.result = {"changed": False, "files": [], "removed": [], "restarted": [], "started": [],
-                       "enabled": [], "stopped": [], "failed_units": [], "rolled_back": [], "diff": [],
-                       "messages": []}
+                       "enabled": [], "stopped": [], "failed_units": [], "rolled_back": [], "diff": []}
 
     # ------------------------------------------------------------- files
     def _validate(self, decisions):
@@ -285,10 +283,11 @@ class Apply:
                 self._systemctl("disable", "--now", "--", unit)
 
         self._write(decisions)
-        removed = self._remove(list(absent)
-                               + [os.path.join(prune["unit_dir"], u) for u in stale_units]
-                               + [os.path.join(prune["unit_dir"], u + ".d", prune["dropin_name"]) for u in stale_dropins]
-                               if prune else list(absent))
+        stale_paths = []
+        if prune:
+            stale_paths = ([os.path.join(prune["unit_dir"], u) for u in stale_units]
+                           + [os.path.join(prune["unit_dir"], u + ".d", prune["dropin_name"]) for u in stale_dropins])
+        removed = self._remove(list(absent) + stale_paths)
         unit_files_changed = any(d["changed"] and d["unit"] for d in decisions)
         if (unit_files_changed or any(is_systemd_path(p) for p in removed)) \
                 and units.get("daemon_reload", True):
