@@ -29,6 +29,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
         ansible.module_utils.__path__.append(_path)
 
 from ansible.module_utils.gpunuma import audit, h2d_report, limits, role_inputs, sysctl_owners  # noqa: E402
+from ansible.module_utils.gpunuma import autonuma as autonumalib  # noqa: E402
 from ansible.module_utils.gpunuma import state as statelib  # noqa: E402
 from ansible.module_utils.gpunuma.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.plan import systemd_environment_assignment, systemd_exec_line  # noqa: E402
@@ -118,6 +119,9 @@ autonuma_sysctl_conflicts = _filter(sysctl_owners.sysctl_conflicts)
 autonuma_tuned_active_profiles = _filter(sysctl_owners.tuned_active_profiles)
 autonuma_tuned_setting = _filter(sysctl_owners.tuned_setting)
 autonuma_tuned_conflict = _filter(sysctl_owners.tuned_conflict)
+# autonuma_numa_balancing (auto follows the profile and the kernel release): gpunuma.autonuma.
+autonuma_decide = _filter(autonumalib.decide)
+autonuma_audit_value = _filter(autonumalib.audit_value)
 
 # systemd-sysctl reads only *.conf files (sysctl.d(5)); the whole path must match.
 AUTONUMA_SYSCTL_FILE_PATTERN = r"/[^\x00-\x1f\x7f]*[^/\x00-\x1f\x7f]\.conf"
@@ -131,10 +135,11 @@ def autonuma_input_problems(options, values, aliases=None):
     if (
         "autonuma_numa_balancing" not in named
         and balancing is not None
-        and (isinstance(balancing, bool) or str(balancing).strip() not in ("0", "1"))
+        and (isinstance(balancing, bool) or str(balancing).strip() not in ("0", "1", "auto"))
     ):
         problems.append(
-            "autonuma_numa_balancing: %s is invalid; allowed: 0 (AutoNUMA off), 1 (on), or null (leave it alone)%s"
+            "autonuma_numa_balancing: %s is invalid; allowed: auto (follow the profile and the kernel), "
+            "0 (AutoNUMA off), 1 (on), or null (leave it alone)%s"
             % (
                 role_inputs.shown(balancing),
                 (
@@ -508,6 +513,8 @@ FILTERS = (
     "autonuma_tuned_active_profiles",
     "autonuma_tuned_setting",
     "autonuma_tuned_conflict",
+    "autonuma_decide",
+    "autonuma_audit_value",
     # gpu_topology
     "gpu_topology_file_stem",
     "gpu_topology_controller_files",

@@ -112,8 +112,26 @@ def _find_tuned(dirs, depth=3):
     return sorted(found)
 
 
+NUMA_BALANCING_PROC_PATH = "/proc/sys/kernel/numa_balancing"
+
+
+def kernel_release(proc_path):
+    """The running kernel's release (``uname -r``), or None when it cannot be read.
+
+    For the node's own ``/proc/sys/kernel/numa_balancing`` it is
+    ``os.uname().release``; a ``proc_path`` elsewhere (a copy of procfs in
+    tests) has its ``osrelease`` file next to it, as in ``/proc/sys/kernel``.
+    """
+    if os.path.normpath(proc_path) == NUMA_BALANCING_PROC_PATH:
+        return os.uname().release
+    entry = read_file(os.path.join(os.path.dirname(proc_path), "osrelease"), limit=256)
+    if not entry.get("content"):
+        return None
+    return base64.b64decode(entry["content"]).decode("utf-8", "replace").strip() or None
+
+
 def autonuma_probe(runner, spec):
-    """The live value, whether this is a container, and who else sets the key."""
+    """The live value, the kernel release, whether this is a container, and who else sets the key."""
     live = read_file(spec["proc_path"], limit=64)
     live_value = base64.b64decode(live["content"]).decode().strip() if live.get("content") else None
     rc, _, _ = runner(["systemd-detect-virt", "--container"])
@@ -126,6 +144,7 @@ def autonuma_probe(runner, spec):
     rc_tuned, tuned_out, _ = runner(["tuned-adm", "active"])
     result = {
         "live_value": live_value,
+        "kernel_release": kernel_release(spec["proc_path"]),
         "in_container": rc == 0 or bool(markers),
         "container_markers": markers,
         "sysctl_paths": sysctl_paths,

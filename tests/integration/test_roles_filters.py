@@ -13,7 +13,7 @@ import re
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.gpunuma import limits, sysctl_owners
+from ansible.module_utils.gpunuma import autonuma, limits, sysctl_owners
 
 from conftest import REPO_ROOT
 
@@ -88,9 +88,13 @@ def test_autonuma_filters_are_the_sysctl_owners_functions():
     filters = _filters("autonuma_")
     # autonuma_input_problems checks the role's variables (test_roles_inputs.py).
     assert set(filters) == {"autonuma_sysctl_writers", "autonuma_sysctl_conflicts", "autonuma_tuned_active_profiles",
-                            "autonuma_tuned_setting", "autonuma_tuned_conflict", "autonuma_input_problems"}
+                            "autonuma_tuned_setting", "autonuma_tuned_conflict", "autonuma_input_problems",
+                            "autonuma_decide", "autonuma_audit_value"}
+    # The value decision is gpunuma.autonuma (tests/unit/test_autonuma_decide.py).
+    assert filters["autonuma_decide"].__wrapped__ is autonuma.decide
+    assert filters["autonuma_audit_value"].__wrapped__ is autonuma.audit_value
     for name, function in filters.items():
-        if name == "autonuma_input_problems":
+        if name in ("autonuma_input_problems", "autonuma_decide", "autonuma_audit_value"):
             continue
         core = getattr(sysctl_owners, name[len("autonuma_"):])
         assert function.__wrapped__ is core, name
