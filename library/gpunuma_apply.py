@@ -12,7 +12,7 @@ description:
     the node match, in one round trip (module_utils/gpunuma/node_apply.py).
   - Every changed file is validated first (O(files[].validate)); one failure stops the module before anything is
     written. Files are written atomically (a temporary file in the same directory, then rename), each replaced file
-    kept as a backup (C(<path>.<pid>.<time>~), as Ansible's own modules name them).
+    kept as a backup (C(<path>.<pid>.<time>~), as Ansible's own modules name them, itself written atomically).
   - With O(prune), files gpunuma wrote (recognised by their marker line) that are no longer wanted are removed;
     their instance units are stopped and disabled first, and units that lose their drop-in are restarted when
     running.
@@ -21,6 +21,9 @@ description:
     started here must still be active with the same invocation. A unit that is not is rolled back (its previous
     file restored, or removed when new) and the module fails with each failed unit's state and journal.
   - O(after_success) files (the applied plan) are written only when every unit settled.
+  - A run that dies half way (host lost, connection dropped) is finished by the next plain run - temporary
+    files of its atomic writes (C(.gpunuma-*)) are removed, and the units it changed but never restarted are
+    restarted, from the list kept in O(pending_file).
   - Supports check mode (reports the same changes, with diffs under --diff, and writes nothing).
 options:
   files:
@@ -80,6 +83,13 @@ options:
           failed batch stops the rest (their new files are put back).
         type: int
         default: 1
+  pending_file:
+    description:
+      - With O(units.start), the units whose file is about to change are listed here (JSON) before the first
+        write and the list is cleared once every unit settled; a later run restarts the units it still lists
+        (when running), so a run that died between a write and its restart is finished by the next one.
+    type: path
+    default: /var/lib/gpunuma/pending-restarts.json
   after_success:
     description: Files (as O(files), without validate) written only when every unit settled.
     type: list
@@ -137,7 +147,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.node_apply import Apply, ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node_apply import TEMP_PREFIX, Apply, ApplyError, normalise_files
 
 
 def _uid(name):
@@ -183,7 +193,7 @@ class NodeFiles:
         directory = os.path.dirname(path)
         if not os.path.isdir(directory):
             os.makedirs(directory, mode=dir_mode if dir_mode is not None else 0o755)
-        fd, tmp = tempfile.mkstemp(prefix=".gpunuma-", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
         try:
             with os.fdopen(fd, "wb") as stream:
                 stream.write(data)
@@ -198,11 +208,23 @@ class NodeFiles:
                 os.unlink(tmp)
             raise
 
+    def _backup(self, path):
+        """A copy of path named as AnsibleModule.backup_local names them, written atomically like every file
+        here (backup_local copies in place: a run that dies half way would leave half a backup)."""
+        backup = "%s.%s.%s" % (path, os.getpid(), time.strftime("%Y-%m-%d@%H:%M:%S~", time.localtime()))
+        st = os.stat(path)
+        with open(path, "rb") as stream:
+            data = stream.read()
+        self._atomic_write(backup, data, stat.S_IMODE(st.st_mode), None, None, None)
+        if (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+            os.chown(backup, st.st_uid, st.st_gid)
+        return backup
+
     def write(self, entry):
         backup = None
         if os.path.exists(entry["path"]):
             if entry["backup"]:
-                backup = self.module.backup_local(entry["path"])
+                backup = self._backup(entry["path"])
             if entry["before"] == entry["data"]:
                 # Only the mode or owner differ.
                 os.chmod(entry["path"], entry["mode"])
@@ -263,6 +285,7 @@ def main():
                 restart_batch=dict(type="int", default=1),
                 readiness=dict(type="dict", default={}),
             )),
+            pending_file=dict(type="path", default="/var/lib/gpunuma/pending-restarts.json"),
             after_success=dict(type="list", elements="dict", default=[], options=dict(
                 (k, v) for k, v in file_options.items() if k != "validate")),
         ),
@@ -280,7 +303,7 @@ def main():
     try:
         files = normalise_files(params["files"])
         result = apply.run(files, absent=params["absent"], prune=params["prune"], units=params["units"],
-                           after_success=params["after_success"])
+                           after_success=params["after_success"], pending_path=params["pending_file"])
     except ApplyError as exc:
         module.fail_json(msg=str(exc), **apply.result)
     except (OSError, KeyError) as exc:

@@ -19,6 +19,22 @@ applied plan) and hands the whole set to ``gpunuma_apply``, which:
 5. writes the ``after_success`` files (the applied plan) only when every unit
    settled.
 
+A run can die anywhere (the host loses power, the connection drops, the
+module is killed). Two things make a plain re-run finish the job:
+
+- Temporary files of the atomic writes (``.gpunuma-*`` in the directory of
+  the file) are never half of a wanted file; a run removes the ones an
+  earlier, interrupted run left in the directories it writes to.
+- Pending restarts (``pending_path``): before the first file is written, the
+  units whose file (or drop-in) is about to change are recorded in a small
+  JSON list, written atomically; the list is cleared once every batch
+  settled (after a rollback it keeps only the units still running an older
+  file than the one on disk). A run that finds units listed there reloads
+  systemd and restarts them (drop-in targets and removed units only when
+  running) even though their files no longer differ: a run that died between
+  writing a unit and restarting it would otherwise leave the old process
+  running on the new file, reported unchanged for ever.
+
 Check mode computes the same changes and diffs and touches nothing.
 
 The systemd and validation commands go through ``runner(argv) -> (rc, out,
@@ -28,10 +44,14 @@ err)`` and the clock through ``sleep``, so the logic is tested without a node.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import stat
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
+# Name prefix of the temporary file of an atomic write (same directory as
+# the file); one left by an interrupted run is removed by the next.
+TEMP_PREFIX = ".gpunuma-"
 ACTIVE_STATES = ("active", "activating", "reloading")
 
 
@@ -266,15 +286,73 @@ class Apply:
         rc, out, err = self.runner(["systemctl"] + list(words))
         return rc, (err or out or "").strip()
 
-    def run(self, files, absent=(), prune=None, units=None, after_success=()):
+    def _clean_temps(self, directories):
+        """Remove the temporary files an interrupted run left in the directories this run writes to."""
+        found = []
+        for directory in sorted(set(directories)):
+            try:
+                names = sorted(os.listdir(directory))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for name in names:
+                path = os.path.join(directory, name)
+                if name.startswith(TEMP_PREFIX) and stat.S_ISREG(os.lstat(path).st_mode):
+                    found.append(path)
+        if found:
+            self.result["changed"] = True
+            self.result["removed_temp"] = found
+            if not self.check_mode:
+                for path in found:
+                    self.fs.remove(path)
+
+    def _read_pending(self, path):
+        data = _read(path)
+        if data is None:
+            return []
+        try:
+            pending = json.loads(data.decode("utf-8"))
+        except ValueError:
+            pending = None
+        if not isinstance(pending, list) or not all(isinstance(u, str) for u in pending):
+            raise ApplyError("%s is not gpunuma's list of pending restarts; move it aside and run again" % path)
+        return pending
+
+    def _write_pending(self, path, pending):
+        if self.check_mode:
+            return
+        if not pending:
+            if _read(path) is not None:
+                self.fs.remove(path)
+            return
+        entry = normalise_files([{"path": path, "content": json.dumps(sorted(set(pending))) + "\n",
+                                  "mode": "0644", "backup": False}], "pending")
+        [decision] = plan_files(entry, self.fs)
+        if decision["changed"]:
+            self.fs.write(decision)
+
+    def run(self, files, absent=(), prune=None, units=None, after_success=(), pending_path=None):
         units = units or {}
         decisions = plan_files(files, self.fs)
         self._validate(decisions)
+        after = normalise_files(after_success, "after_success")
+        if not units.get("start", False):
+            pending_path = None  # nothing is restarted, so nothing is pending
+
+        self._clean_temps([os.path.dirname(e["path"]) for e in list(files) + after]
+                          + [os.path.dirname(os.path.normpath(p)) for p in absent]
+                          + ([prune["unit_dir"]] if prune else [])
+                          + ([os.path.dirname(pending_path)] if pending_path else []))
+        pending = self._read_pending(pending_path) if pending_path else []
 
         stale_units, stale_dropins = [], []
         if prune:
             stale_units, stale_dropins = find_stale(prune, set(prune.get("keep_units") or []),
                                                     set(prune.get("keep_dropins") or []))
+        # Recorded before the first change: a run that dies before the
+        # restarts leaves them to the next run.
+        touching = [d["unit"] for d in decisions if d["content_changed"] and d["unit"]] + stale_dropins
+        if pending_path and set(touching) - set(pending):
+            self._write_pending(pending_path, pending + touching)
         # Stale instance units stop before their file goes.
         for unit in stale_units:
             self.result["stopped"].append(unit)
@@ -289,7 +367,7 @@ class Apply:
                            + [os.path.join(prune["unit_dir"], u + ".d", prune["dropin_name"]) for u in stale_dropins])
         removed = self._remove(list(absent) + stale_paths)
         unit_files_changed = any(d["changed"] and d["unit"] for d in decisions)
-        if (unit_files_changed or any(is_systemd_path(p) for p in removed)) \
+        if (unit_files_changed or pending or any(is_systemd_path(p) for p in removed)) \
                 and units.get("daemon_reload", True):
             self.result["daemon_reload"] = True
             if not self.check_mode:
@@ -298,29 +376,35 @@ class Apply:
                     raise ApplyError("systemctl daemon-reload failed: %s" % msg)
 
         if units.get("start", False):
-            ok = self._start(decisions, units, stale_dropins)
+            ok = self._start(decisions, units, stale_dropins, pending)
+            if pending_path:
+                self._write_pending(pending_path, self._still_pending)
             if not ok:
                 return self.result
-        after = normalise_files(after_success, "after_success")
         after_decisions = plan_files(after, self.fs)
         self._write(after_decisions)
         return self.result
 
-    def _start(self, decisions, units, unbound):
+    def _start(self, decisions, units, unbound, pending=()):
         services = list(units.get("services") or [])
         changed_units = [d for d in decisions if d["content_changed"] and d["unit"]]
+        self._still_pending = []
         to_restart = []
+        always = set()
         for d in changed_units:
             if d["unit"] in services:
                 if d["existed"]:
                     to_restart.append(d["unit"])
+                    always.add(d["unit"])
             else:
                 to_restart.append(d["unit"])  # a drop-in's target: restarted only when running
         for unit in unbound:
             to_restart.append(unit)
+        # Left by a run that died before restarting them: restarted when running.
+        to_restart.extend(pending)
         restart = []
         for unit in dict.fromkeys(to_restart):
-            if unit not in services:
+            if unit not in always:
                 state = _show(self.runner, unit, ["ActiveState"]).get("ActiveState", "")
                 if state not in ACTIVE_STATES:
                     continue
@@ -351,8 +435,11 @@ class Apply:
             verb = "start" if (start and index == len(batches) - 1) else "restart"
             failed, states = self._settle(batch, verb, units)
             if failed:
-                pending = [u for later in batches[index + 1:] for u in later if u in restart]
-                self._rollback(decisions, failed, states, units, pending)
+                later = [u for rest in batches[index + 1:] for u in rest if u in restart]
+                self._rollback(decisions, failed, states, units, later)
+                # Never restarted and not put back to the file their process
+                # runs: still pending for the next run.
+                self._still_pending = [u for u in later if u in pending or u not in self.result["rolled_back"]]
                 return False
         return True
 

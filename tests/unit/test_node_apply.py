@@ -7,7 +7,6 @@ is a fake that keeps per-unit state and records every command.
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 
@@ -42,17 +41,10 @@ VALIDATE_SERVICE = [sys.executable, "-c",
 
 
 class FakeModule:
-    """What NodeFiles uses of AnsibleModule."""
+    """What NodeFiles uses of AnsibleModule (its backups are NodeFiles' own, written atomically)."""
 
     def __init__(self):
-        self.backups = []
         self.commands = []
-
-    def backup_local(self, path):
-        backup = path + ".bak"
-        shutil.copy2(path, backup)
-        self.backups.append(backup)
-        return backup
 
     def run_command(self, argv):
         self.commands.append(list(argv))
@@ -199,6 +191,10 @@ class Node:
     def after_success(self, text='{"instances": 2}\n'):
         return [{"path": str(self.plan_path), "content": text, "mode": "0644"}]
 
+    def backups(self):
+        """Backups (``<path>.<pid>.<time>~``) anywhere under the root."""
+        return sorted(os.path.join(d, f) for d, _, fs in os.walk(self.root) for f in fs if f.endswith("~"))
+
     def leftovers(self):
         """Temporary files of atomic writes left anywhere under the root."""
         return [os.path.join(d, f) for d, _, fs in os.walk(self.root) for f in fs if f.startswith(".gpunuma-")]
@@ -238,7 +234,7 @@ def test_unchanged_files_report_no_change_and_restart_nothing(node):
     assert fake.sleeps == []
     assert "daemon_reload" not in result
     assert os.stat(llm0).st_mtime_ns == mtime
-    assert not os.path.exists(str(llm0) + ".bak")
+    assert node.backups() == []
 
 
 def test_mode_only_change_is_a_change_without_a_diff(node):
@@ -273,9 +269,11 @@ def test_changed_unit_written_atomically_backed_up_and_only_it_restarted(node):
     assert result["changed"] is True
     assert not result.get("failed")
     assert llm0.read_text() == new
-    assert open(str(llm0) + ".bak").read() == old
-    assert result["files"][0] == {"path": str(llm0), "changed": True, "created": False,
-                                  "backup": str(llm0) + ".bak"}
+    [backup] = node.backups()
+    assert backup.startswith(str(llm0) + ".%d." % os.getpid())
+    assert open(backup).read() == old
+    assert os.stat(backup).st_mode & 0o7777 == 0o644
+    assert result["files"][0] == {"path": str(llm0), "changed": True, "created": False, "backup": backup}
     assert result["files"][1]["changed"] is False
     assert fake.reloads() == 1
     assert result["daemon_reload"] is True
@@ -375,7 +373,7 @@ def test_validation_failure_of_any_file_writes_nothing(node):
     assert not (node.unit_dir / "gpunuma-bad.service").exists()
     assert stale.exists()
     assert not node.plan_path.exists()
-    assert module.backups == []
+    assert node.backups() == []
     assert fake.calls == []
     assert node.leftovers() == []
 
@@ -423,7 +421,7 @@ def test_check_mode_reports_the_same_decisions_and_touches_nothing(node, tmp_pat
     checked = apply_run(fake, files, check_mode=True, module=module, **kwargs)
 
     assert _snapshot(node.root) == before
-    assert module.backups == []
+    assert node.backups() == []
     assert [c[1] for c in fake.calls if c[0] == "systemctl"] and fake.mutating() == []
     assert all(c[0] == "systemctl" and c[1] == "show" for c in fake.calls)
     assert fake.sleeps == []
@@ -651,7 +649,9 @@ def test_after_success_written_when_every_unit_settles(node):
                        units=dict(UNITS, services=["gpunuma-llm2.service"]), after_success=node.after_success())
     assert not result.get("failed")
     assert node.plan_path.read_text() == '{"instances": 2}\n'
-    assert open(str(node.plan_path) + ".bak").read() == '{"instances": 1}\n'
+    [backup] = node.backups()
+    assert backup.startswith(str(node.plan_path) + ".")
+    assert open(backup).read() == '{"instances": 1}\n'
     assert result["files"][-1]["path"] == str(node.plan_path) and result["files"][-1]["changed"] is True
 
 
@@ -741,7 +741,7 @@ def test_failed_existing_unit_without_backup_gets_its_previous_bytes_back(node):
     result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
                                          unit="gpunuma-llm0.service", backup=False)],
                        module=module, units=dict(UNITS, services=["gpunuma-llm0.service"]))
-    assert module.backups == [] and "backup" not in result["files"][0]
+    assert node.backups() == [] and "backup" not in result["files"][0]
     assert result["rolled_back"] == ["gpunuma-llm0.service"]
     # The unit existed: it is put back as it was, never deleted or disabled.
     assert llm0.read_text() == old
