@@ -2,10 +2,11 @@
 # Install and start what the integration tests need on a Debian controller:
 # the Docker engine (molecule's container fleet), debootstrap (the local base
 # images: no registry is reachable), QEMU (the two-NUMA-node VM), numactl, and
-# gcc and binutils (the fake libcuda the probe tests build and check).
+# gcc and binutils (the fake libcuda the probe tests build and check), and
+# chromium (the HTML fleet report rendered headless).
 # Idempotent; needs root.
 set -euo pipefail
-pkgs=(docker.io debootstrap qemu-system-x86 qemu-utils numactl openssh-client genisoimage gcc binutils libc6-dev)
+pkgs=(docker.io debootstrap qemu-system-x86 qemu-utils numactl openssh-client genisoimage gcc binutils libc6-dev chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Render gpunuma's self-contained HTML fleet report from a directory of artefacts.
+
+    scripts/report.py DIR [-o OUT.html] [--host NAME ...]
+
+DIR is searched recursively for gpunuma JSON artefacts, recognised by their
+``schema`` (topology, plan, state, audit, validation): the controller
+directories the playbooks write (topology/, audit/, validation/) or a
+directory copied from elsewhere. The page (default DIR/fleet-report.html)
+needs no network; a summary line per host is printed. Exit status 2 with a
+one-line error when DIR is missing or holds no artefact. See docs/report.md.
+"""
+
+import argparse
+import os
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+from module_utils.gpunuma import report  # noqa: E402  (standard library only: no ansible needed)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description="Render the gpunuma HTML fleet report from a directory of artefacts.")
+    parser.add_argument("dir", metavar="DIR", help="directory holding gpunuma JSON artefacts (searched recursively)")
+    parser.add_argument("-o", "--output", metavar="OUT.html", help="where to write the page (default: DIR/fleet-report.html)")
+    parser.add_argument("--host", action="append", metavar="NAME", help="only this host (repeat for several)")
+    parser.add_argument("--title", default="gpunuma fleet report", help="page title")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    out = args.output or os.path.join(args.dir, "fleet-report.html")
+    try:
+        page, fleet = report.build_report(args.dir, args.title, args.host)
+    except report.ReportError as exc:
+        print("report: %s" % exc, file=sys.stderr)
+        return 2
+    try:
+        tmp = out + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(page)
+        os.replace(tmp, out)
+    except OSError as exc:
+        print("report: cannot write %s: %s" % (out, exc.strerror or exc), file=sys.stderr)
+        return 2
+    names = [h for h in sorted(fleet["hosts"]) if not args.host or h in args.host]
+    width = max(len(h) for h in names)
+    for name in names:
+        s = report.host_summary(fleet["hosts"][name])
+        line = "%-*s  profile %s, %s instance%s, compliance %s, probe %s" % (
+            width, name, s["profile"], "-" if s["instances"] is None else s["instances"],
+            "" if s["instances"] == 1 else "s", s["compliance"], s["probe"])
+        problems = len(fleet["hosts"][name]["problems"])
+        if problems:
+            line += ", %d problem%s in its artefacts" % (problems, "" if problems == 1 else "s")
+        print(line)
+    print("open %s" % os.path.abspath(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
