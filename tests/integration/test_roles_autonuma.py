@@ -6,6 +6,7 @@ tuned's own network-latency / cpu-partitioning files, and `tuned-adm` is a
 stand-in script on PATH that prints what tuned-adm prints.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -47,10 +48,27 @@ def _tree(tmp_path, sysctl_files=None, active_profile=None):
     return etc, lib, tuned, bindir
 
 
-def _run(tmp_path, tree, check=False, **role_vars):
+# _run's autonuma_numa_balancing unless a test passes one: 0, the value these
+# tests check the file, conflict and tuned handling with. UNSET leaves the
+# role's default (auto).
+UNSET = object()
+
+
+def _proc(tmp_path, release, live="1"):
+    """A copy of /proc/sys/kernel with numa_balancing and (unless None) osrelease."""
+    kernel = tmp_path / "proc" / "sys" / "kernel"
+    kernel.mkdir(parents=True)
+    (kernel / "numa_balancing").write_text(live + "\n")
+    if release is not None:
+        (kernel / "osrelease").write_text(release + "\n")
+    return {"__autonuma_proc_path": str(kernel / "numa_balancing")}
+
+
+def _run(tmp_path, tree, check=False, extra=None, **role_vars):
     etc, lib, tuned, bindir = tree
     own = etc / "60-gpunuma-numa-balancing.conf"
     variables = {
+        "autonuma_numa_balancing": 0,
         "autonuma_sysctl_file": str(own),
         "autonuma_sysctl_dirs": [str(etc), str(lib)],
         "autonuma_tuned_dirs": [str(tuned)],
@@ -58,6 +76,7 @@ def _run(tmp_path, tree, check=False, **role_vars):
         "ansible_managed": "Managed by gpunuma; local edits are overwritten",
     }
     variables.update(role_vars)
+    variables = {k: v for k, v in variables.items() if v is not UNSET}
     playbook = tmp_path / "autonuma.yml"
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "vars": variables,
                                          "roles": ["autonuma"]}]))
@@ -65,6 +84,9 @@ def _run(tmp_path, tree, check=False, **role_vars):
            "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)]
     if check:
         cmd.append("--check")
+    if extra:
+        # Extra vars: the role's own vars (the procfs path) give way only to them.
+        cmd += ["-e", json.dumps(extra)]
     env = ansible_env(PATH=str(bindir) + os.pathsep + BINDIR + os.pathsep + os.environ.get("PATH", ""))
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
     return proc, own
@@ -161,7 +183,7 @@ def test_null_hands_the_setting_back(tmp_path):
 @pytest.mark.parametrize(
     "role_vars,message",
     [
-        ({"autonuma_numa_balancing": 2}, "autonuma_numa_balancing must be one of: 0, 1, None, got: 2"),
+        ({"autonuma_numa_balancing": 2}, "autonuma_numa_balancing must be one of: auto, 0, 1, None, got: 2"),
         ({"autonuma_on_conflict": "ignore"}, "autonuma_on_conflict must be one of: warn, fail, got: ignore"),
         ({"autonuma_sysctl_file": "/etc/sysctl.d/60-gpunuma"}, "autonuma_sysctl_file: '/etc/sysctl.d/60-gpunuma' is invalid"),
     ],
@@ -172,3 +194,92 @@ def test_bad_input_fails_before_any_change(tmp_path, role_vars, message):
     assert proc.returncode != 0
     assert message in proc.stdout
     assert not own.exists()
+
+
+# ------------------------------------------------------------------ auto
+# A copy of /proc/sys/kernel under tmp_path gives the probe its live value and
+# kernel release (osrelease); the controller's own kernel plays no part.
+
+AUTO_LEFT_ALONE = "are neither scanned nor migrated by NUMA balancing"
+
+
+def test_auto_on_a_kernel_before_5_12_persists_0(tmp_path):
+    tree = _tree(tmp_path)
+    proc, own = _run(tmp_path, tree, extra=_proc(tmp_path, "5.4.0-1234-aws"), autonuma_numa_balancing="auto")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert _settings(own) == ["kernel.numa_balancing=0"]
+    assert "profile strict, kernel 5.4.0-1234-aws (older than 5.12): 0, following" in proc.stdout
+    assert "If the target workload is already bound to NUMA nodes then this feature should be disabled" in proc.stdout
+    # The live value (1 in the copy) is compared with the decision, not with "auto".
+    assert "kernel.numa_balancing=0 is persisted in %s but the live value (1) was not written" % own in proc.stdout
+
+
+def test_auto_is_the_default_and_leaves_a_5_12_kernel_alone(tmp_path):
+    tree = _tree(tmp_path)
+    etc = tree[0]
+    own = etc / "60-gpunuma-numa-balancing.conf"
+    own.write_text("kernel.numa_balancing=0\n")
+    extra = _proc(tmp_path, "6.1.0-28-amd64")
+    proc, own = _run(tmp_path, tree, extra=extra, autonuma_numa_balancing=UNSET, gpunuma_profile="strict")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    # gpunuma's file is handed back; the live value is not touched.
+    assert not own.exists()
+    assert "profile strict, kernel 6.1.0-28-amd64: kernel.numa_balancing is left as it is" in proc.stdout
+    assert AUTO_LEFT_ALONE in proc.stdout and "set autonuma_numa_balancing: 0 to turn it off anyway" in proc.stdout
+    assert (tmp_path / "proc" / "sys" / "kernel" / "numa_balancing").read_text() == "1\n"
+    assert "changed=1" in proc.stdout
+    # Explicit 0 on the same kernel still turns it off.
+    proc, own = _run(tmp_path, tree, extra=extra, autonuma_numa_balancing=0)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert _settings(own) == ["kernel.numa_balancing=0"]
+    assert AUTO_LEFT_ALONE not in proc.stdout
+
+
+@pytest.mark.parametrize("profile", ["off", False])
+def test_auto_with_profile_off_hands_the_node_back(tmp_path, profile):
+    tree = _tree(tmp_path)
+    first, own = _run(tmp_path, tree, extra=_proc(tmp_path, "4.18.0-553.el8_10.x86_64"))
+    assert _settings(own) == ["kernel.numa_balancing=0"]
+    # An unquoted `off` in YAML arrives as false: it is still the profile off.
+    proc, own = _run(tmp_path, tree, extra=_proc_again(tmp_path), autonuma_numa_balancing="auto",
+                     gpunuma_profile=profile)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not own.exists()
+    assert "the profile is off (no binding): gpunuma hands kernel.numa_balancing back" in proc.stdout
+
+
+def _proc_again(tmp_path):
+    return {"__autonuma_proc_path": str(tmp_path / "proc" / "sys" / "kernel" / "numa_balancing")}
+
+
+def test_auto_follows_a_rollback_pin_over_the_inventory(tmp_path):
+    tree = _tree(tmp_path)
+    extra = dict(_proc(tmp_path, "5.4.0-1234-aws"), gpunuma_effective_profile="off")
+    proc, own = _run(tmp_path, tree, extra=extra, autonuma_numa_balancing="auto", gpunuma_profile="strict")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not own.exists()
+    assert "the profile is off" in proc.stdout
+
+
+@pytest.mark.parametrize("release", [None, "not-a-kernel"])
+def test_auto_with_an_unknown_kernel_release_persists_0(tmp_path, release):
+    tree = _tree(tmp_path)
+    proc, own = _run(tmp_path, tree, extra=_proc(tmp_path, release), autonuma_numa_balancing="auto",
+                     gpunuma_profile="preferred")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert _settings(own) == ["kernel.numa_balancing=0"]
+    assert "profile preferred, kernel release unknown: 0" in proc.stdout
+
+
+def test_auto_in_check_mode_writes_and_removes_nothing(tmp_path):
+    tree = _tree(tmp_path)
+    proc, own = _run(tmp_path, tree, check=True, extra=_proc(tmp_path, "5.11.0"), autonuma_numa_balancing="auto")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not own.exists()
+    assert "kernel 5.11.0 (older than 5.12): 0" in proc.stdout
+    own.write_text("kernel.numa_balancing=0\n")
+    (tmp_path / "proc" / "sys" / "kernel" / "osrelease").write_text("5.12.0\n")
+    proc, own = _run(tmp_path, tree, check=True, extra=_proc_again(tmp_path), autonuma_numa_balancing="auto")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert own.exists()
+    assert AUTO_LEFT_ALONE in proc.stdout
