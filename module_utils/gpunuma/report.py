@@ -20,6 +20,7 @@ import html
 import json
 import os
 import re
+import stat
 
 SCHEMAS = {
     "gpunuma.topology/v1": "topology",
@@ -139,11 +140,13 @@ def _read_json(path):
         st = os.lstat(path)
     except OSError:
         return None
-    import stat as _stat
-    if not _stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
         return None
     try:
         with open(path, "rb") as handle:
+            if handle.read(64).lstrip()[:1] != b"{":     # every gpunuma artefact is a JSON object
+                return None
+            handle.seek(0)
             raw = handle.read(MAX_FILE_BYTES + 1)
         return json.loads(raw.decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
@@ -333,6 +336,12 @@ def check_audit(doc):
                   % (i, key, _q(finding.get(key), 60)))
     _need(isinstance(doc.get("profile", {}), dict), "profile is not an object")
     _need(isinstance(doc.get("instances", []), list), "instances is not a list")
+    pol = doc.get("policy")
+    _need(pol is None or isinstance(pol, dict), "policy is %s, not an object" % _q(pol))
+    for key in ("violations", "warnings"):
+        value = (pol or {}).get(key) or []
+        _need(isinstance(value, list) and all(isinstance(v, str) for v in value),
+              "policy.%s is %s, not a list of messages" % (key, _q(value)))
 
 
 def check_validation(doc):
@@ -478,6 +487,8 @@ def _text(x, y, text, size=12, anchor="start", weight="normal", fill="#111", cls
 def _gib(value):
     if not _int(value):
         return "memory unknown"
+    if value == 0:
+        return "no memory online"
     return "%.1f GiB" % (value / float(1 << 30))
 
 
@@ -534,6 +545,7 @@ def topology_svg(host, model):
         x = pad + 8
         row_h = 0
         row_y = y
+        right = pad + 260
         for node in band_nodes:
             cpus = sorted(model["cpus"].get(node["id"], ()))
             has_cpus = bool(cpus)
@@ -615,6 +627,7 @@ def topology_svg(host, model):
                     ny = ty + (k // 6) * 34
                     parts.append(_nic_rect(nx, ny, nic))
             parts.append("</g>")
+            right = max(right, x + box_w + 8)
             x += box_w + 10
             row_h = max(row_h, box_h)
         y = row_y + row_h + 10
@@ -625,7 +638,7 @@ def topology_svg(host, model):
         else:
             label = "socket unknown (NUMA node %s)" % format_ids(n["id"] for n in band_nodes if model["cpus"].get(n["id"]))
         parts.insert(0, '<rect class="socket" x="%d" y="%d" width="%d" height="%d" rx="10" fill="#f6f8fb" '
-                        'stroke="#8899aa" stroke-width="1.5"/>%s' % (pad, band_top, inner, y - band_top,
+                        'stroke="#8899aa" stroke-width="1.5"/>%s' % (pad, band_top, right - pad, y - band_top,
                                                                     _text(pad + 10, band_top + 16, label, 13, weight="bold",
                                                                           fill="#334")))
         y += 8
@@ -740,18 +753,28 @@ def legend_html():
 # ---------------------------------------------------------------- tables
 
 
+def _violations(audit):
+    return list((audit.get("policy") or {}).get("violations") or [])
+
+
 def compliance(host):
+    """``ok``, ``no audit``, or ``<status>: N findings (E error, W warning)[, V policy violations]``."""
     audit = host.get("audit")
     if not audit:
         return "no audit"
     counts = {}
     for finding in audit["findings"]:
         counts[finding["severity"]] = counts.get(finding["severity"], 0) + 1
-    if not audit["findings"]:
+    violations = len(_violations(audit))
+    if not audit["findings"] and not violations:
         return "ok" if audit["status"] == "compliant" else audit["status"]
     order = ["error", "warning", "info"] + sorted(k for k in counts if k not in ("error", "warning", "info"))
-    return "%s: %d finding%s (%s)" % (audit["status"], len(audit["findings"]), "" if len(audit["findings"]) == 1 else "s",
-                                      ", ".join("%d %s" % (counts[k], k) for k in order if k in counts))
+    text = "%s: %d finding%s" % (audit["status"], len(audit["findings"]), "" if len(audit["findings"]) == 1 else "s")
+    if counts:
+        text += " (%s)" % ", ".join("%d %s" % (counts[k], k) for k in order if k in counts)
+    if violations:
+        text += ", %d policy violation%s" % (violations, "" if violations == 1 else "s")
+    return text
 
 
 def probe_verdict(host):
@@ -809,7 +832,7 @@ def host_summary(host):
 
 
 def _anchor(name):
-    return "host-" + "".join(c if c.isalnum() else "_%02x" % (ord(c) & 0xff) for c in name)
+    return "host-" + "".join(c if c.isascii() and c.isalnum() else "_%x_" % ord(c) for c in name)
 
 
 CSS = """
@@ -866,8 +889,8 @@ def render_html(fleet, title="gpunuma fleet report", only=None):
         drift = ""
         audit = host.get("audit")
         if audit:
-            drift = ", ".join(esc("%s%s" % (f["id"], " (%s)" % f["instance"] if f.get("instance") else ""))
-                              for f in audit["findings"]) or "none"
+            drift = ", ".join([esc("%s%s" % (f["id"], " (%s)" % f["instance"] if f.get("instance") else ""))
+                               for f in audit["findings"]] + ["policy"] * bool(_violations(audit))) or "none"
         out.append('<tr data-host="%s"><td><a href="#%s">%s</a></td><td>%s</td><td><code>%s</code></td><td>%s</td>'
                    '<td class="%s">%s</td><td class="%s">%s</td><td>%s</td><td class="%s">%s</td></tr>'
                    % (esc(host["name"]), esc(_anchor(host["name"])), esc(host["name"]), esc(s["profile"]),
@@ -883,6 +906,9 @@ def render_html(fleet, title="gpunuma fleet report", only=None):
             rows.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>"
                         % (esc(host["name"]), esc(f.get("severity")), esc(f.get("id")), esc(f.get("instance")),
                            esc(shown(f.get("expected"))), esc(shown(f.get("actual"))), esc(f.get("message"))))
+        for message in _violations(host.get("audit") or {}):
+            rows.append("<tr><td>%s</td><td>error</td><td>policy</td><td></td><td></td><td></td><td>%s</td></tr>"
+                        % (esc(host["name"]), esc(message)))
     audited = sum(1 for h in hosts if h.get("audit"))
     if rows:
         out.append('<table class="drift"><thead><tr><th>host</th><th>severity</th><th>finding</th><th>instance</th>'
@@ -997,7 +1023,9 @@ def _validation_table(report):
 
         def gbps(name):
             p = places.get(name)
-            return p.get("h2d_pinned_gbps") if isinstance(p, dict) else None
+            if not isinstance(p, dict):
+                return "-"
+            return p.get("h2d_pinned_gbps") if p.get("h2d_pinned_gbps") is not None else (p.get("status") or "-")
         rows.append("<tr><td>GPU%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>"
                     % (esc(gpu.get("index")), esc(gpu.get("numa_node")), esc(gpu.get("status")), esc(gbps("local")),
                        esc(gbps("remote")), esc(gbps("unbound")), esc(gpu.get("verdict")),

@@ -351,3 +351,22 @@ def test_mutated_topology_renders_or_is_a_clear_problem(tmp_path_factory, docs, 
         assert problems, mutant["problems"]
         assert html.escape(problems[0]) in section(page, host)
     assert "Traceback" not in page
+
+
+def test_policy_violations_of_the_audit(tmp_path, docs):
+    """audit.yml adds the policy results to the report: a violation without a finding is still drift."""
+    from ansible.module_utils.gpunuma import policy
+
+    fleet = copy.deepcopy(docs)
+    audit = fleet["h200-vm"]["audit"]
+    result = {"id": "gpunuma-bind-01", "title": "GPU instances are bound to their GPU's node",
+              "violations": ["vllm-0 is not bound"], "source": "docs/policies.md"}
+    audit["policy"] = {"results": [], "violations": [policy.violation_message("h200-vm", result)], "warnings": [],
+                       "expired_waivers": []}
+    audit["status"] = "drifted"
+    make_artefacts.write_fleet(str(tmp_path), fleet)
+    page, fleet_ = render(tmp_path)
+    assert report.host_summary(fleet_["hosts"]["h200-vm"])["compliance"] == "drifted: 0 findings, 1 policy violation"
+    drift = page[page.index("<h2>Drift found</h2>"):page.index("<h2>Rollback history</h2>")]
+    assert "<td>h200-vm</td><td>error</td><td>policy</td><td></td><td></td><td></td><td>h200-vm: policy gpunuma-bind-01" \
+        in drift
