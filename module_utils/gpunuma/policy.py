@@ -30,6 +30,7 @@ import datetime
 import os
 import re
 
+from ansible.module_utils.gpunuma import autonuma
 from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.errors import GpunumaError
 
@@ -134,6 +135,16 @@ def check_numa_balancing_off_with_bind(ctx, params):
     problems = []
     wanted = ctx.settings.get("numa_balancing")
     live = (ctx.live or {}).get("numa_balancing") or {}
+    if wanted == autonuma.AUTO:
+        # auto (gpunuma.autonuma.decide, for a profile with bound instances):
+        # 0 on a kernel before 5.12 or of unknown release, checked as 0; on
+        # 5.12 or later the node is left alone, and no longer a violation:
+        # instances with an explicit memory policy are neither scanned nor
+        # migrated by NUMA balancing there (MPOL_F_NUMA_BALANCING opts in).
+        release = ctx.settings.get("kernel_release") or live.get("kernel_release")
+        wanted = autonuma.value(autonuma.AUTO, "strict", release)
+        if wanted is None:
+            return []
     if wanted is None and not live:
         # autonuma_numa_balancing: null leaves the node's value alone; only
         # the audit, reading the node, can tell.

@@ -23,6 +23,7 @@ def test_fleet_table_reports_and_exit_status(tmp_path):
     proc = run_playbook("playbooks/audit.yml", str(inventory),
                         {"gpunuma_audit_dir": str(reports), "gpunuma_audit_textfile": str(metrics),
                          "numa_binding_plan_path": str(tmp_path / "plan.json"),
+                         "autonuma_numa_balancing": 0,
                          "autonuma_sysctl_file": str(tmp_path / "sysctl.conf")},
                         check=True, extra=["--limit", "localhost,ghost"])
     out = proc.stdout + proc.stderr
@@ -38,6 +39,22 @@ def test_fleet_table_reports_and_exit_status(tmp_path):
     text = metrics.read_text()
     assert 'gpunuma_audit_compliant{host="localhost"} 0' in text and 'gpunuma_audit_unreachable{host="ghost"} 1' in text
     assert not (tmp_path / "plan.json").exists() and not (tmp_path / "sysctl.conf").exists()
+
+
+def test_auto_numa_balancing_left_alone_is_no_drift(tmp_path):
+    """autonuma_numa_balancing auto (the default) may leave a bound node's value and file alone (Linux 5.12+):
+    without the node's kernel release the audit does not hold it to 0."""
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    reports = tmp_path / "reports"
+    proc = run_playbook("playbooks/audit.yml", str(inventory),
+                        {"gpunuma_audit_dir": str(reports), "numa_binding_plan_path": str(tmp_path / "plan.json"),
+                         "autonuma_sysctl_file": str(tmp_path / "sysctl.conf")}, check=True)
+    out = proc.stdout + proc.stderr
+    report = json.loads((reports / "localhost.json").read_text())
+    assert report["numa_balancing"]["expected"] is None, out[-3000:]
+    assert [f["id"] for f in report["findings"]] == ["plan-missing"]
 
 
 def test_kubelet_settings_are_audited(tmp_path):

@@ -132,6 +132,35 @@ def test_numa_balancing_left_alone_is_checked_only_live():
     assert status("GN-NB-001", plan(inst()), {"numa_balancing": None}, live=live)[0] == "fail"
 
 
+@pytest.mark.parametrize("release", ["6.1.0-28-amd64", "5.12.0"])
+def test_numa_balancing_auto_on_5_12_or_later_is_no_violation(release):
+    # Bound instances are neither scanned nor migrated there: auto leaves the node alone, live 1 included.
+    live = {"numa_balancing": {"live": "1", "file": None, "kernel_release": release}, "instances": []}
+    assert status("GN-NB-001", plan(inst()), {"numa_balancing": "auto"}, live=live) == ("pass", [])
+    assert status("GN-NB-001", plan(inst()), {"numa_balancing": "auto", "kernel_release": release}) == ("pass", [])
+
+
+@pytest.mark.parametrize("release", ["5.4.0-1234-aws", "4.18.0-553.el8_10.x86_64", None, "garbage"])
+def test_numa_balancing_auto_before_5_12_or_unknown_is_checked_as_0(release):
+    settings = {"numa_balancing": "auto", "kernel_release": release}
+    assert status("GN-NB-001", plan(inst()), settings) == ("pass", [])
+    # auto wrote 0 there: gpunuma's file saying 1 is a violation, its absence is not.
+    live = {"numa_balancing": {"live": "1", "file": "1", "kernel_release": release}, "instances": []}
+    state, problems = status("GN-NB-001", plan(inst()), {"numa_balancing": "auto"}, live=live)
+    assert state == "fail" and problems == ["the node's sysctl file sets kernel.numa_balancing = 1"]
+    live = {"numa_balancing": {"live": "0", "file": None}, "instances": []}
+    assert status("GN-NB-001", plan(inst()), {"numa_balancing": "auto"}, live=live) == ("pass", [])
+
+
+def test_numa_balancing_explicit_values_keep_their_meaning_on_new_kernels():
+    settings = {"numa_balancing": 1, "kernel_release": "6.8.0"}
+    state, problems = status("GN-NB-001", plan(inst()), settings)
+    assert state == "fail" and problems == ["instances llm0 use membind but autonuma_numa_balancing is 1, not 0"]
+    live = {"numa_balancing": {"live": "1", "file": None, "kernel_release": "6.8.0"}, "instances": []}
+    assert status("GN-NB-001", plan(inst()), {"numa_balancing": None}, live=live)[0] == "fail"
+    assert status("GN-NB-001", plan(inst(mem_policy="interleave")), {"numa_balancing": "auto"})[0] == "not_applicable"
+
+
 def test_live_numa_balancing_file_is_checked():
     live = {"numa_balancing": {"file": "1"}, "instances": []}
     assert status("GN-NB-001", plan(inst()), live=live)[0] == "fail"
