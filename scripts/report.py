@@ -31,13 +31,19 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
+def printable(text):
+    """Terminal-safe text: control characters from artefacts written as escapes."""
+    return "".join(c if c.isprintable() else "\\x%02x" % ord(c) if ord(c) < 256 else "\\u%04x" % ord(c)
+                   for c in str(text))
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     out = args.output or os.path.join(args.dir, "fleet-report.html")
     try:
         page, fleet = report.build_report(args.dir, args.title, args.host)
     except report.ReportError as exc:
-        print("report: %s" % exc, file=sys.stderr)
+        print("report: %s" % printable(exc), file=sys.stderr)
         return 2
     try:
         tmp = out + ".tmp"
@@ -57,7 +63,7 @@ def main(argv=None):
         problems = len(fleet["hosts"][name]["problems"])
         if problems:
             line += ", %d problem%s in its artefacts" % (problems, "" if problems == 1 else "s")
-        print(line)
+        print(printable(line))
     print("open %s" % os.path.abspath(out))
     return 0
 

@@ -131,6 +131,15 @@ def test_cross_socket_instance_is_marked(fleet_dir, docs):
     assert "cross-badge" not in section(page, "pcie-b03") and '<line class="cross"' not in section(page, "pcie-b03")
 
 
+def test_gpus_of_unknown_node_are_drawn_apart(fleet_dir, docs):
+    page, _ = render(fleet_dir)
+    sec = section(page, "pcie-b04")
+    assert "NUMA node unknown: GPUs and NICs that cannot be placed" in sec
+    assert re.findall(r'<g class="gpu" data-gpu="(\d+)">', sec) == [str(g) for g in range(8)]
+    assert "not bound" in instance_row(page, "pcie-b04", "vllm-0")
+    assert "cross-badge" not in sec
+
+
 def test_hand_edited_instance_bound_to_the_other_socket(tmp_path, docs):
     """A plan whose single-GPU instance has its CPUs and memory on the other socket is marked crossing."""
     fleet = copy.deepcopy(docs)
@@ -256,7 +265,7 @@ def test_cli_writes_the_page_and_prints_a_summary(fleet_dir):
     # Run again: its own page in DIR is not an artefact; -o elsewhere.
     proc = subprocess.run([sys.executable, SCRIPT, str(fleet_dir), "-o", str(fleet_dir / "x.html")],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 6
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == len(make_artefacts.TOPOLOGIES) + 1
 
 
 @pytest.mark.parametrize("make", ["missing", "empty"])
@@ -370,3 +379,13 @@ def test_policy_violations_of_the_audit(tmp_path, docs):
     drift = page[page.index("<h2>Drift found</h2>"):page.index("<h2>Rollback history</h2>")]
     assert "<td>h200-vm</td><td>error</td><td>policy</td><td></td><td></td><td></td><td>h200-vm: policy gpunuma-bind-01" \
         in drift
+
+
+def test_cli_keeps_control_characters_off_the_terminal(tmp_path, docs):
+    topo = copy.deepcopy(docs["h200-vm"]["topology"])
+    topo["hostname"] = "vm\x1b[2J\x07"
+    (tmp_path / "t.json").write_text(json.dumps(topo))
+    proc = subprocess.run([sys.executable, SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    assert proc.stdout.startswith("vm\\x1b[2J\\x07  profile -, - instances, compliance no audit, probe no probe\n")
