@@ -40,6 +40,17 @@ def test_every_role_entry_point_and_variable_is_documented():
                 assert "| `%s` |" % name in section, (role, entry_point, name)
 
 
+def test_autonuma_default_is_auto_in_the_spec_the_defaults_and_the_doc():
+    with open(os.path.join(ROLES, "autonuma", "defaults", "main.yml"), encoding="utf-8") as handle:
+        defaults = yaml.safe_load(handle)
+    spec = gen.load_specs(ROLES)
+    options = dict(spec)["autonuma"]["main"]["options"]
+    assert defaults["autonuma_numa_balancing"] == options["autonuma_numa_balancing"]["default"] == "auto"
+    assert options["autonuma_numa_balancing"]["choices"] == ["auto", 0, 1, None]
+    with open(DOC, encoding="utf-8") as handle:
+        assert "| `autonuma_numa_balancing` | raw | `auto` | `auto`, `0`, `1`, `null` |" in handle.read()
+
+
 def _copy_role(tmp_path, role="memlock"):
     roles = tmp_path / "roles"
     shutil.copytree(os.path.join(ROLES, role, "meta"), roles / role / "meta")
