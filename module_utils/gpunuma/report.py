@@ -362,7 +362,6 @@ CHECKS = {"topology": check_topology, "plan": check_plan, "state": check_state, 
 def _node_sockets(topo):
     """(socket label per node id, whether the grouping is known)."""
     nodes = topo["numa_nodes"]
-    ids = [n["id"] for n in nodes]
     cpu_nodes = [n for n in nodes if parse_cpulist(n.get("cpus"), "cpus")]
     pos = {n["id"]: i for i, n in enumerate(nodes)}
 
@@ -413,7 +412,6 @@ def _node_sockets(topo):
             group[node["id"]] = group[best["id"]]
         else:
             group[node["id"]] = None
-    del ids
     return group, known
 
 
@@ -741,7 +739,7 @@ def matrix_svg(title, rows, row_labels, col_labels):
 
 def legend_html():
     items = "".join('<span class="lg"><i style="background:%s"></i>%s</span>' % (colour, esc(label))
-                    for _, colour, label in LINK_COLOURS if _ != "X")
+                    for code, colour, label in LINK_COLOURS if code != "X")
     items += ('<span class="lg"><i style="background:%s"></i>housekeeping CPU</span>'
               '<span class="lg"><i style="background:%s"></i>free CPU</span>'
               '<span class="lg"><i style="background:#f3f0ff;border:1px dashed #555"></i>memory-only node</span>'
