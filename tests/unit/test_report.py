@@ -389,3 +389,17 @@ def test_cli_keeps_control_characters_off_the_terminal(tmp_path, docs):
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
     assert proc.stdout.startswith("vm\\x1b[2J\\x07  profile -, - instances, compliance no audit, probe no probe\n")
+
+
+def test_duplicate_artefacts_newest_state_shown_with_a_note(tmp_path, docs):
+    old = make_artefacts.state_for("gpu-a01", [("strict", "site", "site.yml", "alice", "2026-11-20T10:00:00Z")])
+    new = docs["gpu-a01"]["state"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "state.json").write_text(json.dumps(new))
+    (tmp_path / "b" / "state.json.bak").write_text(json.dumps(old))
+    page, fleet = render(tmp_path)
+    host = fleet["hosts"]["gpu-a01"]
+    assert host["state"]["updated"] == new["updated"] and len(host["state"]["history"]) == 3
+    assert host["notes"] == ["state artefact found twice: a/state.json and b/state.json.bak; a/state.json is shown"]
+    assert html.escape(host["notes"][0]) in section(page, "gpu-a01")
