@@ -79,3 +79,26 @@ def test_table_shows_each_instance_nics(demo):
             assert columns[7] == expected.split()[0], (host, instance["name"], columns)
             shown_any = shown_any or bool(nics)
     assert shown_any  # the demo's HGX and DGX hosts have NICs next to their GPUs
+
+
+def test_demo_sh_falls_back_to_the_plan_in_one_line(tmp_path):
+    """Where the Docker fleet cannot run (here: turned off), demo.sh says why in one
+    line and runs the plan-only demo; no container is started."""
+    import os
+    import subprocess
+
+    from ansible_run import ansible_env
+    from conftest import REPO_ROOT
+
+    state = tmp_path / "demo"
+    proc = subprocess.run([os.path.join(REPO_ROOT, "scripts", "demo.sh")], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=900,
+                          env=ansible_env(GPUNUMA_DEMO_DOCKER="0", GPUNUMA_DEMO_DIR=str(state)))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("gpunuma demo: ")]
+    assert lines == ["gpunuma demo: plan only: GPUNUMA_DEMO_DOCKER=0 turns the Docker fleet off; "
+                     "discovering and planning inventory/demo.yml, nothing is provisioned"]
+    assert "FINGERPRINT" in proc.stdout and "INSTANCE" in proc.stdout
+    # the plan-only demo's state went where it was told, the same as the playbook's own
+    assert (state / "topology" / "h200-vm.plan.json").is_file()
+    assert not (state / "fleet").exists()
