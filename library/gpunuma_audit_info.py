@@ -10,8 +10,8 @@ short_description: Compare a node's live NUMA binding with the plan gpunuma appl
 description:
   - Reads, in one round trip, the applied plan (C(/etc/gpunuma/plan.json)), the persisted topology and state, every
     planned instance's unit file or drop-in, what systemd loaded (one C(systemctl show) for all units), each running
-    instance's C(/proc/<pid>/status), C(/proc/<pid>/numa_maps) and C(/proc/<pid>/limits), C(kernel.numa_balancing)
-    and gpunuma's sysctl.d file, and re-discovers the topology to compare its fingerprint.
+    instance's C(/proc/<pid>/status), C(/proc/<pid>/numa_maps) and C(/proc/<pid>/limits), C(kernel.numa_balancing),
+    the kernel release and gpunuma's sysctl.d file, and re-discovers the topology to compare its fingerprint.
   - Returns a C(gpunuma.audit/v1) report (docs/audit.md) with one finding per difference. Never changes anything;
     safe in check mode.
 options:
@@ -30,9 +30,16 @@ options:
     type: bool
     default: true
   numa_balancing:
-    description: The kernel.numa_balancing value the node should have (autonuma_numa_balancing); null skips the check.
-    type: int
-    choices: [0, 1]
+    description:
+      - autonuma_numa_balancing; null skips the check. 0 or 1 is expected as it is.
+      - C(auto) is decided as the autonuma role decides it, with the kernel release read here (C(os.uname()), or
+        C(sys/kernel/osrelease) under a copied O(proc_root)) - a bound O(numa_balancing_profile) expects 0 on a
+        kernel before 5.12 or of unknown release and is not checked on 5.12 or later; profile C(off) is not checked.
+    type: raw
+  numa_balancing_profile:
+    description: The profile C(auto) follows (the autonuma role's - gpunuma_effective_profile, else gpunuma_profile).
+    type: raw
+    default: strict
   numa_balancing_file:
     description: gpunuma's sysctl.d file for kernel.numa_balancing.
     type: path
@@ -62,7 +69,8 @@ EXAMPLES = r"""
 - name: Audit the node
   gpunuma_audit_info:
     hostname: "{{ inventory_hostname }}"
-    numa_balancing: 0
+    numa_balancing: auto
+    numa_balancing_profile: strict
   register: audit
 """
 
@@ -75,6 +83,9 @@ audit:
     schema: {description: gpunuma.audit/v1, type: str}
     status: {description: compliant or drifted., type: str}
     findings: {description: "Each: id, severity, instance, expected, actual, message.", type: list}
+    numa_balancing:
+      description: "expected (null: not checked), live, file, kernel_release (the node's, null when unreadable), reason."
+      type: dict
     instances: {description: Per planned instance, what was expected and what runs., type: list}
 applied_plan: {description: The applied plan read (for the policy rules)., returned: always, type: dict}
 persisted_topology: {description: The persisted topology read (for the policy rules)., returned: always, type: dict}
@@ -140,6 +151,14 @@ def _sysctl_value(text, key="kernel.numa_balancing"):
     return value
 
 
+def _kernel_release(proc_root):
+    """The node's kernel release: os.uname() for /proc, else the copy's sys/kernel/osrelease (None when missing)."""
+    if os.path.normpath(proc_root) == "/proc":
+        return os.uname().release
+    text = _read(os.path.join(proc_root, "sys/kernel/osrelease"))
+    return (text or "").strip() or None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -151,7 +170,8 @@ def main():
             dropin_name=dict(type="str", default="50-gpunuma.conf"),
             proc_root=dict(type="path", default="/proc"),
             check_running=dict(type="bool", default=True),
-            numa_balancing=dict(type="int", choices=[0, 1]),
+            numa_balancing=dict(type="raw"),
+            numa_balancing_profile=dict(type="raw", default="strict"),
             numa_balancing_file=dict(type="path", default="/etc/sysctl.d/60-gpunuma-numa-balancing.conf"),
             numa_balancing_live=dict(type="str", choices=["auto", "yes", "no"], default="auto"),
             min_local_share=dict(type="float", default=0.9),
@@ -163,6 +183,12 @@ def main():
     p = module.params
     if not 0 <= p["min_local_share"] <= 1:
         module.fail_json(msg="min_local_share: %r is not allowed; allowed: a number from 0 to 1" % p["min_local_share"])
+    kernel_release = _kernel_release(p["proc_root"])
+    try:
+        expected, reason = auditlib.numa_balancing_expected(p["numa_balancing"], p["numa_balancing_profile"],
+                                                            kernel_release)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     findings = []
     report = {
         "schema": auditlib.SCHEMA,
@@ -170,7 +196,8 @@ def main():
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "profile": {"plan": None, "state": None, "pinned": False},
         "fingerprint": {"persisted": None, "live": None, "plan": None},
-        "numa_balancing": {"expected": p["numa_balancing"], "live": None, "file": None},
+        "numa_balancing": {"expected": expected, "live": None, "file": None, "kernel_release": kernel_release,
+                           "reason": reason},
         "instances": [],
     }
 
@@ -255,18 +282,13 @@ def main():
     live_text = _read(os.path.join(p["proc_root"], "sys/kernel/numa_balancing"))
     live_value = live_text.strip() if live_text else None
     report["numa_balancing"]["live"] = live_value
-    if p["numa_balancing"] is not None:
+    if expected is not None:
         file_value = _sysctl_value(_read(p["numa_balancing_file"]))
         report["numa_balancing"]["file"] = file_value
-        if file_value != str(p["numa_balancing"]):
-            findings.append(Finding("numa-balancing-file", "error", "%s sets kernel.numa_balancing to %s, expected %d"
-                                    % (p["numa_balancing_file"], file_value if file_value is not None else "nothing (missing)",
-                                       p["numa_balancing"]), None, p["numa_balancing"], file_value))
         in_container = os.path.exists("/run/systemd/container") or os.path.exists("/.dockerenv")
         check_live = p["numa_balancing_live"] == "yes" or (p["numa_balancing_live"] == "auto" and not in_container)
-        if check_live and live_value is not None and live_value != str(p["numa_balancing"]):
-            findings.append(Finding("numa-balancing-live", "error", "kernel.numa_balancing is %s, expected %d"
-                                    % (live_value, p["numa_balancing"]), None, p["numa_balancing"], live_value))
+        findings.extend(auditlib.numa_balancing_findings(expected, live_value, file_value, p["numa_balancing_file"],
+                                                         check_live))
 
     report["findings"] = findings
     report["status"] = auditlib.status_of(findings)

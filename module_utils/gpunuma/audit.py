@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from ansible.module_utils.gpunuma import autonuma
 from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist
 
 SCHEMA = "gpunuma.audit/v1"
@@ -239,6 +240,54 @@ def audit_instance(item, unit, proc, min_local_share):
             findings.append(Finding("memlock", "error", "%s: PID %s runs with memlock %s, its unit sets LimitMEMLOCK=%s"
                                     % (name, unit.get("pid"), got, live["unit_memlock"]), name, want, got))
     return findings, live
+
+
+def numa_balancing_setting(value):
+    """autonuma_numa_balancing as the audit takes it: 0, 1, ``auto`` or None; ValueError otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        text = str(value).strip()
+        if text in ("0", "1"):
+            return int(text)
+        if text == autonuma.AUTO:
+            return autonuma.AUTO
+    raise ValueError("numa_balancing: %r is not allowed; allowed: auto, 0, 1, or null (not checked)" % (value,))
+
+
+def numa_balancing_expected(setting, profile, kernel_release):
+    """(value, reason): what the audit holds kernel.numa_balancing to, or None to leave it unchecked.
+
+    The autonuma role's decision (:func:`gpunuma.autonuma.decide`) with the
+    release the audit read on the node: ``auto`` with a bound profile expects
+    0 on a kernel before 5.12 or of unknown release and leaves the key
+    unchecked on 5.12 or later; ``auto`` with profile off, and null, leave it
+    unchecked; 0 and 1 are expected as they are.
+    """
+    setting = numa_balancing_setting(setting)
+    if setting is None:
+        return None, "autonuma_numa_balancing is null: kernel.numa_balancing is not managed"
+    return autonuma.decide(setting, profile, kernel_release)
+
+
+def numa_balancing_findings(expected, live_value, file_value, file_path, check_live):
+    """Findings for kernel.numa_balancing held to ``expected`` (0 or 1; None: none).
+
+    ``file_value`` is the value gpunuma's sysctl file ``file_path`` sets (None:
+    missing or no line), ``live_value`` the text of the live key (None: absent),
+    ``check_live`` whether the live value is the node's own (not a container's).
+    """
+    if expected is None:
+        return []
+    findings = []
+    if file_value != str(expected):
+        findings.append(Finding("numa-balancing-file", "error", "%s sets kernel.numa_balancing to %s, expected %d"
+                                % (file_path, file_value if file_value is not None else "nothing (missing)", expected),
+                                None, expected, file_value))
+    if check_live and live_value is not None and live_value != str(expected):
+        findings.append(Finding("numa-balancing-live", "error", "kernel.numa_balancing is %s, expected %d"
+                                % (live_value, expected), None, expected, live_value))
+    return findings
 
 
 def kubelet_findings(changes, remove_checkpoints=(), problem=None, profile=None):

@@ -8,6 +8,7 @@ import sys
 
 import yaml
 
+from ansible.module_utils.gpunuma import autonuma
 from ansible_run import run_playbook
 
 
@@ -42,8 +43,8 @@ def test_fleet_table_reports_and_exit_status(tmp_path):
 
 
 def test_auto_numa_balancing_left_alone_is_no_drift(tmp_path):
-    """autonuma_numa_balancing auto (the default) may leave a bound node's value and file alone (Linux 5.12+):
-    without the node's kernel release the audit does not hold it to 0."""
+    """autonuma_numa_balancing auto (the default) leaves a bound node's value and file alone on Linux 5.12+:
+    the audit reads the node's kernel release and does not hold such a node to 0."""
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {
         "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
@@ -53,6 +54,9 @@ def test_auto_numa_balancing_left_alone_is_no_drift(tmp_path):
                          "autonuma_sysctl_file": str(tmp_path / "sysctl.conf")}, check=True)
     out = proc.stdout + proc.stderr
     report = json.loads((reports / "localhost.json").read_text())
+    assert report["numa_balancing"]["kernel_release"] == os.uname().release, out[-3000:]
+    # This machine's kernel is 5.12 or later (the case this test is about).
+    assert autonuma.parse_kernel_release(os.uname().release) >= autonuma.MOF_OPT_IN_RELEASE
     assert report["numa_balancing"]["expected"] is None, out[-3000:]
     assert [f["id"] for f in report["findings"]] == ["plan-missing"]
 

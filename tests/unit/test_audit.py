@@ -127,3 +127,103 @@ def test_kubelet_findings_clean_and_unreadable():
     unreadable = audit.kubelet_findings(None, None, problem="config.yaml cannot be read")
     assert [f["id"] for f in unreadable] == ["kubelet-unreadable"]
     assert "config.yaml cannot be read" in unreadable[0]["message"]
+
+
+# -- kernel.numa_balancing: autonuma_numa_balancing decided as the autonuma role does ----------------
+
+def _audit_module(capsys, **args):
+    """gpunuma_audit_info run in this process; its result."""
+    import json
+
+    from ansible.module_utils.testing import patch_module_args
+
+    spec = importlib.util.spec_from_file_location("gpunuma_audit_info", os.path.join(REPO_ROOT, "library",
+                                                                                     "gpunuma_audit_info.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    capsys.readouterr()
+    with patch_module_args(dict({"hostname": "gpu-a01", "rediscover": False}, **args)), pytest.raises(SystemExit):
+        module.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def _proc_copy(tmp_path, live="1", release="5.4.0-1234-aws"):
+    kernel = tmp_path / "proc" / "sys" / "kernel"
+    kernel.mkdir(parents=True)
+    (kernel / "numa_balancing").write_text(live + "\n")
+    if release is not None:
+        (kernel / "osrelease").write_text(release + "\n")
+    return str(tmp_path / "proc")
+
+
+def test_live_report_carries_the_nodes_kernel_release(tmp_path, capsys):
+    result = _audit_module(capsys, plan_path=str(tmp_path / "plan.json"), numa_balancing_file=str(tmp_path / "nb.conf"))
+    assert not result.get("failed"), result
+    assert result["audit"]["numa_balancing"]["kernel_release"] == os.uname().release
+    # A copy of procfs (a support bundle, a test) carries its own osrelease.
+    result = _audit_module(capsys, plan_path=str(tmp_path / "plan.json"), proc_root=_proc_copy(tmp_path),
+                           numa_balancing_file=str(tmp_path / "nb.conf"))
+    assert result["audit"]["numa_balancing"]["kernel_release"] == "5.4.0-1234-aws"
+
+
+@pytest.mark.parametrize("release", ["5.4.0-1234-aws", "4.18.0-553.el8_10.x86_64", None])
+def test_module_auto_on_an_old_or_unknown_kernel_expects_0(tmp_path, capsys, release):
+    conf = tmp_path / "nb.conf"
+    conf.write_text("kernel.numa_balancing = 1\n")
+    result = _audit_module(capsys, plan_path=str(tmp_path / "plan.json"), proc_root=_proc_copy(tmp_path, "1", release),
+                           numa_balancing="auto", numa_balancing_profile="strict", numa_balancing_file=str(conf),
+                           numa_balancing_live="yes")
+    section = result["audit"]["numa_balancing"]
+    assert (section["expected"], section["live"], section["file"], section["kernel_release"]) == (0, "1", "1", release)
+    drift = [(f["id"], f["expected"], f["actual"]) for f in result["audit"]["findings"] if f["id"] != "plan-missing"]
+    assert drift == [("numa-balancing-file", 0, "1"), ("numa-balancing-live", 0, "1")]
+    assert result["audit"]["status"] == "drifted"
+
+
+def test_module_auto_on_5_12_or_later_is_not_checked(tmp_path, capsys):
+    conf = tmp_path / "nb.conf"
+    conf.write_text("kernel.numa_balancing = 1\n")
+    result = _audit_module(capsys, plan_path=str(tmp_path / "plan.json"), proc_root=_proc_copy(tmp_path, "1", "6.1.0-28-amd64"),
+                           numa_balancing="auto", numa_balancing_file=str(conf), numa_balancing_live="yes")
+    section = result["audit"]["numa_balancing"]
+    assert section["expected"] is None and section["kernel_release"] == "6.1.0-28-amd64"
+    assert "5.12" in section["reason"]
+    assert [f["id"] for f in result["audit"]["findings"]] == ["plan-missing"]
+
+
+def test_module_refuses_a_setting_that_is_not_one(tmp_path, capsys):
+    result = _audit_module(capsys, plan_path=str(tmp_path / "plan.json"), numa_balancing="off")
+    assert result["failed"] and "numa_balancing: 'off' is not allowed" in result["msg"]
+
+
+@pytest.mark.parametrize("setting,profile,release,expected", [
+    ("auto", "strict", "5.4.0-1234-aws", 0),         # an old kernel: 0, as the role writes it
+    ("auto", "interleave", "5.11.0", 0),
+    ("auto", "strict", "garbage", 0),                # unreadable release: 0, as the role decides it
+    ("auto", "strict", None, 0),
+    ("auto", "strict", "5.12.0", None),              # 5.12 or later: left alone, not checked
+    ("auto", "preferred", "6.8.0-45-generic", None),
+    ("auto", "off", "4.19.0", None),                 # profile off: handed back
+    ("auto", False, "4.19.0", None),                 # an unquoted off read by YAML
+    (0, "strict", "6.8.0", 0),
+    ("1", "strict", "4.19.0", 1),
+    (None, "strict", "4.19.0", None),
+])
+def test_numa_balancing_expected_is_the_roles_decision(setting, profile, release, expected):
+    assert audit.numa_balancing_expected(setting, profile, release)[0] == expected
+
+
+@pytest.mark.parametrize("setting", [True, "off", "2", "Auto", [0]])
+def test_numa_balancing_setting_refuses_other_values(setting):
+    with pytest.raises(ValueError, match="allowed: auto, 0, 1, or null"):
+        audit.numa_balancing_setting(setting)
+
+
+def test_numa_balancing_findings():
+    assert audit.numa_balancing_findings(None, "1", "1", "/etc/sysctl.d/x.conf", True) == []
+    assert audit.numa_balancing_findings(0, "0", "0", "/etc/sysctl.d/x.conf", True) == []
+    (missing,) = audit.numa_balancing_findings(0, "0", None, "/etc/sysctl.d/x.conf", True)
+    assert missing["id"] == "numa-balancing-file" and "nothing (missing)" in missing["message"]
+    # In a container the live value is the host's: only the file is compared.
+    assert [f["id"] for f in audit.numa_balancing_findings(0, "1", "0", "/x.conf", False)] == []
+    assert [f["id"] for f in audit.numa_balancing_findings(0, "1", "0", "/x.conf", True)] == ["numa-balancing-live"]
