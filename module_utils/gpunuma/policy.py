@@ -133,15 +133,20 @@ def check_numa_balancing_off_with_bind(ctx, params):
     if not bound:
         return None
     problems = []
-    wanted = ctx.settings.get("numa_balancing")
+    # "0"/"1" from an inventory are the numbers; auto, null and anything else stay as given.
+    wanted = autonuma._setting(ctx.settings.get("numa_balancing"))
     live = (ctx.live or {}).get("numa_balancing") or {}
     if wanted == autonuma.AUTO:
         # auto (gpunuma.autonuma.decide, for a profile with bound instances):
-        # 0 on a kernel before 5.12 or of unknown release, checked as 0; on
+        # 0 on a kernel before 5.12 or of unreadable release, checked as 0; on
         # 5.12 or later the node is left alone, and no longer a violation:
         # instances with an explicit memory policy are neither scanned nor
         # migrated by NUMA balancing there (MPOL_F_NUMA_BALANCING opts in).
         release = ctx.settings.get("kernel_release") or live.get("kernel_release")
+        if release is None and not live:
+            # Before a change nothing says which kernel the node runs: the
+            # autonuma role decides on the node, and the audit checks it.
+            return None
         wanted = autonuma.value(autonuma.AUTO, "strict", release)
         if wanted is None:
             return []

@@ -143,13 +143,34 @@ def test_numa_balancing_auto_on_5_12_or_later_is_no_violation(release):
 @pytest.mark.parametrize("release", ["5.4.0-1234-aws", "4.18.0-553.el8_10.x86_64", None, "garbage"])
 def test_numa_balancing_auto_before_5_12_or_unknown_is_checked_as_0(release):
     settings = {"numa_balancing": "auto", "kernel_release": release}
-    assert status("GN-NB-001", plan(inst()), settings) == ("pass", [])
+    # Before a change with no release known, auto is decided on the node (the audit checks it).
+    assert status("GN-NB-001", plan(inst()), settings) == (("pass", []) if release else ("not_applicable", []))
     # auto wrote 0 there: gpunuma's file saying 1 is a violation, its absence is not.
     live = {"numa_balancing": {"live": "1", "file": "1", "kernel_release": release}, "instances": []}
     state, problems = status("GN-NB-001", plan(inst()), {"numa_balancing": "auto"}, live=live)
     assert state == "fail" and problems == ["the node's sysctl file sets kernel.numa_balancing = 1"]
     live = {"numa_balancing": {"live": "0", "file": None}, "instances": []}
     assert status("GN-NB-001", plan(inst()), {"numa_balancing": "auto"}, live=live) == ("pass", [])
+
+
+@pytest.mark.parametrize("release", [None, ""])
+def test_numa_balancing_auto_at_the_gate_without_a_release_is_decided_on_the_node(release):
+    # site.yml's gate runs before the autonuma role reads the node: no violation, not even a pass.
+    settings = {"numa_balancing": "auto", "kernel_release": release}
+    assert status("GN-NB-001", plan(inst()), settings) == ("not_applicable", [])
+    assert status("GN-NB-001", plan(inst()), {"numa_balancing": "auto"}) == ("not_applicable", [])
+    # The audit's report carries the release it read: the same setting is judged there.
+    live = {"numa_balancing": {"live": "1", "file": "1", "kernel_release": "5.10.0-30-amd64"}, "instances": []}
+    state, problems = status("GN-NB-001", plan(inst()), settings, live=live)
+    assert state == "fail" and problems == ["the node's sysctl file sets kernel.numa_balancing = 1"]
+    live["numa_balancing"]["kernel_release"] = "6.12.9"
+    assert status("GN-NB-001", plan(inst()), settings, live=live) == ("pass", [])
+
+
+@pytest.mark.parametrize("setting,expected", [("0", ("pass", [])), (" 1 ", ("fail", [
+    "instances llm0 use membind but autonuma_numa_balancing is 1, not 0"]))])
+def test_numa_balancing_given_as_text_is_the_number(setting, expected):
+    assert status("GN-NB-001", plan(inst()), {"numa_balancing": setting}) == expected
 
 
 def test_numa_balancing_explicit_values_keep_their_meaning_on_new_kernels():
