@@ -16,7 +16,8 @@ most 64 KiB; ``config`` at most 4096 bytes):
   ``_realpath`` file support bundles keep);
 * ``sys/devices/system/cpu/cpu<N>/cpufreq/{scaling_governor,scaling_available_governors}``;
 * ``sys/kernel/mm/transparent_hugepage/{enabled,defrag}``;
-* ``proc/cmdline`` and ``proc/sys/kernel/numa_balancing``.
+* ``proc/cmdline``, ``proc/sys/kernel/numa_balancing`` and ``proc/sys/kernel/osrelease``
+  (the kernel release, ``uname -r``).
 
 A file that is absent is a fact (``None``); a file that exists but cannot be
 read or holds a value outside its grammar becomes a ``warning`` finding
@@ -31,6 +32,7 @@ import errno
 import os
 import re
 
+from ansible.module_utils.gpunuma import autonuma
 from ansible.module_utils.gpunuma.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.errors import CpuListError, GpunumaError
 from ansible.module_utils.gpunuma.sysfs import NVIDIA_VENDOR, pcie_gen_from_speed, quote, read_bounded
@@ -139,6 +141,7 @@ class NodeFacts:
     thp_defrag: object = None
     cmdline: object = None
     numa_balancing: object = None
+    kernel_release: object = None  # str (uname -r), or None when unknown
     iommu_groups_present: bool = False
     problems: list = dataclasses.field(default_factory=list)  # Finding (check "unreadable")
 
@@ -412,6 +415,7 @@ def read_node(root="/"):
     facts.cmdline = reader.text(os.path.join("proc", "cmdline"))
     facts.numa_balancing, _ = reader.value(os.path.join("proc", "sys", "kernel", "numa_balancing"),
                                            parse_numa_balancing)
+    facts.kernel_release = reader.text(os.path.join("proc", "sys", "kernel", "osrelease")) or None
     facts.iommu_groups_present = bool(_listdir(reader.path(os.path.join("sys", "kernel", "iommu_groups"))))
     facts.problems = reader.problems
     return facts
@@ -647,14 +651,30 @@ def _numa_balancing_findings(facts, profile):
                         message="kernel.numa_balancing is absent (kernel built without NUMA balancing)",
                         evidence=evidence, fix="Nothing to do.")]
     if profile in BINDING_PROFILES and facts.numa_balancing & 1:
+        # As autonuma_numa_balancing auto decides (gpunuma.autonuma.decide).
+        release_rel = os.path.join("proc", "sys", "kernel", "osrelease")
+        evidence.append(Evidence(facts.shown(release_rel), facts.kernel_release))
+        release = autonuma.parse_kernel_release(facts.kernel_release)
+        if release is not None and release >= autonuma.MOF_OPT_IN_RELEASE:
+            return [Finding(
+                check="numa_balancing", severity="info", subject="host",
+                message="kernel.numa_balancing=%d with profile %s on kernel %s (5.12 or later): instances started "
+                        "with an explicit memory policy (numactl --membind) are neither scanned nor migrated by NUMA "
+                        "balancing; only a policy set with MPOL_F_NUMA_BALANCING is (set_mempolicy(2), kernel commit "
+                        "bda420b98505, Linux 5.12), so the bound workers are not moved"
+                        % (facts.numa_balancing, profile, facts.kernel_release.strip()),
+                evidence=evidence,
+                fix="Nothing to do (autonuma_numa_balancing auto leaves it so); autonuma_numa_balancing: 0 turns "
+                    "it off node-wide anyway.")]
         return [Finding(
             check="numa_balancing", severity="warning", subject="host",
-            message="profile %s binds workers to their node while kernel.numa_balancing=%d: the kernel "
+            message="profile %s binds workers to their node while kernel.numa_balancing=%d on kernel %s: the kernel "
                     "documentation says the feature should be disabled when the workload is already bound to "
-                    "NUMA nodes (%s)" % (profile, facts.numa_balancing, KERNEL_NUMA_BALANCING_URL),
+                    "NUMA nodes (%s)" % (profile, facts.numa_balancing,
+                                         ("%s (older than 5.12)" % facts.kernel_release.strip()) if release
+                                         else "of unknown release", KERNEL_NUMA_BALANCING_URL),
             evidence=evidence,
-            fix="Run the autonuma role (autonuma_numa_balancing: 0), or accept it on kernels where NUMA "
-                "balancing skips tasks with an explicit memory policy.")]
+            fix="Run the autonuma role (autonuma_numa_balancing auto or 0 sets 0 on this kernel).")]
     return [Finding(check="numa_balancing", severity="info", subject="host",
                     message="kernel.numa_balancing=%d with profile %s" % (facts.numa_balancing, profile or "none"),
                     evidence=evidence, fix="Nothing to do.")]

@@ -189,6 +189,48 @@ def test_numa_balancing_against_the_profile(tmp_path, profile, value, severity):
         assert nc.KERNEL_NUMA_BALANCING_URL in finding.message
 
 
+def _with_release(root, release):
+    with open(os.path.join(root, "proc/sys/kernel/osrelease"), "w", encoding="ascii") as handle:
+        handle.write(release + "\n")
+    return root
+
+
+@pytest.mark.parametrize("release", ["5.12.0", "6.1.0-28-amd64", "6.8.0-1015-nvidia"])
+def test_numa_balancing_1_with_strict_on_5_12_or_later_is_info_with_the_reason(tmp_path, release):
+    # autonuma_numa_balancing auto leaves the key there: membind workers are neither scanned nor migrated.
+    root = _with_release(make_tree(tmp_path, numa_balancing=1), release)
+    (finding,) = findings(root, "strict", check="numa_balancing")
+    assert finding.severity == "info"
+    assert "on kernel %s (5.12 or later)" % release in finding.message
+    assert "MPOL_F_NUMA_BALANCING" in finding.message and "bda420b98505" in finding.message
+    files = {e.file: e.value for e in finding.evidence}
+    assert files[os.path.join(root, "proc/sys/kernel/osrelease")] == release
+    assert files[os.path.join(root, "proc/sys/kernel/numa_balancing")] == 1
+
+
+@pytest.mark.parametrize("release,shown", [
+    ("5.11.22", "kernel 5.11.22 (older than 5.12)"),
+    ("4.18.0-553.el8_10.x86_64", "kernel 4.18.0-553.el8_10.x86_64 (older than 5.12)"),
+    ("garbage", "kernel of unknown release"),
+    (None, "kernel of unknown release"),
+])
+def test_numa_balancing_1_with_strict_before_5_12_or_unknown_stays_a_warning(tmp_path, release, shown):
+    root = make_tree(tmp_path, numa_balancing=1)
+    if release is not None:
+        _with_release(root, release)
+    (finding,) = findings(root, "strict", check="numa_balancing")
+    assert finding.severity == "warning"
+    assert shown in finding.message and nc.KERNEL_NUMA_BALANCING_URL in finding.message
+    assert nc.read_node(root).kernel_release == release
+
+
+def test_kernel_release_does_not_change_the_other_numa_balancing_findings(tmp_path):
+    root = _with_release(make_tree(tmp_path, numa_balancing=0), "4.19.0")
+    assert [f.severity for f in findings(root, "strict", check="numa_balancing")] == ["info"]
+    root = _with_release(make_tree(tmp_path / "pref", numa_balancing=1), "4.19.0")
+    assert [f.severity for f in findings(root, "preferred", check="numa_balancing")] == ["info"]
+
+
 @pytest.mark.parametrize("profile", ["strickt", "", 1, "STRICT", ["strict"]])
 def test_unknown_profile_is_an_error_listing_the_choices(tmp_path, profile):
     root = make_tree(tmp_path)
@@ -322,7 +364,7 @@ _READ_FILES = [
 ] + ["sys/devices/system/cpu/cpu5/cpufreq/scaling_governor",
      "sys/devices/system/cpu/cpu5/cpufreq/scaling_available_governors",
      "sys/kernel/mm/transparent_hugepage/enabled", "sys/kernel/mm/transparent_hugepage/defrag",
-     "proc/cmdline", "proc/sys/kernel/numa_balancing", "sys/bus/pci/devices/%s" % GPU]
+     "proc/cmdline", "proc/sys/kernel/numa_balancing", "proc/sys/kernel/osrelease", "sys/bus/pci/devices/%s" % GPU]
 
 _DAMAGE = [
     {"op": "write", "hex": "ff00fe80"},
