@@ -1,0 +1,141 @@
+"""The live demo (scripts/demo.sh, docs/demo.md) end to end on systemd containers.
+
+One run of the demo, on a smaller fleet to stay within a few minutes on a
+small machine (GPUNUMA_DEMO_HOSTS): the live-discovered GPU-less node, whose
+stand-in worker really runs bound, and the recorded H200 VM, whose topology is
+offline input so its unit is installed but not started. The demo's files go
+to a temporary directory (GPUNUMA_DEMO_DIR); its containers are the demo's own
+(gpunuma-demo-*), removed at the end by `demo.sh --clean`.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from ansible_run import ansible_env
+from conftest import REPO_ROOT
+from containers import needs_docker
+
+pytestmark = [pytest.mark.molecule, needs_docker]
+
+HOSTS = ["demo-live", "h200-vm"]
+LIVE = "demo-live"
+PREFIX = "gpunuma-demo-"
+
+
+def demo(*args, **env):
+    return subprocess.run([os.path.join(REPO_ROOT, "scripts", "demo.sh"), *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=1200, env=ansible_env(**env))
+
+
+def cpu_set(text):
+    """The kernel's list format ("1-3,8") as a set of CPU numbers."""
+    cpus = set()
+    for part in (text or "").split(","):
+        if part:
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def node_sh(host, script):
+    proc = subprocess.run(["docker", "exec", PREFIX + host, "sh", "-c", script], capture_output=True, text=True)
+    return proc.returncode, proc.stdout.strip()
+
+
+def demo_containers():
+    return subprocess.run(["docker", "ps", "-a", "--filter", "name=^" + PREFIX, "--format", "{{.Names}}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demo-fleet") / "demo"
+    env = {"GPUNUMA_DEMO_HOSTS": ",".join(HOSTS), "GPUNUMA_DEMO_DIR": str(root)}
+    proc = demo(**env)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    yield proc.stdout, root / "artefacts", env
+    demo("--clean", **env)
+
+
+def read(path):
+    return json.loads(path.read_text())
+
+
+def test_every_step_has_its_header(run):
+    out, _, _ = run
+    for step in ("1. plan:", "2. site:", "3. audit:", "4. rollback: demo-live from strict to preferred",
+                 "5. audit again:", "6. validate:"):
+        assert "\n== " + step in out, out[-4000:]
+    assert "replays the probe recorded on a real H200" in out
+
+
+def test_every_host_provisioned_or_installed_not_started(run):
+    out, artefacts, _ = run
+    # Offline topology: the unit is on the node, verified, and not running, and the demo says why.
+    line = [l for l in out.splitlines() if l.strip().startswith("h200-vm: installed, not started:")]
+    assert len(line) == 1, out[-4000:]
+    assert "topology is offline input" in line[0] and "0 active" in line[0]
+    rc, units = node_sh("h200-vm", "ls /etc/systemd/system/gpunuma-*.service")
+    assert rc == 0 and units == "/etc/systemd/system/gpunuma-vllm-0.service"
+    rc, active = node_sh("h200-vm", "systemctl is-active gpunuma-vllm-0.service")
+    assert active == "inactive"
+    # Live discovery: the instance runs.
+    rc, active = node_sh(LIVE, "systemctl is-active gpunuma-worker.service")
+    assert (rc, active) == (0, "active")
+    for host in HOSTS:
+        state = read(artefacts / "state" / (host + ".json"))
+        assert state["schema"] == "gpunuma.state/v1" and state["hostname"] == host
+
+
+def test_live_worker_runs_on_the_planned_cpus(run):
+    out, artefacts, _ = run
+    plan = {i["name"]: i for i in read(artefacts / "topology" / (LIVE + ".plan.json"))["instances"]}["worker"]
+    assert plan["cpus"] and plan["mem_policy"] == "bind" and plan["mem_nodes"] == [0]
+    after_site = read(artefacts / "workers" / (LIVE + ".worker.after-site.json"))
+    assert cpu_set(after_site["cpus"]) == cpu_set(plan["cpus"])
+    assert after_site["mempolicy"] == "bind:0" and after_site["mems_allowed"] == "0"
+    # After the rollback to preferred: the same CPUs, memory preferred on node 0.
+    after_rollback = read(artefacts / "workers" / (LIVE + ".worker.after-rollback.json"))
+    assert cpu_set(after_rollback["cpus"]) == cpu_set(plan["cpus"])
+    assert after_rollback["mempolicy"] == "prefer:0" and after_rollback["pid"] != after_site["pid"]
+    # What the worker reports is what the kernel says about the unit's main process.
+    rc, pid = node_sh(LIVE, "systemctl show --property=MainPID --value gpunuma-worker.service")
+    assert rc == 0 and int(pid) == after_rollback["pid"]
+    rc, allowed = node_sh(LIVE, "awk '/^Cpus_allowed_list/ {print $2}' /proc/%s/status" % pid)
+    assert cpu_set(allowed) == cpu_set(plan["cpus"])
+    assert "%s/worker runs (pid %s): CPUs %s" % (LIVE, after_site["pid"], after_site["cpus"]) in out
+
+
+def test_rolled_back_node_history_strict_to_preferred(run):
+    _, artefacts, _ = run
+    state = read(artefacts / "state" / (LIVE + ".json"))
+    assert state["profile"] == "preferred" and state["pinned"] is True
+    last = state["history"][-1]
+    assert (last["from"], last["to"], last["action"]) == ("strict", "preferred", "profile")
+    assert "P99" in last["reason"]
+    assert [h["to"] for h in state["history"]] == ["strict", "preferred"]
+    other = read(artefacts / "state" / "h200-vm.json")
+    assert other["profile"] == "strict" and [h["to"] for h in other["history"]] == ["strict"]
+
+
+def test_audit_artefacts_for_every_host(run):
+    _, artefacts, _ = run
+    assert sorted(p.name for p in (artefacts / "audit").glob("*.json")) == sorted(h + ".json" for h in HOSTS)
+    for host in HOSTS:
+        report = read(artefacts / "audit" / (host + ".json"))
+        assert report["schema"] == "gpunuma.audit/v1" and report["status"] == "compliant", report
+    validation = read(artefacts / "validation" / "h200-vm.json")
+    assert validation["schema"] == "gpunuma.validation/v1" and validation["status"] == "passed"
+    assert read(artefacts / "validation" / (LIVE + ".json"))["status"] == "skipped"
+
+
+def test_clean_removes_containers_and_files(run):
+    _, artefacts, env = run
+    assert sorted(demo_containers()) == sorted(PREFIX + h for h in HOSTS)
+    proc = demo("--clean", **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert demo_containers() == []
+    assert not artefacts.parent.exists()
