@@ -30,6 +30,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
 
 from ansible.module_utils.gpunuma import audit, h2d_report, limits, role_inputs, sysctl_owners  # noqa: E402
 from ansible.module_utils.gpunuma import autonuma as autonumalib  # noqa: E402
+from ansible.module_utils.gpunuma import housekeeping as housekeepinglib  # noqa: E402
 from ansible.module_utils.gpunuma import state as statelib  # noqa: E402
 from ansible.module_utils.gpunuma.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.plan import systemd_environment_assignment, systemd_exec_line  # noqa: E402
@@ -431,6 +432,15 @@ def numa_binding_dropin_hazards(plan, inspected, host):
     return problems
 
 
+def numa_binding_housekeeping(plan, unit_dir, confine, irqbalance_ban, slice_name, cpuset_available,
+                              irqbalance_loaded, irqbalance_default, host, header=""):
+    """Files, removals and problems of housekeeping confinement and irqbalance's banned CPUs."""
+    return housekeepinglib.housekeeping_files(
+        plan, unit_dir=unit_dir, confine=confine, irqbalance_ban=irqbalance_ban, slice_name=slice_name,
+        cpuset_available=cpuset_available, irqbalance_loaded=irqbalance_loaded,
+        irqbalance_default=irqbalance_default, host=host, header=header)
+
+
 def numa_binding_exec_argv(instance, numactl_path):
     """The argv a plan instance runs: numactl prefix (if any) + command.
 
@@ -546,6 +556,7 @@ FILTERS = (
     "numa_binding_environment",
     "numa_binding_missing_targets",
     "numa_binding_dropin_hazards",
+    "numa_binding_housekeeping",
 )
 
 

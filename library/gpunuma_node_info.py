@@ -39,8 +39,8 @@ options:
     description: Read this process directory's limits, status and uid_map (the memlock ceiling systemd applies).
     type: str
   autonuma:
-    description: Read kernel.numa_balancing's live value, whether the node is a container, and the sysctl and
-      tuned files that set it.
+    description: Read kernel.numa_balancing's live value, the kernel release, whether the node is a container,
+      and the sysctl and tuned files that set it.
     type: dict
     suboptions:
       proc_path: {description: The live value's procfs file., type: str, default: /proc/sys/kernel/numa_balancing}
@@ -48,6 +48,13 @@ options:
       sysctl_dirs: {description: sysctl.d directories., type: list, elements: str, default: []}
       sysctl_conf: {description: The sysctl.conf file., type: str, default: /etc/sysctl.conf}
       tuned_dirs: {description: tuned profile directories., type: list, elements: str, default: []}
+  accounts:
+    description: Which user accounts (with the groups they are a member of) and groups exist on the node; numeric
+      ids count as existing.
+    type: dict
+    suboptions:
+      users: {description: User names., type: list, elements: str, default: []}
+      groups: {description: Group names., type: list, elements: str, default: []}
 author: gpunuma
 """
 
@@ -62,7 +69,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 gpunuma_node:
-  description: The sections asked for (files, paths, units, commands, pid1, autonuma).
+  description: The sections asked for (files, paths, units, commands, pid1, autonuma, accounts).
   returned: always
   type: dict
 """
@@ -80,6 +87,10 @@ def main():
             inspect_units=dict(type="list", elements="str"),
             commands=dict(type="dict"),
             pid1_proc_dir=dict(type="str"),
+            accounts=dict(type="dict", options=dict(
+                users=dict(type="list", elements="str", default=[]),
+                groups=dict(type="list", elements="str", default=[]),
+            )),
             autonuma=dict(type="dict", options=dict(
                 proc_path=dict(type="str", default="/proc/sys/kernel/numa_balancing"),
                 container_markers=dict(type="list", elements="str", default=[]),
@@ -103,7 +114,7 @@ def main():
         return rc, out, err
 
     result = probe(runner, files=p["files"], paths=p["paths"], units=p["units"], commands=p["commands"],
-                   pid1_proc_dir=p["pid1_proc_dir"], autonuma=p["autonuma"], inspect=p["inspect_units"])
+                   pid1_proc_dir=p["pid1_proc_dir"], autonuma=p["autonuma"], inspect=p["inspect_units"], accounts=p["accounts"])
     module.exit_json(changed=False, gpunuma_node=result)
 
 

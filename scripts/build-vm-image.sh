@@ -80,7 +80,7 @@ packages=(
   linux-image-cloud-amd64 initramfs-tools zstd
   systemd systemd-sysv udev dbus
   openssh-server python3 python3-apt sudo
-  numactl procps iproute2 pciutils kmod
+  numactl procps iproute2 pciutils kmod irqbalance
 )
 log "debootstrap $suite from $mirror (debs cached in $deb_cache)"
 debootstrap --variant=minbase --include="$(IFS=,; echo "${packages[*]}")" \

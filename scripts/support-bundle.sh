@@ -66,4 +66,5 @@ for d in "$root"/sys/bus/pci/devices/*; do
 done
 copy /proc/meminfo
 copy /proc/sys/kernel/numa_balancing
+copy /proc/sys/kernel/osrelease
 echo "gpunuma: support bundle written to $out" >&2

@@ -232,9 +232,43 @@ def inspect_units(runner, units):
     return result
 
 
+def account_states(users=(), groups=()):
+    """Which accounts and groups exist: {"users": {name: {"exists", "uid", "groups"}}, "groups": {name: bool}}.
+
+    Numeric ids count as existing (systemd accepts them without an entry).
+    """
+    import grp
+    import pwd
+
+    out = {"users": {}, "groups": {}}
+    for name in users or ():
+        if str(name).isdigit():
+            out["users"][name] = {"exists": True, "uid": int(name), "groups": []}
+            continue
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            out["users"][name] = {"exists": False}
+            continue
+        member = sorted(g.gr_name for g in grp.getgrall() if name in g.gr_mem)
+        out["users"][name] = {"exists": True, "uid": entry.pw_uid, "groups": member}
+    for name in groups or ():
+        if str(name).isdigit():
+            out["groups"][name] = True
+            continue
+        try:
+            grp.getgrnam(name)
+            out["groups"][name] = True
+        except KeyError:
+            out["groups"][name] = False
+    return out
+
+
 def probe(runner, files=None, paths=None, units=None, commands=None, pid1_proc_dir=None, autonuma=None,
-          inspect=None):
+          inspect=None, accounts=None):
     out = {}
+    if accounts:
+        out["accounts"] = account_states(accounts.get("users"), accounts.get("groups"))
     if inspect:
         out["inspect"] = inspect_units(runner, inspect)
     if files:

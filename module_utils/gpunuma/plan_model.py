@@ -25,7 +25,7 @@ SCHEMA_MINOR = 1
 TOPOLOGY_SCHEMA = "gpunuma.topology/v1"
 INSTANCES_VAR = "gpunuma_instances"
 APPLIED_PLAN_SOURCE = "/etc/gpunuma/plan.json"
-DEFAULT_SERVICE_USER = "root"
+DEFAULT_SERVICE_USER = "gpunuma"
 GPU_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 PLACEMENT_KEYS = ("gpus", "gpus_per_instance", "numa_node")
 # Variables the planner can fill with an instance's nearest NICs (opt-in).

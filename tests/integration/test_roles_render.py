@@ -49,6 +49,7 @@ RENDER_PLAYBOOK = """
     # What the role derives from the node: a cgroup v2 cpuset (fences on) and nvidia-persistenced.
     __numa_binding_fence_on: true
     __numa_binding_gpu_deps: [nvidia-persistenced.service]
+    __numa_binding_housekeeping: {{slice: null}}
     ansible_managed: Managed by gpunuma; local edits are overwritten
   tasks:
     - gpu_binding_plan:

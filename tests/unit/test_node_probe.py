@@ -358,3 +358,13 @@ def test_inspect_units_finds_container_launchers_and_cuda_env(tmp_path):
                                        "cuda_visible_devices": ["%s: CUDA_VISIBLE_DEVICES=3" % env]}
     assert found["plain.service"]["container_launchers"] == []
     assert found["plain.service"]["cuda_visible_devices"] == ["Environment=: CUDA_VISIBLE_DEVICES=0"]
+
+
+def test_accounts_say_which_users_and_groups_exist():
+    from ansible.module_utils.gpunuma.node_probe import account_states
+
+    found = account_states(["root", "gpunuma-no-such-user", "4242"], ["root", "gpunuma-no-such-group", "7"])
+    assert found["users"]["root"]["exists"] and found["users"]["root"]["uid"] == 0
+    assert found["users"]["gpunuma-no-such-user"] == {"exists": False}
+    assert found["users"]["4242"]["exists"]
+    assert found["groups"] == {"root": True, "gpunuma-no-such-group": False, "7": True}

@@ -123,7 +123,7 @@ def test_hgx_one_instance_per_gpu():
         assert inst["systemd"] == {}
         assert inst["unit"] == "gpunuma-%s.service" % inst["name"]
         assert inst["mode"] == "service"
-        assert inst["user"] == "root"
+        assert inst["user"] == "gpunuma"
     # every worker CPU is handed out: 47 worker cores per node over 4 GPUs
     for node in ("0", "1"):
         on_node = [i for i in plan["instances"] if i["numa_nodes"] == [int(node)]]

@@ -1,0 +1,155 @@
+"""Housekeeping confinement and irqbalance's banned CPUs, as files.
+
+Both are opt-in per host (numa_binding_housekeeping_confine,
+numa_binding_irqbalance_ban) and both are plain systemd drop-ins, so the
+``off`` profile (or turning the option off) removes them and one
+``systemctl daemon-reload`` puts the node back:
+
+* confinement: ``AllowedCPUs=`` of the plan's housekeeping CPUs on
+  ``system.slice``, ``user.slice`` and ``init.scope`` (systemd.resource-control(5):
+  a slice's cpuset bounds every unit below it). gpunuma's instances then run
+  in a slice of their own (``gpunuma.slice`` by default, a sibling of
+  ``system.slice``), or the system.slice fence would also hold them to the
+  housekeeping CPUs. ``kubepods.slice`` (the kubelet's pods) is a sibling too
+  and is left alone: the kubelet's CPU Manager places pods, and its
+  ``reservedSystemCPUs`` is the same housekeeping set (the kubelet role).
+* irqbalance: ``IRQBALANCE_BANNED_CPULIST`` (irqbalance 1.8 and later) and
+  ``IRQBALANCE_BANNED_CPUS`` (the older hex mask) with the workers' CPUs, in a
+  drop-in for irqbalance.service (irqbalance(1), "ENVIRONMENT"), so interrupts
+  are balanced over the housekeeping CPUs only. A value in
+  /etc/default/irqbalance would override the drop-in (EnvironmentFile= is read
+  after Environment=), so such a file is refused rather than silently lost.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist
+
+CONFINE_NAME = "50-gpunuma-housekeeping.conf"
+IRQBALANCE_NAME = "50-gpunuma-banned-cpus.conf"
+MARKER = "# gpunuma housekeeping"
+CONFINED = (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope"))
+SLICE_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+\.slice$")
+BANNED_RE = re.compile(r"^\s*(?:export\s+)?(IRQBALANCE_BANNED_CPUS|IRQBALANCE_BANNED_CPULIST)\s*=\s*(\S.*)?$")
+
+
+def _union(texts):
+    cpus = set()
+    for text in texts:
+        if text:
+            cpus |= set(parse_cpulist(text))
+    return cpus
+
+
+def hex_mask(cpus):
+    """The kernel's cpumask text: 32-bit hex words, most significant first, comma-separated."""
+    if not cpus:
+        return "0"
+    value = 0
+    for cpu in cpus:
+        value |= 1 << cpu
+    words = []
+    while value:
+        words.append("%08x" % (value & 0xFFFFFFFF))
+        value >>= 32
+    words.reverse()
+    words[0] = words[0].lstrip("0") or "0"
+    return ",".join(words)
+
+
+def banned_in_default(text):
+    """Lines of /etc/default/irqbalance that set a banned-CPU variable (uncommented, non-empty)."""
+    found = []
+    for line in (text or "").splitlines():
+        match = BANNED_RE.match(line)
+        if match and (match.group(2) or "").strip().strip("\"'"):
+            found.append(line.strip())
+    return found
+
+
+def housekeeping_files(plan, unit_dir="/etc/systemd/system", confine=False, irqbalance_ban=False,
+                       slice_name="gpunuma.slice", cpuset_available=True, irqbalance_loaded=False,
+                       irqbalance_default="", host="this host", header=""):
+    """Files to write, paths to remove and problems for the housekeeping options.
+
+    Returns ``{"files": [...], "absent": [...], "problems": [...], "confined": bool,
+    "slice": name or None, "housekeeping_cpus": text, "banned_cpus": text, "notes": [...]}``.
+    Every file gpunuma may have written is in ``absent`` when the option is
+    off (or the profile is ``off``), so turning it off is the way back.
+    """
+    problems, notes, files, absent = [], [], [], []
+    unit_dir = unit_dir.rstrip("/") or "/"
+    profile_off = (plan or {}).get("profile") == "off"
+    housekeeping = _union((plan or {}).get("housekeeping", {}).values())
+    workers = _union((plan or {}).get("worker_cpus", {}).values()) - housekeeping
+    hk_text, worker_text = format_cpulist(housekeeping), format_cpulist(workers)
+    if not isinstance(slice_name, str) or not SLICE_RE.match(slice_name) or slice_name in (
+            "-.slice", "system.slice", "user.slice", "machine.slice", "kubepods.slice"):
+        problems.append("numa_binding_slice must be a slice unit name of gpunuma's own (like gpunuma.slice), "
+                        "not -.slice, system.slice, user.slice, machine.slice or kubepods.slice; got %r" % (slice_name,))
+        slice_name = "gpunuma.slice"
+
+    slice_path = "%s/%s" % (unit_dir, slice_name)
+    confine_paths = ["%s/%s.d/%s" % (unit_dir, unit, CONFINE_NAME) for unit, _ in CONFINED]
+    want_confine = bool(confine) and not profile_off
+    if want_confine:
+        if not cpuset_available:
+            problems.append("numa_binding_housekeeping_confine is true but %s has no cgroup v2 cpuset controller "
+                            "(/sys/fs/cgroup/cgroup.controllers does not list cpuset): AllowedCPUs= on slices "
+                            "would do nothing; set it to false for this host" % host)
+        if not housekeeping:
+            problems.append("numa_binding_housekeeping_confine is true but the plan of %s keeps no housekeeping CPUs "
+                            "(gpunuma_housekeeping_cores_per_node is 0 and gpunuma_housekeeping_cpus unset): "
+                            "system.slice, user.slice and init.scope would have no CPU to run on" % host)
+        if not workers:
+            notes.append("every CPU of %s is a housekeeping CPU: confinement changes nothing" % host)
+    if want_confine and not problems:
+        files.append({"path": slice_path, "content": (
+            header + "%s: the slice of gpunuma's instances, beside system.slice, whose CPUs are\n"
+            "# confined to the housekeeping CPUs (%s).\n"
+            "[Unit]\nDescription=gpunuma inference instances\nBefore=slices.target\n" % (MARKER, hk_text))})
+        for path, (unit, section) in zip(confine_paths, CONFINED):
+            files.append({"path": path, "content": (
+                header + "%s: %s runs on the housekeeping CPUs only; the workers' CPUs\n"
+                "# (%s) are left to gpunuma's instances in %s.\n"
+                "[%s]\nAllowedCPUs=%s\n" % (MARKER, unit, worker_text or "none", slice_name, section, hk_text))})
+    else:
+        absent.extend([slice_path] + confine_paths)
+
+    irq_path = "%s/irqbalance.service.d/%s" % (unit_dir, IRQBALANCE_NAME)
+    want_ban = bool(irqbalance_ban) and not profile_off
+    ban_problem = False
+    if want_ban and irqbalance_loaded:
+        lines = banned_in_default(irqbalance_default)
+        if lines:
+            ban_problem = True
+            problems.append("numa_binding_irqbalance_ban is true but /etc/default/irqbalance on %s already sets %s, "
+                            "which irqbalance.service reads after gpunuma's drop-in and would win; remove that line "
+                            "or set numa_binding_irqbalance_ban: false" % (host, "; ".join(lines)))
+        if not housekeeping:
+            ban_problem = True
+            problems.append("numa_binding_irqbalance_ban is true but the plan of %s keeps no housekeeping CPUs "
+                            "for interrupts (gpunuma_housekeeping_cores_per_node is 0)" % host)
+    if want_ban and not irqbalance_loaded:
+        notes.append("numa_binding_irqbalance_ban: irqbalance.service is not installed on %s; nothing to tell" % host)
+    if want_ban and irqbalance_loaded and not ban_problem and workers:
+        files.append({"path": irq_path, "unit": "irqbalance.service", "content": (
+            header + "%s: irqbalance keeps interrupts off the workers' CPUs and balances them over the\n"
+            "# housekeeping CPUs (%s). IRQBALANCE_BANNED_CPULIST: irqbalance 1.8 and later;\n"
+            "# IRQBALANCE_BANNED_CPUS: the older hex mask.\n"
+            "[Service]\nEnvironment=IRQBALANCE_BANNED_CPULIST=%s\nEnvironment=IRQBALANCE_BANNED_CPUS=%s\n"
+            % (MARKER, hk_text, worker_text, hex_mask(workers)))})
+    elif not (want_ban and ban_problem):
+        absent.append(irq_path)
+    return {
+        "files": files,
+        "absent": absent,
+        "problems": problems,
+        "notes": notes,
+        "confined": want_confine and not problems,
+        "slice": slice_name if want_confine and not problems else None,
+        "housekeeping_cpus": hk_text,
+        "banned_cpus": worker_text,
+    }

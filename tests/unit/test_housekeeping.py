@@ -1,0 +1,139 @@
+"""Housekeeping confinement and irqbalance's banned CPUs (module_utils/gpunuma/housekeeping.py)."""
+
+import json
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible.module_utils.gpunuma.cpulist import parse_cpulist
+from ansible.module_utils.gpunuma.housekeeping import banned_in_default, hex_mask, housekeeping_files
+from ansible.module_utils.gpunuma.plan import build_plan
+from ansible.module_utils.gpunuma.profiles import load_profile
+from conftest import FIXTURES, REPO_ROOT
+
+PROFILES_DIR = os.path.join(REPO_ROOT, "policies", "profiles")
+UNIT_DIR = "/etc/systemd/system"
+CONFINE = ["%s/%s.d/50-gpunuma-housekeeping.conf" % (UNIT_DIR, u) for u in ("system.slice", "user.slice", "init.scope")]
+IRQ = UNIT_DIR + "/irqbalance.service.d/50-gpunuma-banned-cpus.conf"
+SLICE = UNIT_DIR + "/gpunuma.slice"
+
+
+def hgx_plan(profile="strict", **options):
+    with open(os.path.join(FIXTURES, "topologies", "hgx-h200-8gpu-2socket-ht.json")) as handle:
+        topo = json.load(handle)
+    instances = [{"name": "vllm-%d" % g, "gpus": [g], "memory": "8G", "command": ["/bin/sleep", "infinity"]}
+                 for g in (0, 4)]
+    return build_plan(topo, load_profile(profile, PROFILES_DIR), instances, **options)
+
+
+def by_path(result):
+    return {f["path"]: f["content"] for f in result["files"]}
+
+
+def allowed_cpus(content):
+    lines = [line for line in content.splitlines() if line.startswith("AllowedCPUs=")]
+    assert len(lines) == 1, content
+    return parse_cpulist(lines[0].split("=", 1)[1])
+
+
+def test_confinement_holds_system_user_and_init_to_the_housekeeping_cpus():
+    plan = hgx_plan()
+    housekeeping = frozenset().union(*(parse_cpulist(t) for t in plan["housekeeping"].values()))
+    assert housekeeping  # auto keeps one core (two threads) per node
+    result = housekeeping_files(plan, confine=True)
+    assert result["problems"] == [] and result["confined"] and result["slice"] == "gpunuma.slice"
+    files = by_path(result)
+    assert set(files) == set(CONFINE + [SLICE])
+    for path in CONFINE:
+        assert allowed_cpus(files[path]) == housekeeping
+    assert "[Scope]" in files[CONFINE[2]] and "[Slice]" in files[CONFINE[0]]
+    # The instances' CPUs are outside the confinement: nothing of theirs is a housekeeping CPU.
+    for instance in plan["instances"]:
+        assert not parse_cpulist(instance["cpus"]) & housekeeping
+    # The ban is off: its drop-in is in the removals (turning it off is the way back).
+    assert IRQ in result["absent"] and not set(CONFINE) & set(result["absent"])
+
+
+@pytest.mark.parametrize("confine, profile", [(False, "strict"), (True, "off")])
+def test_off_or_the_off_profile_removes_everything(confine, profile):
+    result = housekeeping_files(hgx_plan(profile), confine=confine, irqbalance_ban=confine, irqbalance_loaded=True)
+    assert result["files"] == [] and result["slice"] is None and result["problems"] == []
+    assert set(result["absent"]) == set(CONFINE + [SLICE, IRQ])
+
+
+def test_no_housekeeping_cpus_is_refused_naming_the_setting():
+    result = housekeeping_files(hgx_plan(housekeeping_cores_per_node=0), confine=True, host="gpu-a01")
+    assert result["files"] == []
+    assert any("gpu-a01" in p and "gpunuma_housekeeping_cores_per_node" in p for p in result["problems"])
+
+
+def test_no_cpuset_controller_is_refused():
+    result = housekeeping_files(hgx_plan(), confine=True, cpuset_available=False, host="gpu-a01")
+    assert result["files"] == [] and not result["confined"]
+    assert any("cpuset" in p and "gpu-a01" in p for p in result["problems"])
+
+
+@pytest.mark.parametrize("name", ["system.slice", "-.slice", "kubepods.slice", "gpunuma", "../x.slice", 3])
+def test_a_slice_that_is_not_gpunumas_own_is_refused(name):
+    result = housekeeping_files(hgx_plan(), confine=True, slice_name=name)
+    assert any("numa_binding_slice" in p for p in result["problems"])
+    assert result["files"] == []
+
+
+def test_irqbalance_is_told_the_workers_cpus():
+    plan = hgx_plan()
+    housekeeping = frozenset().union(*(parse_cpulist(t) for t in plan["housekeeping"].values()))
+    every = frozenset().union(*(parse_cpulist(t) for t in plan["worker_cpus"].values())) | housekeeping
+    result = housekeeping_files(plan, irqbalance_ban=True, irqbalance_loaded=True,
+                                irqbalance_default='IRQBALANCE_ARGS=""\n#IRQBALANCE_BANNED_CPULIST=0-3\n')
+    assert result["problems"] == []
+    entry = [f for f in result["files"] if f["path"] == IRQ][0]
+    assert entry["unit"] == "irqbalance.service"
+    env = dict(line.split("=", 2)[1:] for line in entry["content"].splitlines() if line.startswith("Environment="))
+    banned = parse_cpulist(env["IRQBALANCE_BANNED_CPULIST"])
+    assert banned == every - housekeeping and banned
+    mask = int(env["IRQBALANCE_BANNED_CPUS"].replace(",", ""), 16)
+    assert {c for c in range(mask.bit_length()) if mask >> c & 1} == banned
+    assert set(CONFINE) <= set(result["absent"])
+
+
+def test_irqbalance_setting_of_its_own_is_refused_not_overridden():
+    result = housekeeping_files(hgx_plan(), irqbalance_ban=True, irqbalance_loaded=True,
+                                irqbalance_default='export IRQBALANCE_BANNED_CPUS="ff"\n', host="gpu-a01")
+    assert result["files"] == [] and IRQ not in result["absent"]
+    assert any("/etc/default/irqbalance" in p and "IRQBALANCE_BANNED_CPUS" in p for p in result["problems"])
+
+
+def test_no_irqbalance_means_nothing_to_tell():
+    result = housekeeping_files(hgx_plan(), irqbalance_ban=True, irqbalance_loaded=False)
+    assert result["files"] == [] and result["problems"] == [] and IRQ in result["absent"]
+    assert any("not installed" in n for n in result["notes"])
+
+
+@pytest.mark.parametrize("cpus, text", [({0}, "1"), ({0, 1, 2, 3}, "f"), ({32}, "1,00000000"),
+                                        ({0, 63, 64}, "1,80000000,00000001"), (set(), "0")])
+def test_hex_mask_is_the_kernel_cpumask_text(cpus, text):
+    assert hex_mask(cpus) == text
+
+
+@pytest.mark.parametrize("text, found", [
+    ("IRQBALANCE_BANNED_CPULIST=1-3", 1), ("#IRQBALANCE_BANNED_CPUS=ff", 0), ('IRQBALANCE_BANNED_CPUS=""', 0),
+    ("  export IRQBALANCE_BANNED_CPUS=f0\nIRQBALANCE_ARGS=-x", 1), ("", 0), (None, 0)])
+def test_banned_lines_in_etc_default(text, found):
+    assert len(banned_in_default(text)) == found
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=3), st.booleans(), st.booleans(), st.booleans(),
+       st.sampled_from(["strict", "preferred", "interleave", "off"]))
+def test_any_option_mix_gives_files_or_problems_and_never_both_write_and_remove(cores, confine, ban, loaded, profile):
+    result = housekeeping_files(hgx_plan(profile, housekeeping_cores_per_node=cores), confine=confine,
+                                irqbalance_ban=ban, irqbalance_loaded=loaded)
+    written = {f["path"] for f in result["files"]}
+    assert not written & set(result["absent"])
+    if result["problems"]:
+        assert not result["confined"]
+    for content in by_path(result).values():
+        assert content.endswith("\n") and "None" not in content
