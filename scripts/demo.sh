@@ -234,12 +234,12 @@ play() {
   "$PY" - "$log" <<'EOF'
 import json, re, sys
 
-def short(text, width=220):
+def short(text, width=160):
     """The full text stays in the step's log."""
     return text if len(text) <= width else text[:width - 3].rstrip() + "..."
 
 lines = open(sys.argv[1], encoding="utf-8", errors="replace").read().splitlines()
-i = 0
+i = notes = 0
 while i < len(lines):
     m = re.match(r"^(ok|changed): \[[^\]]+\] => \{$", lines[i])
     if m:
@@ -250,13 +250,19 @@ while i < len(lines):
             msg = json.loads("\n".join(["{"] + lines[i + 1:j] + ["}"])).get("msg")
         except ValueError:
             msg = None
-        for line in ([msg] if isinstance(msg, str) else msg or []):
-            print("   " + short(str(line)))
+        table = isinstance(msg, list) and msg and str(msg[0]).lower().startswith("host ")
+        if table or (isinstance(msg, str) and len(msg) <= 160):
+            for line in ([msg] if isinstance(msg, str) else msg):
+                print("   " + short(str(line)))
+        elif msg:
+            notes += len(msg) if isinstance(msg, list) else 1
         i = j + 1
         continue
     if lines[i].startswith(("fatal:", "failed:")):
         print("   " + lines[i][:400])
     i += 1
+if notes:
+    print("   (%d more message%s: planning warnings and notes, in %s)" % (notes, "s" * (notes != 1), sys.argv[1]))
 EOF
   if [ "$rc" != 0 ]; then
     say "   ... $1 exited $rc; the end of its log ($log):"
