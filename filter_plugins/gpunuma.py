@@ -433,12 +433,14 @@ def numa_binding_dropin_hazards(plan, inspected, host):
 
 
 def numa_binding_housekeeping(plan, unit_dir, confine, irqbalance_ban, slice_name, cpuset_available,
-                              irqbalance_loaded, irqbalance_default, host, header=""):
-    """Files, removals and problems of housekeeping confinement and irqbalance's banned CPUs."""
+                              irqbalance_loaded, irqbalance_default, host, header="", irq_pin=False, topology=None,
+                              irqbalance_active=False):
+    """Files, removals, services and problems of housekeeping confinement, irqbalance's ban and IRQ pinning."""
     return housekeepinglib.housekeeping_files(
         plan, unit_dir=unit_dir, confine=confine, irqbalance_ban=irqbalance_ban, slice_name=slice_name,
         cpuset_available=cpuset_available, irqbalance_loaded=irqbalance_loaded,
-        irqbalance_default=irqbalance_default, host=host, header=header)
+        irqbalance_default=irqbalance_default, host=host, header=header, irq_pin=irq_pin, topology=topology,
+        irqbalance_active=irqbalance_active)
 
 
 def numa_binding_exec_argv(instance, numactl_path):

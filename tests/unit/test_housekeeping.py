@@ -18,11 +18,17 @@ UNIT_DIR = "/etc/systemd/system"
 CONFINE = ["%s/%s.d/50-gpunuma-housekeeping.conf" % (UNIT_DIR, u) for u in ("system.slice", "user.slice", "init.scope")]
 IRQ = UNIT_DIR + "/irqbalance.service.d/50-gpunuma-banned-cpus.conf"
 SLICE = UNIT_DIR + "/gpunuma.slice"
+SCRIPT = "/usr/local/libexec/gpunuma/irq-affinity"
+PIN_UNIT = UNIT_DIR + "/gpunuma-irq-affinity.service"
+
+
+def hgx_topology():
+    with open(os.path.join(FIXTURES, "topologies", "hgx-h200-8gpu-2socket-ht.json")) as handle:
+        return json.load(handle)
 
 
 def hgx_plan(profile="strict", **options):
-    with open(os.path.join(FIXTURES, "topologies", "hgx-h200-8gpu-2socket-ht.json")) as handle:
-        topo = json.load(handle)
+    topo = hgx_topology()
     instances = [{"name": "vllm-%d" % g, "gpus": [g], "memory": "8G", "command": ["/bin/sleep", "infinity"]}
                  for g in (0, 4)]
     return build_plan(topo, load_profile(profile, PROFILES_DIR), instances, **options)
@@ -60,7 +66,7 @@ def test_confinement_holds_system_user_and_init_to_the_housekeeping_cpus():
 def test_off_or_the_off_profile_removes_everything(confine, profile):
     result = housekeeping_files(hgx_plan(profile), confine=confine, irqbalance_ban=confine, irqbalance_loaded=True)
     assert result["files"] == [] and result["slice"] is None and result["problems"] == []
-    assert set(result["absent"]) == set(CONFINE + [SLICE, IRQ])
+    assert set(result["absent"]) == set(CONFINE + [SLICE, IRQ, SCRIPT])
 
 
 def test_no_housekeeping_cpus_is_refused_naming_the_setting():
@@ -137,3 +143,43 @@ def test_any_option_mix_gives_files_or_problems_and_never_both_write_and_remove(
         assert not result["confined"]
     for content in by_path(result).values():
         assert content.endswith("\n") and "None" not in content
+
+
+def test_irq_pinning_puts_each_devices_interrupts_on_its_own_nodes_housekeeping_cpus():
+    plan, topo = hgx_plan(), hgx_topology()
+    result = housekeeping_files(plan, irq_pin=True, topology=topo)
+    assert result["problems"] == [] and result["services"] == ["gpunuma-irq-affinity.service"]
+    files = by_path(result)
+    assert set(files) == {SCRIPT, PIN_UNIT} and SCRIPT not in result["absent"]
+    pinned = {p["pci_bus_id"]: p for p in result["irq_pinned"]}
+    gpus = {g["index"]: g for g in topo["gpus"]}
+    nics = {n["name"]: n for n in topo["nics"]}
+    expected = set()
+    for instance in plan["instances"]:
+        for device in [gpus[g] for g in instance["gpus"]] + [nics[n] for n in instance["nics"]]:
+            expected.add(device["pci_bus_id"].lower())
+            own = parse_cpulist(plan["housekeeping"][str(device["numa_node"])])
+            assert parse_cpulist(pinned[device["pci_bus_id"].lower()]["cpus"]) == own
+    assert set(pinned) == expected and len(expected) >= 4  # two GPUs and their NICs
+    unit = files[PIN_UNIT]
+    assert "# gpunuma instance " in unit  # pruned (stopped, so reset) like an instance when turned off
+    (start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    (stop,) = [line for line in unit.splitlines() if line.startswith("ExecStop=")]
+    words = start.split()[2:]
+    assert start.split()[1] == "apply" and stop.split()[1:] == ["reset"] + words
+    for word in words:
+        cpus, bdfs = word.split("=")
+        for bdf in bdfs.split(","):
+            assert pinned[bdf]["cpus"] == cpus
+
+
+def test_irq_pinning_is_refused_while_irqbalance_runs_or_without_housekeeping():
+    running = housekeeping_files(hgx_plan(), irq_pin=True, topology=hgx_topology(), irqbalance_active=True, host="h")
+    assert running["files"] == [] and any("irqbalance" in p and "numa_binding_irq_pin" in p for p in running["problems"])
+    empty = housekeeping_files(hgx_plan(housekeeping_cores_per_node=0), irq_pin=True, topology=hgx_topology())
+    assert empty["files"] == [] and any("housekeeping" in p for p in empty["problems"])
+
+
+def test_irq_pinning_off_removes_the_script_and_leaves_the_unit_to_the_prune():
+    result = housekeeping_files(hgx_plan(), irq_pin=False, topology=hgx_topology())
+    assert SCRIPT in result["absent"] and PIN_UNIT not in result["absent"] and result["services"] == []

@@ -6,9 +6,19 @@ numa_binding_housekeeping_confine and numa_binding_irqbalance_ban on and node
 up on node 0's CPUs (the kernel's cpuset.cpus.effective, and what a new
 service and PID 1 are allowed), the instances run in gpunuma.slice on node
 1's CPUs, irqbalance runs with node 1's CPUs banned. Then the same run with
-both options off puts the node back: no drop-in left, every slice on every
-CPU again, irqbalance without the ban. The instances' own bindings (llm0 on
-node 1, membind) hold throughout.
+both options off (and IRQ pinning on) puts the node back: no drop-in left,
+every slice on every CPU again, irqbalance without the ban. The instances'
+own bindings (llm0 on node 1, membind) hold throughout.
+
+Both runs change both instances' units (they move between slices), which
+proves the rolling restart live: with numa_binding_restart_batch 1 the
+second instance becomes active only after the first settled (at least
+numa_binding_settle_seconds later); with 2 they restart together.
+
+IRQ pinning, the alternative to the ban, with irqbalance stopped: the
+interrupts of llm0's NIC (the vmxnet3 behind node 1's bridge) go to the
+housekeeping CPUs (node 1 keeps none, so all of them), and back to the
+kernel's default when the option is turned off.
 
 pytest collects files in name order: this runs after test_numa_vm.py and ends
 on the converged settings, before test_numa_vm_rollback.py and the reboot.
@@ -28,6 +38,7 @@ INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE")
 UNIT_DIR = "/etc/systemd/system"
 DROPINS = [f"{UNIT_DIR}/{unit}.d/50-gpunuma-housekeeping.conf" for unit in ("system.slice", "user.slice", "init.scope")]
 IRQ_DROPIN = f"{UNIT_DIR}/irqbalance.service.d/50-gpunuma-banned-cpus.conf"
+SETTLE = 8
 
 pytestmark = pytest.mark.skipif(INVENTORY is None, reason="run by molecule (MOLECULE_INVENTORY_FILE)")
 
@@ -54,6 +65,19 @@ def new_service_cpus(host):
     return out.split(":", 1)[1].strip()
 
 
+def active_since(host, name):
+    """When the instance last became active, in microseconds of CLOCK_MONOTONIC."""
+    return int(host.check_output(
+        f"systemctl show --property=ActiveEnterTimestampMonotonic --value gpunuma-{name}.service"))
+
+
+def restart_gap_s(host, before):
+    """Seconds between the two instances becoming active; both must have restarted since ``before``."""
+    llm0, spill = active_since(host, "llm0"), active_since(host, "spill")
+    assert llm0 > before["llm0"] and spill > before["spill"], "both instances restart when they change slice"
+    return abs(spill - llm0) / 1e6
+
+
 def irqbalance_env(host):
     pid = int(host.check_output("systemctl show --property=MainPID --value irqbalance.service"))
     assert pid > 0, "irqbalance is not running"
@@ -61,15 +85,18 @@ def irqbalance_env(host):
     return dict(line.split("=", 1) for line in raw.splitlines() if "=" in line)
 
 
-def test_housekeeping_confinement_and_irqbalance_ban_then_back(host):
+def test_housekeeping_confinement_irqbalance_ban_and_irq_pinning(host):
     housekeeping = probe.node_cpulist(host, probe.OTHER_NODE)
     workers = probe.node_cpulist(host, probe.NODE)
     every = probe.read(host, "/sys/devices/system/cpu/online").strip()
     assert host.service("irqbalance").is_running
     assert "IRQBALANCE_BANNED_CPULIST" not in irqbalance_env(host)
 
+    # 1. Confinement and the ban; the instances move to gpunuma.slice one at a time.
+    before = {name: active_since(host, name) for name in probe.INSTANCES}
     site(numa_binding_housekeeping_confine=True, numa_binding_irqbalance_ban=True,
-         gpunuma_housekeeping_cpus=housekeeping)
+         gpunuma_housekeeping_cpus=housekeeping, numa_binding_restart_batch=1, numa_binding_settle_seconds=SETTLE)
+    assert restart_gap_s(host, before) >= SETTLE
     for path in DROPINS + [IRQ_DROPIN, f"{UNIT_DIR}/gpunuma.slice"]:
         assert host.file(path).exists, path
     for cgroup in ("system.slice", "user.slice", "init.scope"):
@@ -84,21 +111,43 @@ def test_housekeeping_confinement_and_irqbalance_ban_then_back(host):
         assert host.file(f"/proc/{pid}/cgroup").content_string.strip().endswith(f"/gpunuma.slice/{unit}")
         assert probe.status_field(host, pid, "Cpus_allowed_list") == workers
     assert probe.numa_maps(host, probe.main_pid(host, "llm0"))[0][0] == f"bind:{probe.NODE}"
-    env = irqbalance_env(host)
-    assert env.get("IRQBALANCE_BANNED_CPULIST") == workers
-    # The same run again changes nothing.
-    assert "changed=0" in site(numa_binding_housekeeping_confine=True, numa_binding_irqbalance_ban=True,
-                               gpunuma_housekeeping_cpus=housekeeping).split("PLAY RECAP", 1)[1]
+    assert irqbalance_env(host).get("IRQBALANCE_BANNED_CPULIST") == workers
 
-    # Both options off: the drop-ins go, every CPU is everyone's again.
-    site()
-    for path in DROPINS + [IRQ_DROPIN, f"{UNIT_DIR}/gpunuma.slice"]:
-        assert not host.file(path).exists, path
-    for cgroup in ("system.slice", "user.slice", "init.scope"):
-        assert effective(host, cgroup) in (None, every), cgroup
-    assert probe.status_field(host, 1, "Cpus_allowed_list") == every
-    assert new_service_cpus(host) == every
+    # 2. Confinement and the ban off, IRQ pinning on (irqbalance stopped: it
+    # would move pinned interrupts). The instances go back in one batch.
+    host.check_output("systemctl stop irqbalance.service")
+    try:
+        # Every CPU first, so the pinning is what puts them on the housekeeping CPUs.
+        host.check_output(f"for f in /proc/irq/*/smp_affinity_list; do echo {every} > $f 2>/dev/null; done; true")
+        before = {name: active_since(host, name) for name in probe.INSTANCES}
+        site(numa_binding_irq_pin=True, gpunuma_housekeeping_cpus=housekeeping,
+             numa_binding_restart_batch=2, numa_binding_settle_seconds=SETTLE)
+        assert restart_gap_s(host, before) < SETTLE
+        for path in DROPINS + [IRQ_DROPIN, f"{UNIT_DIR}/gpunuma.slice"]:
+            assert not host.file(path).exists, path
+        for cgroup in ("system.slice", "user.slice", "init.scope"):
+            assert effective(host, cgroup) in (None, every), cgroup
+        assert probe.status_field(host, 1, "Cpus_allowed_list") == every
+        assert new_service_cpus(host) == every
+        for name in probe.INSTANCES:
+            assert host.check_output(f"systemctl show --property=Slice --value gpunuma-{name}.service") == "system.slice"
+        assert probe.status_field(host, probe.main_pid(host, "llm0"), "Cpus_allowed_list") == workers
+        assert host.service("gpunuma-irq-affinity.service").is_enabled
+        assert host.check_output("systemctl is-active gpunuma-irq-affinity.service") == "active"
+        assert set(nic_irqs(host).values()) == {housekeeping}
+
+        # 3. Everything off: the pinning unit stops and the interrupts get the default back.
+        site()
+        assert not host.file(f"{UNIT_DIR}/gpunuma-irq-affinity.service").exists
+        assert not host.file("/usr/local/libexec/gpunuma/irq-affinity").exists
+        assert set(nic_irqs(host).values()) == {every}
+    finally:
+        host.check_output("systemctl start irqbalance.service")
     assert "IRQBALANCE_BANNED_CPULIST" not in irqbalance_env(host)
-    for name in probe.INSTANCES:
-        assert host.check_output(f"systemctl show --property=Slice --value gpunuma-{name}.service") == "system.slice"
-    assert probe.status_field(host, probe.main_pid(host, "llm0"), "Cpus_allowed_list") == workers
+
+
+def nic_irqs(host):
+    bdf = host.check_output("basename $(readlink -f /sys/class/net/$(ls /sys/class/net | grep -v lo | head -1)/device)")
+    irqs = host.check_output(f"ls /sys/bus/pci/devices/{bdf}/msi_irqs").split()
+    assert irqs, f"{bdf} has no MSI interrupts"
+    return {irq: probe.read(host, f"/proc/irq/{irq}/smp_affinity_list").strip() for irq in irqs}
