@@ -122,7 +122,6 @@ autonuma_tuned_setting = _filter(sysctl_owners.tuned_setting)
 autonuma_tuned_conflict = _filter(sysctl_owners.tuned_conflict)
 # autonuma_numa_balancing (auto follows the profile and the kernel release): gpunuma.autonuma.
 autonuma_decide = _filter(autonumalib.decide)
-autonuma_audit_value = _filter(autonumalib.audit_value)
 
 # systemd-sysctl reads only *.conf files (sysctl.d(5)); the whole path must match.
 AUTONUMA_SYSCTL_FILE_PATTERN = r"/[^\x00-\x1f\x7f]*[^/\x00-\x1f\x7f]\.conf"
@@ -526,7 +525,6 @@ FILTERS = (
     "autonuma_tuned_setting",
     "autonuma_tuned_conflict",
     "autonuma_decide",
-    "autonuma_audit_value",
     # gpu_topology
     "gpu_topology_file_stem",
     "gpu_topology_controller_files",

@@ -100,20 +100,3 @@ def decide(setting, profile_name, kernel_release):
 def value(setting, profile_name, kernel_release):
     """The value of :func:`decide` alone."""
     return decide(setting, profile_name, kernel_release)[0]
-
-
-def needs_kernel_release(setting, profile_name):
-    """Whether the decision depends on the node's kernel release (auto with a bound profile)."""
-    return decide(setting, profile_name, None)[0] is not None and _setting(setting) == AUTO
-
-
-def audit_value(setting, profile_name, kernel_release):
-    """The value an audit can hold the node to, or None to leave it unchecked.
-
-    The decision of :func:`decide`, except that ``auto`` with a bound profile
-    and a kernel release the audit does not know is unchecked: the node may be
-    on a kernel where auto left it alone, and an audit must not call that drift.
-    """
-    if needs_kernel_release(setting, profile_name) and parse_kernel_release(kernel_release) is None:
-        return None
-    return value(setting, profile_name, kernel_release)

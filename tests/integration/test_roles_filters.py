@@ -89,12 +89,11 @@ def test_autonuma_filters_are_the_sysctl_owners_functions():
     # autonuma_input_problems checks the role's variables (test_roles_inputs.py).
     assert set(filters) == {"autonuma_sysctl_writers", "autonuma_sysctl_conflicts", "autonuma_tuned_active_profiles",
                             "autonuma_tuned_setting", "autonuma_tuned_conflict", "autonuma_input_problems",
-                            "autonuma_decide", "autonuma_audit_value"}
+                            "autonuma_decide"}
     # The value decision is gpunuma.autonuma (tests/unit/test_autonuma_decide.py).
     assert filters["autonuma_decide"].__wrapped__ is autonuma.decide
-    assert filters["autonuma_audit_value"].__wrapped__ is autonuma.audit_value
     for name, function in filters.items():
-        if name in ("autonuma_input_problems", "autonuma_decide", "autonuma_audit_value"):
+        if name in ("autonuma_input_problems", "autonuma_decide"):
             continue
         core = getattr(sysctl_owners, name[len("autonuma_"):])
         assert function.__wrapped__ is core, name

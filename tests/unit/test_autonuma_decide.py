@@ -83,29 +83,6 @@ def test_default_profile_is_strict():
     assert autonuma.decide("auto", None, "5.4.0")[1].startswith("autonuma_numa_balancing is auto, profile strict,")
 
 
-def test_needs_kernel_release_only_for_auto_with_a_bound_profile():
-    assert autonuma.needs_kernel_release("auto", "strict")
-    assert autonuma.needs_kernel_release("auto", "preferred")
-    assert not autonuma.needs_kernel_release("auto", "off")
-    assert not autonuma.needs_kernel_release(0, "strict")
-    assert not autonuma.needs_kernel_release(None, "strict")
-
-
-@pytest.mark.parametrize("setting,profile,release,expected", [
-    (0, "strict", None, 0),
-    (1, "off", None, 1),
-    (None, "strict", "4.18.0", None),
-    ("auto", "off", "4.18.0", None),
-    ("auto", "strict", "6.1.0-28-amd64", None),
-    ("auto", "strict", "5.4.0-1234-aws", 0),
-    # The audit does not know the release: the role may have left the node alone.
-    ("auto", "strict", None, None),
-    ("auto", "interleave", "garbage", None),
-])
-def test_audit_value(setting, profile, release, expected):
-    assert autonuma.audit_value(setting, profile, release) == expected
-
-
 @settings(max_examples=300, deadline=None)
 @given(release=st.one_of(st.text(), st.none(), st.binary().map(lambda b: b.decode("latin-1"))),
        profile=st.sampled_from(["strict", "preferred", "interleave", "off", False, None]))
@@ -116,7 +93,6 @@ def test_any_release_string_gives_a_decision(release, profile):
     assert parsed is None or (isinstance(parsed, tuple) and len(parsed) == 2)
     if profile not in ("off", False):
         assert (value is None) == (parsed is not None and parsed >= (5, 12))
-    assert autonuma.audit_value("auto", profile, release) in (0, None)
 
 
 @given(major=st.integers(0, 9999), minor=st.integers(0, 9999),
