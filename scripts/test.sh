@@ -14,4 +14,9 @@ else
   echo "gpunuma: not root; skipping host set-up (Docker, QEMU)" >&2
 fi
 export PATH="$PWD/.venv/bin:$PATH"
-exec .venv/bin/python -m pytest "$@"
+# Keep compiled bytecode: with PYTHONDONTWRITEBYTECODE set, every pytest,
+# ansible and ansible-playbook process recompiles the core and the tests.
+unset PYTHONDONTWRITEBYTECODE
+# Two workers (GPUNUMA_TEST_WORKERS; 0 runs in this process): each test file
+# and each molecule scenario is one group, kept on one worker (tests/conftest.py).
+exec .venv/bin/python -m pytest -n "${GPUNUMA_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -3,12 +3,27 @@
 ``module_utils/`` is appended to ``ansible.module_utils.__path__`` so unit
 tests import the core exactly as modules do at run time
 (``ansible.module_utils.gpunuma.*``).
+
+Hypothesis profiles (``HYPOTHESIS_PROFILE``, docs/testing.md):
+
+- ``ci`` (the default): derandomized, no example database, each property
+  runs ``examples(n)`` = 30 % of its stated weight ``n`` (at least 10). Two
+  runs of one tree try the same examples, so a failure reproduces.
+- ``deep``: random seeds and 10x the stated weight, for release checks and
+  for hunting new counter-examples (``HYPOTHESIS_PROFILE=deep
+  ./scripts/test.sh -m unit``).
+
+Every test carries exactly the layer markers of ``pytest.ini``; a test with
+none is a collection error (``pytest_collection_modifyitems`` below), so
+``-m`` always selects whole layers.
 """
 
 import os
 import sys
 
 import ansible.module_utils
+import pytest
+from hypothesis import settings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE_UTILS = os.path.join(REPO_ROOT, "module_utils")
@@ -17,3 +32,57 @@ if MODULE_UTILS not in ansible.module_utils.__path__:
 
 FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures")
 sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+
+# Fraction of each property's stated weight a profile runs, and its settings.
+_PROFILES = {
+    "ci": (0.3, dict(derandomize=True, database=None)),
+    "deep": (10.0, dict(derandomize=False, database=None)),
+}
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+if PROFILE not in _PROFILES:
+    raise pytest.UsageError(
+        "HYPOTHESIS_PROFILE=%r is not a gpunuma profile; allowed: %s" % (PROFILE, ", ".join(sorted(_PROFILES))))
+for _name, (_scale, _options) in _PROFILES.items():
+    settings.register_profile(_name, max_examples=max(10, int(100 * _scale)), **_options)
+settings.load_profile(PROFILE)
+
+
+def examples(weight):
+    """Examples a property of stated weight ``weight`` runs under the loaded profile."""
+    return max(10, int(weight * _PROFILES[PROFILE][0]))
+
+
+# The layers of pytest.ini; every test belongs to at least one.
+LAYERS = ("unit", "ansible", "container", "vm", "browser", "lint", "molecule")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Refuse unmarked tests; group and order the rest for ``pytest -n N --dist loadgroup``.
+
+    Each test file is one xdist group (its module-scoped containers boot once,
+    on one worker) and each molecule scenario a group of its own. The longest
+    work goes first so it overlaps the rest instead of trailing it: the VM
+    scenario, then the container scenarios, then files that boot containers.
+    """
+    unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(m) for m in LAYERS)]
+    if unmarked:
+        raise pytest.UsageError(
+            "%d test(s) carry no layer marker (allowed: %s), e.g. %s"
+            % (len(unmarked), ", ".join(LAYERS), ", ".join(unmarked[:5])))
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            scenario = item.get_closest_marker("molecule") and getattr(item, "callspec", None)
+            group = item.callspec.id if scenario else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+
+    def rank(item):
+        if item.get_closest_marker("vm"):
+            return 0
+        if item.get_closest_marker("molecule"):
+            return 1
+        if item.get_closest_marker("container"):
+            return 2
+        return 3
+
+    items.sort(key=rank)

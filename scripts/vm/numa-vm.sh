@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Start and stop the gpunuma test VM: a QEMU (TCG) guest with two real NUMA
-# nodes and its only NIC behind a PCI expander bridge on node 1.
+# Start and stop the gpunuma test VM: a QEMU guest with two real NUMA nodes
+# and its only NIC behind a PCI expander bridge on node 1. KVM when it works,
+# TCG (emulated) otherwise; see GPUNUMA_VM_ACCEL below.
 #
 #   numa-vm.sh start --state-dir DIR --image-dir DIR --pubkey FILE [--port N]
 #       Creates DIR/overlay.qcow2 (copy-on-write over the cached image, which
@@ -33,12 +34,19 @@
 # One VM per host at a time: four TCG vCPUs already saturate a small host, and
 # two of them make boots time out. GPUNUMA_VM_ALLOW_CONCURRENT=1 lifts this.
 #
+# Accelerator (GPUNUMA_VM_ACCEL): auto (default) uses KVM when /dev/kvm opens
+# read-write and a probe VM (the guest's own kernel, no disk, one vCPU) boots
+# under KVM to its kernel banner within 10 s; otherwise TCG, with one line on
+# stderr saying why. kvm insists on KVM (an error when the probe fails), tcg
+# skips the probe. The choice is written to DIR/accel.
+#
 # Environment: GPUNUMA_VM_NODE_MEM_MB (default 1024 per node), GPUNUMA_QEMU
-# (default qemu-system-x86_64), GPUNUMA_VM_ALLOW_CONCURRENT.
+# (default qemu-system-x86_64), GPUNUMA_VM_ALLOW_CONCURRENT, GPUNUMA_VM_ACCEL.
 set -euo pipefail
 
 qemu="${GPUNUMA_QEMU:-qemu-system-x86_64}"
 node_mem_mb="${GPUNUMA_VM_NODE_MEM_MB:-1024}"
+accel_wanted="${GPUNUMA_VM_ACCEL:-auto}"
 
 usage() {
   sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
@@ -69,6 +77,53 @@ running_pid() {
   # A recycled pid must not make us kill an unrelated process.
   grep -q qemu-system "/proc/$pid/cmdline" 2>/dev/null || return 1
   echo "$pid"
+}
+
+# Boot the guest kernel under KVM with no root disk: it prints its banner,
+# fails to mount a root and panics; panic=-1 with -no-reboot makes QEMU exit.
+# Sets kvm_why when KVM is not usable.
+kvm_works() {
+  local log
+  kvm_why=""
+  [ -c /dev/kvm ] || { kvm_why="/dev/kvm does not exist"; return 1; }
+  (exec 3<>/dev/kvm) 2>/dev/null || { kvm_why="/dev/kvm cannot be opened read-write"; return 1; }
+  log="$(mktemp)"
+  "$qemu" -accel kvm -machine pc -nodefaults -display none -vga none -smp 1 -m 256M \
+    -kernel "$image_dir/vmlinuz" -append "console=ttyS0 panic=-1" -no-reboot \
+    -serial file:"$log" >"$log.err" 2>&1 &
+  probe=$!
+  # Under KVM the banner is there within a second; TCG-speed or a hung vCPU is not KVM.
+  for _ in $(seq 1 50); do
+    grep -q "Linux version" "$log" 2>/dev/null && break
+    kill -0 "$probe" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill -KILL "$probe" 2>/dev/null || true
+  wait "$probe" 2>/dev/null || true
+  if grep -q "Linux version" "$log"; then
+    rm -f "$log" "$log.err"
+    return 0
+  fi
+  local err
+  err="$(grep -v 'warning' "$log.err" | head -n 1 | cut -c1-120)"
+  kvm_why="a probe VM printed no kernel banner under KVM within 10 s${err:+ ($err)}"
+  rm -f "$log" "$log.err"
+  return 1
+}
+
+choose_accel() {
+  case "$accel_wanted" in
+    tcg) echo tcg ;;
+    kvm) kvm_works || die "GPUNUMA_VM_ACCEL=kvm but $kvm_why"; echo kvm ;;
+    auto)
+      if kvm_works; then
+        echo kvm
+      else
+        echo "numa-vm: $kvm_why; using TCG (emulated, several times slower)" >&2
+        echo tcg
+      fi ;;
+    *) die "GPUNUMA_VM_ACCEL must be auto, kvm or tcg, got '$accel_wanted'" ;;
+  esac
 }
 
 port_in_use() {
@@ -115,13 +170,21 @@ start() {
     "$state_dir/overlay.qcow2"
   cp "$pubkey" "$state_dir/authorized_keys"
 
-  # TCG only: KVM is not usable on the hosts this runs on. -nodefaults keeps
+  local accel accel_opt
+  accel="$(choose_accel)"
+  case "$accel" in
+    kvm) accel_opt=kvm ;;
+    *) accel_opt=tcg,thread=multi ;;
+  esac
+  echo "$accel" >"$state_dir/accel"
+
+  # -nodefaults keeps
   # QEMU from adding its own NIC on bus 0 (node 0), which would muddy the
   # "NIC on node 1" fact. The disk is placed on bus 0 explicitly: left to
   # itself QEMU may pick the pxb bus, which refuses it.
   "$qemu" \
     -name gpunuma-numa-vm \
-    -machine pc -accel tcg,thread=multi \
+    -machine pc -accel "$accel_opt" \
     -nodefaults -display none -vga none \
     -smp 4,sockets=2,cores=2,threads=1 \
     -m "$(( node_mem_mb * 2 ))M" \

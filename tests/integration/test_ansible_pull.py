@@ -31,7 +31,7 @@ import yaml
 from conftest import REPO_ROOT
 from containers import Node, needs_docker
 
-pytestmark = [pytest.mark.molecule, needs_docker]
+pytestmark = [pytest.mark.container, needs_docker]
 
 REPO_IN_NODE = "/srv/gpunuma.git"
 SITE_IN_NODE = "/opt/gpunuma-ansible/site-packages"

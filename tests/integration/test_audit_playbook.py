@@ -2,6 +2,7 @@
 host, the fleet table, textfile metrics, a non-zero exit status, and
 nothing written on the node."""
 
+import pytest
 import json
 import os
 import sys
@@ -10,6 +11,8 @@ import yaml
 
 from ansible.module_utils.gpunuma import autonuma
 from ansible_run import run_playbook
+
+pytestmark = pytest.mark.ansible
 
 
 def test_fleet_table_reports_and_exit_status(tmp_path):

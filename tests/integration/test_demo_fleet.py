@@ -18,7 +18,7 @@ from ansible_run import ansible_env
 from conftest import REPO_ROOT
 from containers import needs_docker
 
-pytestmark = [pytest.mark.molecule, needs_docker]
+pytestmark = [pytest.mark.container, needs_docker]
 
 HOSTS = ["demo-live", "h200-vm"]
 LIVE = "demo-live"

@@ -35,7 +35,7 @@ from ansible_run import BINDIR, ansible_env
 from conftest import REPO_ROOT
 from containers import Node, needs_docker
 
-pytestmark = [pytest.mark.molecule, needs_docker]
+pytestmark = [pytest.mark.container, needs_docker]
 
 INSTANCE = {"name": "steady", "numa_node": 0, "share_cpus": True, "command": ["/bin/sleep", "infinity"]}
 UNIT = "gpunuma-steady.service"

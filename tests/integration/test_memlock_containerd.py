@@ -18,7 +18,7 @@ from ansible_run import BINDIR, ansible_env
 from conftest import REPO_ROOT
 from containers import UNIT_DIR, Node, needs_docker
 
-pytestmark = [pytest.mark.molecule, needs_docker]
+pytestmark = [pytest.mark.container, needs_docker]
 
 DROPIN = UNIT_DIR + "/containerd.service.d/50-gpunuma-memlock.conf"
 

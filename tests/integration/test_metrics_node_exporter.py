@@ -75,7 +75,7 @@ def find(samples, name, **labels):
     return [s for s in samples.values() if s.name == name and all(s.labels.get(k) == str(v) for k, v in labels.items())]
 
 
-@pytest.mark.molecule
+@pytest.mark.container
 @needs_docker
 def test_node_exporter_scrapes_gpunuma_metrics(tmp_path):
     node = Node()

@@ -10,7 +10,7 @@ from ansible_run import BINDIR, ansible_env
 from conftest import REPO_ROOT
 from containers import Node, needs_docker
 
-pytestmark = [pytest.mark.molecule, needs_docker]
+pytestmark = [pytest.mark.container, needs_docker]
 
 # What a careless check could touch: sysctl, THP, governors, unit files, /etc.
 SNAPSHOT = ("cat /proc/sys/kernel/numa_balancing /sys/kernel/mm/transparent_hugepage/enabled "

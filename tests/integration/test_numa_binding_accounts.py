@@ -11,7 +11,7 @@ import pytest
 from containers import UNIT_DIR, Node, needs_docker
 from test_roles_numa_binding import apply
 
-pytestmark = [pytest.mark.molecule, needs_docker]
+pytestmark = [pytest.mark.container, needs_docker]
 
 SLEEPER = {"name": "steady", "numa_node": 0, "share_cpus": True, "command": ["/bin/sleep", "infinity"]}
 

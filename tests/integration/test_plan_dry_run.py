@@ -19,7 +19,7 @@ from ansible_run import BINDIR, ansible_env
 from conftest import FIXTURES, REPO_ROOT
 from containers import Node, needs_docker
 
-pytestmark = [pytest.mark.molecule, needs_docker]
+pytestmark = [pytest.mark.container, needs_docker]
 
 TOPO_TEXT = os.path.join(FIXTURES, "published", "hgx-h200-8gpu-10nic-tabs.topo.txt")
 NODE_TOPO_TEXT = "/root/hgx-h200.topo.txt"

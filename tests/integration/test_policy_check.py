@@ -2,6 +2,7 @@
 host naming the rule, why and how to waive it; a waiver lets it through; an
 expired one is reported; bad waivers name the field."""
 
+import pytest
 import json
 import os
 import platform
@@ -12,6 +13,8 @@ import yaml
 from ansible.module_utils.gpunuma import autonuma
 from ansible_run import run_module, run_playbook
 from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.ansible
 
 RULES = os.path.join(REPO_ROOT, "policies", "rules")
 TOPO = {"numa_nodes": [{"id": 0, "cpus": "0-3", "has_cpus": True, "cores": ["0", "1", "2", "3"]},

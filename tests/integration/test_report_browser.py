@@ -27,9 +27,9 @@ CHROMIUM = "/usr/bin/chromium"
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "report.py")
 WIDTH, HEIGHT = 1280, 1700
 
-pytestmark = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
                                 reason="%s is not installed (scripts/setup-host.sh installs Debian's chromium)"
-                                % CHROMIUM)
+                                % CHROMIUM)]
 
 CONSOLE_LINE = re.compile(r":CONSOLE[:(]")
 

@@ -17,7 +17,7 @@ from ansible_run import BINDIR, ansible_env
 from conftest import REPO_ROOT
 from containers import Node, needs_docker
 
-pytestmark = [pytest.mark.molecule, needs_docker]
+pytestmark = [pytest.mark.container, needs_docker]
 
 INSTANCES = [
     {"name": "small", "numa_node": 0, "share_cpus": True, "memory": "256M", "command": ["/bin/sleep", "infinity"]},

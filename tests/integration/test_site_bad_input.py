@@ -14,7 +14,7 @@ from containers import Node, needs_docker
 
 
 
-pytestmark = [pytest.mark.molecule, needs_docker]
+pytestmark = [pytest.mark.container, needs_docker]
 
 GOOD = [{"name": "worker", "numa_node": 0, "share_cpus": True, "command": ["/bin/sleep", "infinity"]}]
 

@@ -1,9 +1,12 @@
 """gpunuma_state through Ansible on localhost: read, record, check mode,
 bounded history, corrupt and newer-version files."""
 
+import pytest
 import json
 
 from ansible_run import run_module
+
+pytestmark = pytest.mark.ansible
 
 
 def args(tmp_path, **kw):

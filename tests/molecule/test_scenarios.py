@@ -103,9 +103,13 @@ def fleet_base_image():
     return output
 
 
-@pytest.mark.parametrize(
-    "scenario_file", SCENARIO_FILES, ids=[p.parent.name for p in SCENARIO_FILES]
-)
+def _scenario_param(scenario_file):
+    """The scenario as a parameter, marked by what it boots: ``container`` or ``vm``."""
+    layer = pytest.mark.container if _driver_name(scenario_file) == "docker" else pytest.mark.vm
+    return pytest.param(scenario_file, marks=layer, id=scenario_file.parent.name)
+
+
+@pytest.mark.parametrize("scenario_file", [_scenario_param(p) for p in SCENARIO_FILES])
 def test_molecule_scenario(scenario_file, request):
     scenario = scenario_file.parent.name
     driver = _driver_name(scenario_file)

@@ -8,6 +8,8 @@ import pytest
 from ansible.module_utils.gpunuma import audit
 from conftest import REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 _spec = importlib.util.spec_from_file_location(
     "gpunuma_audit_filters", os.path.join(REPO_ROOT, "filter_plugins", "gpunuma.py"))
 gpunuma_audit = importlib.util.module_from_spec(_spec)

@@ -6,9 +6,12 @@ import os
 
 import pytest
 from hypothesis import given, settings
+from conftest import examples
 from hypothesis import strategies as st
 
 from ansible.module_utils.gpunuma import autonuma, node_probe
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("release,expected", [
@@ -83,7 +86,7 @@ def test_default_profile_is_strict():
     assert autonuma.decide("auto", None, "5.4.0")[1].startswith("autonuma_numa_balancing is auto, profile strict,")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(release=st.one_of(st.text(), st.none(), st.binary().map(lambda b: b.decode("latin-1"))),
        profile=st.sampled_from(["strict", "preferred", "interleave", "off", False, None]))
 def test_any_release_string_gives_a_decision(release, profile):

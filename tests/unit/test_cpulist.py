@@ -3,6 +3,8 @@ import pytest
 from ansible.module_utils.gpunuma import cpulist
 from ansible.module_utils.gpunuma.errors import CpuListError
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "text, expected",

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import FIXTURES, REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 BENCH = os.path.join(REPO_ROOT, "benchmarks", "h2d_bench.py")
 RECORDED = os.path.join(FIXTURES, "recorded", "h200-probe")
 

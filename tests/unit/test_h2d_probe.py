@@ -14,6 +14,8 @@ import pytest
 
 from ansible.module_utils.gpunuma import h2d
 
+pytestmark = pytest.mark.unit
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_ENV = ("FAKE_CUDA_DEVICES", "FAKE_CUDA_INIT_ERROR", "FAKE_CUDA_BUSY", "FAKE_CUDA_OOM", "FAKE_CUDA_HANG",
             "FAKE_CUDA_PROHIBITED", "FAKE_CUDA_GBPS", "FAKE_CUDA_LAT_US")

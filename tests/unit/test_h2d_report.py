@@ -10,6 +10,8 @@ import yaml
 from ansible.module_utils.gpunuma import h2d_report
 from conftest import FIXTURES, REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 RECORDED = os.path.join(FIXTURES, "recorded", "h200-probe", "run2", "h2d-probe.json")
 POLICY_FILE = os.path.join(REPO_ROOT, "policies", "validation", "h2d.yml")
 

@@ -11,7 +11,9 @@ from ansible.module_utils.gpunuma.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.housekeeping import banned_in_default, hex_mask, housekeeping_files
 from ansible.module_utils.gpunuma.plan import build_plan
 from ansible.module_utils.gpunuma.profiles import load_profile
-from conftest import FIXTURES, REPO_ROOT
+from conftest import examples, FIXTURES, REPO_ROOT
+
+pytestmark = pytest.mark.unit
 
 PROFILES_DIR = os.path.join(REPO_ROOT, "policies", "profiles")
 UNIT_DIR = "/etc/systemd/system"
@@ -131,7 +133,7 @@ def test_banned_lines_in_etc_default(text, found):
     assert len(banned_in_default(text)) == found
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.integers(min_value=0, max_value=3), st.booleans(), st.booleans(), st.booleans(),
        st.sampled_from(["strict", "preferred", "interleave", "off"]))
 def test_any_option_mix_gives_files_or_problems_and_never_both_write_and_remove(cores, confine, ban, loaded, profile):

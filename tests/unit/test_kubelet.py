@@ -24,7 +24,7 @@ from ansible.module_utils.gpunuma.kubelet import (
 from ansible.module_utils.gpunuma.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.plan import build_plan
 from ansible.module_utils.gpunuma.profiles import load_profile, parse_profile_text
-from conftest import FIXTURES, REPO_ROOT
+from conftest import examples, FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -317,7 +317,7 @@ def test_eviction_hard_written_on_opt_in_keeps_the_disk_defaults():
     assert any("evictionHard: written with the kubelet's defaults" in w for w in result.warnings)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(st.sampled_from(["memory", "hugepages-2Mi", "hugepages-1Gi"]),
                        st.integers(min_value=1, max_value=1 << 44), min_size=1),
        st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=8, unique=True),

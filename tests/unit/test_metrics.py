@@ -11,6 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ansible.module_utils.gpunuma import metrics
 from conftest import FIXTURES
 
+pytestmark = pytest.mark.unit
+
 RECORDED = os.path.join(FIXTURES, "recorded", "h200-probe", "run2", "h2d-probe.json")
 UUID = "GPU-17feaaa1-be79-190b-6694-75d1b3c48504"
 

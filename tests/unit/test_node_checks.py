@@ -10,6 +10,8 @@ from ansible.module_utils.gpunuma.nvml import validate_dump
 from conftest import FIXTURES
 from sysfs_factory import NVIDIA, build_tree, node_platform
 
+pytestmark = pytest.mark.unit
+
 GPU = "0000:18:00.0"
 ROOT_PORT, SWITCH_UP, SWITCH_DOWN = "0000:15:01.0", "0000:16:00.0", "0000:17:00.0"
 GEN4, GEN5, GEN1 = "16.0 GT/s PCIe", "32.0 GT/s PCIe", "2.5 GT/s PCIe"

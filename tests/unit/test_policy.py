@@ -10,6 +10,8 @@ import yaml
 from ansible.module_utils.gpunuma import policy
 from conftest import REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 RULES_DIR = os.path.join(REPO_ROOT, "policies", "rules")
 RULES = {r["id"]: r for r in policy.load_rules(RULES_DIR, yaml.safe_load)}
 TODAY = datetime.date(2026, 6, 1)

@@ -26,6 +26,7 @@ import tempfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from conftest import examples
 from hypothesis import strategies as st
 
 import sysfs_factory as factory
@@ -38,7 +39,7 @@ pytestmark = pytest.mark.unit
 HARD_LIMIT_S = 5
 PROPS = settings(
     deadline=3000,
-    max_examples=100,
+    max_examples=examples(100),
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

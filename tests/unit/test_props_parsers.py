@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES
+from conftest import examples, FIXTURES
 from ansible.module_utils.gpunuma import cpulist, topology
 from ansible.module_utils.gpunuma.errors import GpunumaError
 from ansible.module_utils.gpunuma.topo_parse import parse_topo_matrix
@@ -37,11 +37,11 @@ pytestmark = pytest.mark.unit
 HARD_LIMIT_S = 5
 PROPS = settings(
     deadline=3000,
-    max_examples=150,
+    max_examples=examples(150),
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-FEW = settings(PROPS, max_examples=60)
+FEW = settings(PROPS, max_examples=examples(60))
 
 LINK_CODE_CHARS = "XNVSYOCDEPIHB"
 

@@ -12,8 +12,8 @@ options, gives either
 * a ``PlanError`` listing every problem,
 
 never another exception and never a hang (each example runs under an alarm
-and a Hypothesis deadline). ``derandomize=True`` keeps CI runs repeatable;
-set ``GPUNUMA_HYPOTHESIS_EXAMPLES`` for a longer exploration.
+and a Hypothesis deadline). The ``ci`` profile (tests/conftest.py) keeps
+runs repeatable; ``HYPOTHESIS_PROFILE=deep`` explores longer.
 """
 
 import copy
@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ansible.module_utils.gpunuma.profiles import load_profile
-from conftest import FIXTURES, REPO_ROOT
+from conftest import examples, FIXTURES, REPO_ROOT
 from plan_invariants import check_deterministic, check_plan, plan_or_error
 
 pytestmark = pytest.mark.unit
@@ -40,13 +40,10 @@ PROFILES = {
     name: load_profile(name, os.path.join(REPO_ROOT, "policies", "profiles"))
     for name in ("strict", "preferred", "interleave", "off")
 }
-EXAMPLES = int(os.environ.get("GPUNUMA_HYPOTHESIS_EXAMPLES", "150"))
 
 SETTINGS = settings(
-    max_examples=EXAMPLES,
+    max_examples=examples(150),
     deadline=2000,
-    derandomize=True,
-    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 

@@ -1,5 +1,6 @@
 """The README stays true: its two commands, its worked inventory, its links."""
 
+import pytest
 import json
 import os
 import re
@@ -9,6 +10,8 @@ import yaml
 from ansible.module_utils.gpunuma.plan import build_plan
 from ansible.module_utils.gpunuma.profiles import load_profile
 from conftest import FIXTURES, REPO_ROOT
+
+pytestmark = pytest.mark.unit
 
 README = os.path.join(REPO_ROOT, "README.md")
 HGX = os.path.join(FIXTURES, "topologies", "hgx-h200-8gpu-2socket-ht.json")

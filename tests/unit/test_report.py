@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible.module_utils.gpunuma import report
-from conftest import FIXTURES, REPO_ROOT
+from conftest import examples, FIXTURES, REPO_ROOT
 
 sys.path.insert(0, os.path.join(FIXTURES, "report"))
 import make_artefacts  # noqa: E402
@@ -333,7 +333,7 @@ def mutated_topologies(draw):
     return name, doc
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(case=mutated_topologies())
 def test_mutated_topology_renders_or_is_a_clear_problem(tmp_path_factory, docs, case):

@@ -9,6 +9,8 @@ from ansible.module_utils.gpunuma import state as statelib
 from ansible.module_utils.gpunuma.profiles import load_profiles
 from conftest import REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 PROFILES = load_profiles(os.path.join(REPO_ROOT, "policies", "profiles"))
 NOW = "2026-01-31T03:00:00Z"
 
