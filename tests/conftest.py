@@ -60,10 +60,12 @@ LAYERS = ("unit", "ansible", "container", "vm", "browser", "lint", "molecule")
 def pytest_collection_modifyitems(config, items):
     """Refuse unmarked tests; group and order the rest for ``pytest -n N --dist loadgroup``.
 
-    Each test file is one xdist group (its module-scoped containers boot once,
-    on one worker) and each molecule scenario a group of its own. The longest
-    work goes first so it overlaps the rest instead of trailing it: the VM
-    scenario, then the container scenarios, then files that boot containers.
+    Each test file is one xdist group: its module-scoped containers boot once,
+    on one worker, and the molecule scenarios run one after another (a
+    container scenario converging while the VM boots beside it saw its live
+    nodes change between converge and idempotence). The longest work goes
+    first so it overlaps the rest instead of trailing it: the VM scenario,
+    then the container scenarios, then files that boot containers.
     """
     unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(m) for m in LAYERS)]
     if unmarked:
@@ -72,9 +74,7 @@ def pytest_collection_modifyitems(config, items):
             % (len(unmarked), ", ".join(LAYERS), ", ".join(unmarked[:5])))
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            scenario = item.get_closest_marker("molecule") and getattr(item, "callspec", None)
-            group = item.callspec.id if scenario else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
     def rank(item):
         if item.get_closest_marker("vm"):
