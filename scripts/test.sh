@@ -18,5 +18,6 @@ export PATH="$PWD/.venv/bin:$PATH"
 # ansible and ansible-playbook process recompiles the core and the tests.
 unset PYTHONDONTWRITEBYTECODE
 # Two workers (GPUNUMA_TEST_WORKERS; 0 runs in this process): each test file
-# and each molecule scenario is one group, kept on one worker (tests/conftest.py).
+# is one group, kept on one worker, so the molecule scenarios run one after
+# another (tests/conftest.py).
 exec .venv/bin/python -m pytest -n "${GPUNUMA_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -13,7 +13,7 @@ Hypothesis profiles (``HYPOTHESIS_PROFILE``, docs/testing.md):
   for hunting new counter-examples (``HYPOTHESIS_PROFILE=deep
   ./scripts/test.sh -m unit``).
 
-Every test carries exactly the layer markers of ``pytest.ini``; a test with
+Every test carries at least one layer marker of ``pytest.ini``; a test with
 none is a collection error (``pytest_collection_modifyitems`` below), so
 ``-m`` always selects whole layers.
 """
@@ -42,14 +42,20 @@ PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 if PROFILE not in _PROFILES:
     raise pytest.UsageError(
         "HYPOTHESIS_PROFILE=%r is not a gpunuma profile; allowed: %s" % (PROFILE, ", ".join(sorted(_PROFILES))))
+
+
+def _scaled(weight, scale):
+    return max(10, int(weight * scale))
+
+
 for _name, (_scale, _options) in _PROFILES.items():
-    settings.register_profile(_name, max_examples=max(10, int(100 * _scale)), **_options)
+    settings.register_profile(_name, max_examples=_scaled(100, _scale), **_options)
 settings.load_profile(PROFILE)
 
 
 def examples(weight):
     """Examples a property of stated weight ``weight`` runs under the loaded profile."""
-    return max(10, int(weight * _PROFILES[PROFILE][0]))
+    return _scaled(weight, _PROFILES[PROFILE][0])
 
 
 # The layers of pytest.ini; every test belongs to at least one.
