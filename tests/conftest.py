@@ -64,23 +64,27 @@ LAYERS = ("unit", "ansible", "container", "vm", "browser", "lint", "molecule")
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Refuse unmarked tests; group and order the rest for ``pytest -n N --dist loadgroup``.
+    """Refuse unmarked tests; order the rest for ``pytest -n N --dist loadfile --no-loadscope-reorder``.
 
-    Each test file is one xdist group: its module-scoped containers boot once,
-    on one worker, and the molecule scenarios run one after another (a
-    container scenario converging while the VM boots beside it saw its live
-    nodes change between converge and idempotence). The longest work goes
-    first so it overlaps the rest instead of trailing it: the VM scenario,
-    then the container scenarios, then files that boot containers.
+    ``scripts/test.sh`` hands each test file to one worker as a whole
+    (``--dist loadfile``): its module-scoped containers boot once, and the
+    molecule scenarios run one after another. The files are dealt out in the
+    order of their first test here (``--no-loadscope-reorder``), so the
+    longest work goes first and overlaps the rest instead of trailing it: the
+    VM scenario, then the container scenarios, then files that boot
+    containers.
+
+    (``--dist loadgroup`` with an ``xdist_group`` marker per file does not
+    group under pytest 9: pytest-xdist 3.8 marks the group by rewriting
+    ``item._nodeid``, which pytest 9 no longer reads, so every test was
+    scheduled alone and one file's module fixture ran on both workers at
+    once, against the same containers.)
     """
     unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(m) for m in LAYERS)]
     if unmarked:
         raise pytest.UsageError(
             "%d test(s) carry no layer marker (allowed: %s), e.g. %s"
             % (len(unmarked), ", ".join(LAYERS), ", ".join(unmarked[:5])))
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
     def rank(item):
         if item.get_closest_marker("vm"):
