@@ -29,15 +29,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, REPO)
+from gpunuma_controller.core import use_core  # noqa: E402
 
-import ansible.module_utils  # noqa: E402
-
-ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
+use_core()
 
 import sysfs_factory  # noqa: E402
-from ansible.module_utils.gpunuma.discover import discover  # noqa: E402
-from ansible.module_utils.gpunuma.plan import build_plan  # noqa: E402
-from ansible.module_utils.gpunuma.profiles import load_profile  # noqa: E402
+from ansible.module_utils.gpunuma.discovery.discover import discover  # noqa: E402
+from ansible.module_utils.gpunuma.plan.planner import build_plan  # noqa: E402
+from ansible.module_utils.gpunuma.plan.profiles import load_profile  # noqa: E402
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 TOPOLOGIES = os.path.join(FIXTURES, "topologies")

@@ -4,7 +4,7 @@
     python3 benchmarks/h2d_bench.py [--large-bytes N] [--repeats 10] [--small-repeats 1000]
                                     [--pinned-alloc register|host_alloc] [--json out.json]
 
-First the gpunuma probe (``module_utils/gpunuma/h2d.py``, libcuda through
+First the gpunuma probe (``module_utils/gpunuma/verify/h2d.py``, libcuda through
 ctypes, each placement in a bound child process), then PyTorch in this
 process: ``copy_(non_blocking=True)`` from a pinned (``pin_memory=True``)
 and a pageable tensor, event-timed on a dedicated stream after the same
@@ -27,11 +27,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
-import ansible.module_utils  # noqa: E402
+sys.path.insert(0, REPO)
+from gpunuma_controller.core import use_core  # noqa: E402
 
-ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
+use_core()
 
-from ansible.module_utils.gpunuma import h2d  # noqa: E402
+from ansible.module_utils.gpunuma.verify import h2d  # noqa: E402
 
 BANDWIDTH_RATIO_MIN = 0.98
 

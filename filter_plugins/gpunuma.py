@@ -28,13 +28,15 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
-from ansible.module_utils.gpunuma import audit, h2d_report, limits, role_inputs, sysctl_owners  # noqa: E402
-from ansible.module_utils.gpunuma import autonuma as autonumalib  # noqa: E402
-from ansible.module_utils.gpunuma import housekeeping as housekeepinglib  # noqa: E402
-from ansible.module_utils.gpunuma import state as statelib  # noqa: E402
-from ansible.module_utils.gpunuma.errors import GpunumaError  # noqa: E402
-from ansible.module_utils.gpunuma.plan import systemd_environment_assignment, systemd_exec_line  # noqa: E402
-from ansible.module_utils.gpunuma.profiles import ProfileError, load_profiles, profile_choice_problem  # noqa: E402
+from ansible.module_utils.gpunuma.verify import audit, h2d_report  # noqa: E402
+from ansible.module_utils.gpunuma.node import limits, sysctl_owners  # noqa: E402
+from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
+from ansible.module_utils.gpunuma.node import autonuma as autonumalib  # noqa: E402
+from ansible.module_utils.gpunuma.node import housekeeping as housekeepinglib  # noqa: E402
+from ansible.module_utils.gpunuma.operate import state as statelib  # noqa: E402
+from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
+from ansible.module_utils.gpunuma.plan.planner import systemd_environment_assignment, systemd_exec_line  # noqa: E402
+from ansible.module_utils.gpunuma.plan.profiles import ProfileError, load_profiles, profile_choice_problem  # noqa: E402
 
 
 def _filter(function):

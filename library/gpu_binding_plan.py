@@ -269,10 +269,10 @@ problems:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.errors import GpunumaError
-from ansible.module_utils.gpunuma.plan_inputs import count_or_word
-from ansible.module_utils.gpunuma.plan import build_plan
-from ansible.module_utils.gpunuma.profiles import load_profile
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.plan.inputs import count_or_word
+from ansible.module_utils.gpunuma.plan.planner import build_plan
+from ansible.module_utils.gpunuma.plan.profiles import load_profile
 
 
 def _load_topology(module, path):

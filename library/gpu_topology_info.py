@@ -207,9 +207,9 @@ import socket
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.discover import discover
-from ansible.module_utils.gpunuma.errors import GpunumaError
-from ansible.module_utils.gpunuma.node_probe import read_file
+from ansible.module_utils.gpunuma.discovery.discover import discover
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.node.probe import read_file
 
 
 def main():

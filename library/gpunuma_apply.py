@@ -9,7 +9,7 @@ module: gpunuma_apply
 short_description: Reconcile gpunuma's files and instance units on a node in one step
 description:
   - Takes every file the controller rendered (units, drop-ins, limits, sysctl files, the applied plan) and makes
-    the node match, in one round trip (module_utils/gpunuma/node_apply.py).
+    the node match, in one round trip (module_utils/gpunuma/node/apply.py).
   - Every changed file is validated first (O(files[].validate)); one failure stops the module before anything is
     written. Files are written atomically (a temporary file in the same directory, then rename), each replaced file
     kept as a backup (C(<path>.<pid>.<time>~), as Ansible's own modules name them, itself written atomically).
@@ -147,7 +147,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.node_apply import TEMP_PREFIX, Apply, ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node.apply import TEMP_PREFIX, Apply, ApplyError, normalise_files
 
 
 def _uid(name):

@@ -96,8 +96,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma import audit as auditlib
-from ansible.module_utils.gpunuma.audit import Finding
+from ansible.module_utils.gpunuma.verify import audit as auditlib
+from ansible.module_utils.gpunuma.verify.audit import Finding
 
 BINDING_KEYS = ("ExecStart", "CPUAffinity", "NUMAPolicy", "NUMAMask", "LimitMEMLOCK", "AllowedCPUs")
 
@@ -226,7 +226,7 @@ def main():
         report["fingerprint"]["persisted"] = topology.get("fingerprint")
     if p["rediscover"]:
         try:
-            from ansible.module_utils.gpunuma.discover import discover
+            from ansible.module_utils.gpunuma.discovery.discover import discover
 
             live_topo = discover(p["hostname"], sysfs_root=p["sysfs_root"])["topology"]
             report["fingerprint"]["live"] = live_topo.get("fingerprint")

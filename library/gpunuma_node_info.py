@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: gpunuma_node_info
 short_description: Read a node's gpunuma files, unit states and kernel settings in one round trip
 description:
-  - One module run instead of a chain of slurp, stat, find and command tasks (module_utils/gpunuma/node_probe.py).
+  - One module run instead of a chain of slurp, stat, find and command tasks (module_utils/gpunuma/node/probe.py).
     Only the sections asked for are read. Never changes anything; runs in check mode.
   - Files are read bounded (regular files only, at most 16 MiB) and returned base64-encoded, as slurp returns them.
 options:
@@ -75,7 +75,7 @@ gpunuma_node:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.node_probe import probe
+from ansible.module_utils.gpunuma.node.probe import probe
 
 
 def main():

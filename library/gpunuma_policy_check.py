@@ -62,7 +62,7 @@ policy:
 import datetime
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma import policy
+from ansible.module_utils.gpunuma.operate import policy
 
 
 def main():

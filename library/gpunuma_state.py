@@ -95,7 +95,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma import state as statelib
+from ansible.module_utils.gpunuma.operate import state as statelib
 
 
 def _read(path):

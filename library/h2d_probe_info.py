@@ -136,8 +136,8 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma import h2d
-from ansible.module_utils.gpunuma.errors import GpunumaError
+from ansible.module_utils.gpunuma.verify import h2d
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 
 def _nvml():

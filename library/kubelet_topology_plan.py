@@ -224,10 +224,10 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.errors import GpunumaError
-from ansible.module_utils.gpunuma.plan_inputs import count_or_word
-from ansible.module_utils.gpunuma.kubelet import CPU_STATE_FILE, MEMORY_STATE_FILE, plan_kubelet
-from ansible.module_utils.gpunuma.profiles import load_profile, parse_profile_text
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.plan.inputs import count_or_word
+from ansible.module_utils.gpunuma.kubelet.plan import CPU_STATE_FILE, MEMORY_STATE_FILE, plan_kubelet
+from ansible.module_utils.gpunuma.plan.profiles import load_profile, parse_profile_text
 
 
 def _read(module, path, what):

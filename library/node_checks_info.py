@@ -125,10 +125,10 @@ node_checks:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma import node_checks
-from ansible.module_utils.gpunuma.errors import GpunumaError
-from ansible.module_utils.gpunuma import nvml
-from ansible.module_utils.gpunuma.sysfs import read_bounded
+from ansible.module_utils.gpunuma.verify import node_checks
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.discovery import nvml
+from ansible.module_utils.gpunuma.discovery.sysfs import read_bounded
 
 _SMI_Q_LIMIT = 8 << 20
 

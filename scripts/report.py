@@ -19,7 +19,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from module_utils.gpunuma import report  # noqa: E402  (standard library only: no ansible needed)
+from gpunuma_controller import report  # noqa: E402  (standard library only: no ansible needed)
 
 
 def parse_args(argv):

@@ -1,6 +1,7 @@
 """Shared pytest setup.
 
-``module_utils/`` is appended to ``ansible.module_utils.__path__`` so unit
+``gpunuma_controller.core.use_core()`` puts ``module_utils/`` on
+``ansible.module_utils.__path__`` so unit
 tests import the core exactly as modules do at run time
 (``ansible.module_utils.gpunuma.*``).
 
@@ -21,14 +22,15 @@ none is a collection error (``pytest_collection_modifyitems`` below), so
 import os
 import sys
 
-import ansible.module_utils
 import pytest
 from hypothesis import settings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULE_UTILS = os.path.join(REPO_ROOT, "module_utils")
-if MODULE_UTILS not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(MODULE_UTILS)
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+from gpunuma_controller.core import use_core  # noqa: E402
+
+MODULE_UTILS = use_core()
 
 FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures")
 sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))

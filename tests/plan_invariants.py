@@ -10,9 +10,9 @@ import copy
 import json
 import signal
 
-from ansible.module_utils.gpunuma.cpulist import parse_cpulist
-from ansible.module_utils.gpunuma.errors import GpunumaError
-from ansible.module_utils.gpunuma.plan import PlanError, build_plan
+from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
 
 
 class Overran(Exception):

@@ -15,7 +15,7 @@ captured support bundle instead: plain directories holding ``_realpath``.
 
 import os
 
-from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 
 __all__ = [
     "build_tree",

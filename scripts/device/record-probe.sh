@@ -27,7 +27,7 @@ if [ ! -s "$OUT/h2d-probe.json" ]; then
     "$PY" -c "
 import json, ansible.module_utils
 ansible.module_utils.__path__.append('module_utils')
-from ansible.module_utils.gpunuma import h2d
+from ansible.module_utils.gpunuma.verify import h2d
 json.dump(h2d.probe({}), open('$OUT/h2d-probe.json', 'w'), indent=1)" 2>&1 | tee -a "$OUT/env.txt"
 fi
 "$PY" benchmarks/h2d_bench.py --json "$OUT/bench-register.json" 2>&1 | tee "$OUT/bench.txt"

@@ -12,7 +12,7 @@ placement from the VM's own sysfs: the recorded CPU affinity and NVML NUMA
 id, which describe the recording machine, are replaced by
 {"nvml_error": "NotMapped"} unless --keep-* is given.
 
-The work is module_utils/gpunuma/nvml.py's remap_dump(). Needs ansible-core
+The work is module_utils/gpunuma/discovery/nvml.py's remap_dump(). Needs ansible-core
 importable (the repository's virtualenv python). Exit status 2 on bad input,
 with the reason on stderr.
 """
@@ -24,17 +24,17 @@ import sys
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+sys.path.insert(0, REPO_ROOT)
+from gpunuma_controller.core import use_core  # noqa: E402
+
+# The gpunuma core is imported as modules import it on a node.
 try:
-    import ansible.module_utils
+    use_core()
 except ImportError:
     sys.exit("remap-nvml-dump: ansible-core is not importable; run this with the virtualenv's python (.venv/bin/python)")
 
-# The gpunuma core is imported as modules import it on a node.
-if os.path.join(REPO_ROOT, "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(os.path.join(REPO_ROOT, "module_utils"))
-
-from ansible.module_utils.gpunuma.errors import GpunumaError  # noqa: E402
-from ansible.module_utils.gpunuma.nvml import load_dump, remap_dump  # noqa: E402
+from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
+from ansible.module_utils.gpunuma.discovery.nvml import load_dump, remap_dump  # noqa: E402
 
 
 def parse_args(argv):

@@ -9,7 +9,7 @@ import sys
 
 import yaml
 
-from ansible.module_utils.gpunuma import autonuma
+from ansible.module_utils.gpunuma.node import autonuma
 from ansible_run import run_playbook
 
 pytestmark = pytest.mark.ansible

@@ -10,7 +10,7 @@ import sys
 
 import yaml
 
-from ansible.module_utils.gpunuma import autonuma
+from ansible.module_utils.gpunuma.node import autonuma
 from ansible_run import run_module, run_playbook
 from conftest import REPO_ROOT
 

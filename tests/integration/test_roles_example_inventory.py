@@ -14,8 +14,8 @@ import pytest
 from ansible_run import BINDIR, ansible_env
 from conftest import FIXTURES, REPO_ROOT
 
-from ansible.module_utils.gpunuma.plan import build_plan
-from ansible.module_utils.gpunuma.profiles import load_profile
+from ansible.module_utils.gpunuma.plan.planner import build_plan
+from ansible.module_utils.gpunuma.plan.profiles import load_profile
 
 pytestmark = pytest.mark.ansible
 

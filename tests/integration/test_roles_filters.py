@@ -13,7 +13,7 @@ import re
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.gpunuma import autonuma, limits, sysctl_owners
+from ansible.module_utils.gpunuma.node import autonuma, limits, sysctl_owners
 
 from conftest import REPO_ROOT
 

@@ -9,8 +9,8 @@ import os
 import pytest
 import yaml
 
-from ansible.module_utils.gpunuma import role_inputs
-from ansible.module_utils.gpunuma.profiles import profile_choice_problem
+from ansible.module_utils.gpunuma.operate import role_inputs
+from ansible.module_utils.gpunuma.plan.profiles import profile_choice_problem
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit

@@ -347,7 +347,7 @@ def _plan_through_role(tmp_path, extra_vars):
 
 def _expected_auto_housekeeping(topology):
     """ceil(cores / 24), at least 1, lowest cores with their siblings, per CPU node (docs/plan-v1.md)."""
-    from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist
+    from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 
     expected = {}
     for node in topology["numa_nodes"]:
@@ -376,7 +376,7 @@ def test_role_passes_an_explicit_housekeeping_cpu_list(tmp_path):
     proc, plan = _plan_through_role(tmp_path, {"gpunuma_housekeeping_cpus": "0-3,96-99,48,144"})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert plan["housekeeping"] == {"0": "0-3,96-99", "1": "48,144"}
-    from ansible.module_utils.gpunuma.cpulist import parse_cpulist
+    from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 
     assert parse_cpulist(plan["options"]["housekeeping_cpus"]) == {0, 1, 2, 3, 96, 97, 98, 99, 48, 144}
     worker = set()

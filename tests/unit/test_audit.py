@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible.module_utils.gpunuma import audit
+from ansible.module_utils.gpunuma.verify import audit
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit

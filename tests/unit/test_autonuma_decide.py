@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from conftest import examples
 from hypothesis import strategies as st
 
-from ansible.module_utils.gpunuma import autonuma, node_probe
+from ansible.module_utils.gpunuma.node import autonuma, probe as node_probe
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 import pytest
 
-from ansible.module_utils.gpunuma import cpulist
-from ansible.module_utils.gpunuma.errors import CpuListError
+from ansible.module_utils.gpunuma.common import cpulist
+from ansible.module_utils.gpunuma.common.errors import CpuListError
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,9 @@ import pytest
 
 import sysfs_factory
 from conftest import FIXTURES
-from ansible.module_utils.gpunuma import sysfs
-from ansible.module_utils.gpunuma.discover import discover
-from ansible.module_utils.gpunuma.errors import NvmlError, SysfsError, TopoParseError
+from ansible.module_utils.gpunuma.discovery import sysfs
+from ansible.module_utils.gpunuma.discovery.discover import discover
+from ansible.module_utils.gpunuma.common.errors import NvmlError, SysfsError, TopoParseError
 from test_nvml import fake_pynvml
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from ansible.module_utils.gpunuma import h2d
+from ansible.module_utils.gpunuma.verify import h2d
 
 pytestmark = pytest.mark.unit
 

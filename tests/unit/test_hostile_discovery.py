@@ -25,8 +25,8 @@ import pytest
 
 import sysfs_factory as factory
 from conftest import FIXTURES
-from ansible.module_utils.gpunuma.discover import discover
-from ansible.module_utils.gpunuma.errors import GpunumaError
+from ansible.module_utils.gpunuma.discovery.discover import discover
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import pytest
 
 import sysfs_factory as factory
 from conftest import REPO_ROOT
-from ansible.module_utils.gpunuma.discover import discover
+from ansible.module_utils.gpunuma.discovery.discover import discover
 
 pytestmark = pytest.mark.unit
 

@@ -22,7 +22,7 @@ import os
 
 import pytest
 
-from ansible.module_utils.gpunuma.profiles import load_profile
+from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import FIXTURES, REPO_ROOT
 from plan_invariants import check_deterministic, check_plan, plan_or_error
 

@@ -1,4 +1,4 @@
-"""Housekeeping confinement and irqbalance's banned CPUs (module_utils/gpunuma/housekeeping.py)."""
+"""Housekeeping confinement and irqbalance's banned CPUs (module_utils/gpunuma/node/housekeeping.py)."""
 
 import json
 import os
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils.gpunuma.cpulist import parse_cpulist
-from ansible.module_utils.gpunuma.housekeeping import banned_in_default, hex_mask, housekeeping_files
-from ansible.module_utils.gpunuma.plan import build_plan
-from ansible.module_utils.gpunuma.profiles import load_profile
+from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
+from ansible.module_utils.gpunuma.node.housekeeping import banned_in_default, hex_mask, housekeeping_files
+from ansible.module_utils.gpunuma.plan.planner import build_plan
+from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import examples, FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit

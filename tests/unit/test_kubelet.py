@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils.gpunuma.kubelet import (
+from ansible.module_utils.gpunuma.kubelet.plan import (
     KubeletPlanError,
     _spread,
     format_quantity,
@@ -21,9 +21,9 @@ from ansible.module_utils.gpunuma.kubelet import (
     parse_quantity,
     plan_kubelet,
 )
-from ansible.module_utils.gpunuma.cpulist import format_cpulist
-from ansible.module_utils.gpunuma.plan import build_plan
-from ansible.module_utils.gpunuma.profiles import load_profile, parse_profile_text
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
+from ansible.module_utils.gpunuma.plan.planner import build_plan
+from ansible.module_utils.gpunuma.plan.profiles import load_profile, parse_profile_text
 from conftest import examples, FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from ansible.module_utils.gpunuma.kubelet import plan_kubelet
-from ansible.module_utils.gpunuma.profiles import load_profile, parse_profile_text
+from ansible.module_utils.gpunuma.kubelet.plan import plan_kubelet
+from ansible.module_utils.gpunuma.plan.profiles import load_profile, parse_profile_text
 from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from ansible.module_utils.gpunuma import limits
-from ansible.module_utils.gpunuma.errors import GpunumaError, SysfsError
+from ansible.module_utils.gpunuma.node import limits
+from ansible.module_utils.gpunuma.common.errors import GpunumaError, SysfsError
 from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit
@@ -278,7 +278,7 @@ def test_clamp_message_needs_results():
 
 @pytest.mark.parametrize("value, expected", [("64GiB", 64 << 30), ("1.5G", 3 << 29), ("64gb", 64 << 30), ("1.1G", 1181116006)])
 def test_parse_limit_reads_sizes_like_the_planner(value, expected):
-    from ansible.module_utils.gpunuma import sizes
+    from ansible.module_utils.gpunuma.common import sizes
 
     assert limits.parse_limit(value) == expected == sizes.parse_size(value)
 
@@ -309,8 +309,8 @@ def test_limits_does_not_import_the_planner():
 
     code = (
         "import ansible.module_utils, sys; ansible.module_utils.__path__.append(%r); "
-        "import ansible.module_utils.gpunuma.limits; "
-        "print('ansible.module_utils.gpunuma.plan' in sys.modules)" % os.path.join(REPO_ROOT, "module_utils")
+        "import ansible.module_utils.gpunuma.node.limits; "
+        "print(any(m.startswith('ansible.module_utils.gpunuma.plan') for m in sys.modules))" % os.path.join(REPO_ROOT, "module_utils")
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

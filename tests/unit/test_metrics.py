@@ -8,7 +8,7 @@ import stat
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible.module_utils.gpunuma import metrics
+from ansible.module_utils.gpunuma.operate import metrics
 from conftest import FIXTURES
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""gpunuma_apply's core (module_utils/gpunuma/node_apply.py) on real files under tmp_path.
+"""gpunuma_apply's core (module_utils/gpunuma/node/apply.py) on real files under tmp_path.
 
 Files go through the module's own ``NodeFiles`` (library/gpunuma_apply.py)
 with a small stand-in for AnsibleModule (backup_local, run_command); systemd
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ansible.module_utils.gpunuma.node_apply import (
+from ansible.module_utils.gpunuma.node.apply import (
     Apply,
     ApplyError,
     find_stale,

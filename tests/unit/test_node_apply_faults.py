@@ -33,7 +33,7 @@ import tempfile
 
 import pytest
 
-from ansible.module_utils.gpunuma.node_apply import TEMP_PREFIX, Apply, ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node.apply import TEMP_PREFIX, Apply, ApplyError, normalise_files
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit

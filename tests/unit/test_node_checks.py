@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from ansible.module_utils.gpunuma import node_checks as nc
-from ansible.module_utils.gpunuma.nvml import validate_dump
+from ansible.module_utils.gpunuma.verify import node_checks as nc
+from ansible.module_utils.gpunuma.discovery.nvml import validate_dump
 from conftest import FIXTURES
 from sysfs_factory import NVIDIA, build_tree, node_platform
 

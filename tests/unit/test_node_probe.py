@@ -1,4 +1,4 @@
-"""gpunuma_node_info's core (module_utils/gpunuma/node_probe.py) on files under tmp_path and a fake runner."""
+"""gpunuma_node_info's core (module_utils/gpunuma/node/probe.py) on files under tmp_path and a fake runner."""
 
 import base64
 import os
@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from ansible.module_utils.gpunuma import node_probe
-from ansible.module_utils.gpunuma.node_probe import (
+from ansible.module_utils.gpunuma.node import probe as node_probe
+from ansible.module_utils.gpunuma.node.probe import (
     autonuma_probe,
     pid1_texts,
     probe,
@@ -361,7 +361,7 @@ def test_inspect_units_finds_container_launchers_and_cuda_env(tmp_path):
 
 
 def test_accounts_say_which_users_and_groups_exist():
-    from ansible.module_utils.gpunuma.node_probe import account_states
+    from ansible.module_utils.gpunuma.node.probe import account_states
 
     found = account_states(["root", "gpunuma-no-such-user", "4242"], ["root", "gpunuma-no-such-group", "7"])
     assert found["users"]["root"]["exists"] and found["users"]["root"]["uid"] == 0

@@ -5,8 +5,8 @@ import types
 
 import pytest
 
-from ansible.module_utils.gpunuma import nvml
-from ansible.module_utils.gpunuma.errors import NvmlError
+from ansible.module_utils.gpunuma.discovery import nvml
+from ansible.module_utils.gpunuma.common.errors import NvmlError
 
 pytestmark = pytest.mark.unit
 

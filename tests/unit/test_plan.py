@@ -21,11 +21,11 @@ import subprocess
 
 import pytest
 
-from ansible.module_utils.gpunuma import plan as planner
-from ansible.module_utils.gpunuma.cpulist import format_cpulist, parse_cpulist
-from ansible.module_utils.gpunuma.errors import GpunumaError
-from ansible.module_utils.gpunuma.plan import PlanError, build_plan, systemd_exec_line
-from ansible.module_utils.gpunuma.profiles import load_profile
+from ansible.module_utils.gpunuma.plan import planner
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan, systemd_exec_line
+from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit
@@ -302,7 +302,7 @@ def test_page_cache_never_changes_a_plan():
     ],
 )
 def test_auto_reserve_follows_gke_tiers(total, reserve):
-    from ansible.module_utils.gpunuma.plan_capacity import auto_reserve
+    from ansible.module_utils.gpunuma.plan.capacity import auto_reserve
 
     assert abs(auto_reserve(total) - reserve) <= 4
 
@@ -821,7 +821,7 @@ def test_known_siblings_are_reported_as_from_the_topology():
     ],
 )
 def test_sibling_offset_is_inferred_only_from_unambiguous_layouts(layout, offset):
-    from ansible.module_utils.gpunuma.plan_topology import infer_sibling_offset
+    from ansible.module_utils.gpunuma.plan.topology import infer_sibling_offset
 
     assert infer_sibling_offset({n: parse_cpulist(c) for n, c in layout.items()}) == offset
 
@@ -861,7 +861,7 @@ PUBLISHED_HT = ["hgx-h200-8gpu-10nic-tabs", "dgxa100-epyc7742-nps4-10nic", "dgx1
 @pytest.mark.parametrize("name", PUBLISHED_HT)
 def test_text_only_plan_of_published_ht_fixture_equals_the_sysfs_plan(name, tmp_path):
     """nvidia-smi topo -m alone gives the same CPU shares as sysfs on the same layout (siblings inferred)."""
-    from ansible.module_utils.gpunuma.discover import discover
+    from ansible.module_utils.gpunuma.discovery.discover import discover
 
     text = os.path.join(FIXTURES, "published", name + ".topo.txt")
     text_topo = discover("text", topo_file=text)["topology"]
@@ -1318,8 +1318,8 @@ class TestCapacityOfARunningNode:
         self.instance = {"name": "llm", "numa_node": 0, "memory": "6G", "command": ["/bin/true"]}
 
     def plan(self, applied=None):
-        from ansible.module_utils.gpunuma.plan import build_plan
-        from ansible.module_utils.gpunuma.profiles import validate_profile
+        from ansible.module_utils.gpunuma.plan.planner import build_plan
+        from ansible.module_utils.gpunuma.plan.profiles import validate_profile
 
         profile = validate_profile({"name": "strict", "description": "x", "cpu_binding": "node",
                                     "mem_policy": "bind", "next": None})
@@ -1410,7 +1410,7 @@ def test_values_that_cannot_be_meant_are_refused_with_the_range(key, value, expe
 
 
 def test_sizes_mean_the_same_in_planner_and_limits():
-    from ansible.module_utils.gpunuma import limits
+    from ansible.module_utils.gpunuma.node import limits
 
     for text in ("64GiB", "1.5G", "64gb", "8k", "1Ti", "4194304"):
         assert planner.parse_size(text) == limits.parse_limit(text)
@@ -1439,7 +1439,7 @@ def test_overlapping_numa_nodes_are_refused_not_shared(second):
 
 def test_plan_shares_are_checked_before_the_plan_is_returned(monkeypatch):
     """A defect in the allocator that handed one CPU twice is caught, not returned."""
-    from ansible.module_utils.gpunuma import plan_alloc
+    from ansible.module_utils.gpunuma.plan import alloc as plan_alloc
 
     real = plan_alloc.allocate_node
 
@@ -1546,7 +1546,7 @@ def test_auto_housekeeping_on_nps4_leaves_gpu_nodes_whole():
 
 @pytest.mark.parametrize("cores, expected", [(1, 1), (16, 1), (24, 1), (25, 2), (48, 2), (64, 3), (72, 3), (128, 6)])
 def test_auto_housekeeping_size(cores, expected):
-    from ansible.module_utils.gpunuma.plan_topology import auto_housekeeping_cores
+    from ansible.module_utils.gpunuma.plan.topology import auto_housekeeping_cores
 
     assert auto_housekeeping_cores(cores) == expected
 
@@ -1751,7 +1751,7 @@ def test_bad_l3_groups_are_named():
 def test_l3_groups_discovered_from_sysfs_cache_index3(tmp_path):
     """cache/index3/shared_cpu_list of an EPYC NPS4 tree becomes l3_groups, and the plan follows them."""
     import sysfs_factory
-    from ansible.module_utils.gpunuma.discover import discover
+    from ansible.module_utils.gpunuma.discovery.discover import discover
 
     root = sysfs_factory.amd_nps4_8node(str(tmp_path))
     cpu_root = os.path.join(root, "sys", "devices", "system", "cpu")

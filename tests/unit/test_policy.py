@@ -7,7 +7,7 @@ import os
 import pytest
 import yaml
 
-from ansible.module_utils.gpunuma import policy
+from ansible.module_utils.gpunuma.operate import policy
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit

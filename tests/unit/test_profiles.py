@@ -5,9 +5,9 @@ import os
 import pytest
 import yaml
 
-from ansible.module_utils.gpunuma import profiles
-from ansible.module_utils.gpunuma.errors import GpunumaError
-from ansible.module_utils.gpunuma.profiles import ProfileError
+from ansible.module_utils.gpunuma.plan import profiles
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.plan.profiles import ProfileError
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit

@@ -27,8 +27,9 @@ from conftest import examples
 from hypothesis import strategies as st
 
 import sysfs_factory as factory
-from ansible.module_utils.gpunuma import cpulist, nvml, sysfs, topology
-from ansible.module_utils.gpunuma.errors import GpunumaError, NvmlError
+from ansible.module_utils.gpunuma.common import cpulist
+from ansible.module_utils.gpunuma.discovery import nvml, sysfs, topology
+from ansible.module_utils.gpunuma.common.errors import GpunumaError, NvmlError
 
 pytestmark = pytest.mark.unit
 

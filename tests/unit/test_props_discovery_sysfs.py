@@ -30,9 +30,9 @@ from conftest import examples
 from hypothesis import strategies as st
 
 import sysfs_factory as factory
-from ansible.module_utils.gpunuma import cpulist
-from ansible.module_utils.gpunuma.discover import discover
-from ansible.module_utils.gpunuma.errors import GpunumaError, SysfsError
+from ansible.module_utils.gpunuma.common import cpulist
+from ansible.module_utils.gpunuma.discovery.discover import discover
+from ansible.module_utils.gpunuma.common.errors import GpunumaError, SysfsError
 
 pytestmark = pytest.mark.unit
 
@@ -108,7 +108,7 @@ def _op(kind, path, content=None):
 
 
 def factory_cap():
-    from ansible.module_utils.gpunuma.sysfs import MAX_ATTRIBUTE_BYTES
+    from ansible.module_utils.gpunuma.discovery.sysfs import MAX_ATTRIBUTE_BYTES
 
     return MAX_ATTRIBUTE_BYTES
 

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils.gpunuma.profiles import load_profile
+from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import examples, FIXTURES, REPO_ROOT
 from plan_invariants import check_deterministic, check_plan, plan_or_error
 

@@ -7,8 +7,8 @@ import re
 
 import yaml
 
-from ansible.module_utils.gpunuma.plan import build_plan
-from ansible.module_utils.gpunuma.profiles import load_profile
+from ansible.module_utils.gpunuma.plan.planner import build_plan
+from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from conftest import FIXTURES
-from ansible.module_utils.gpunuma.discover import discover
-from ansible.module_utils.gpunuma.topo_parse import parse_topo_matrix
+from ansible.module_utils.gpunuma.discovery.discover import discover
+from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
 
 pytestmark = pytest.mark.unit
 

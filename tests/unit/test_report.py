@@ -1,4 +1,4 @@
-"""The HTML fleet report (module_utils/gpunuma/report.py, scripts/report.py) on artefacts written by gpunuma's code."""
+"""The HTML fleet report (gpunuma_controller/report.py, scripts/report.py) on artefacts written by gpunuma's code."""
 
 import copy
 import html
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils.gpunuma import report
+from gpunuma_controller import report
 from conftest import examples, FIXTURES, REPO_ROOT
 
 sys.path.insert(0, os.path.join(FIXTURES, "report"))
@@ -364,7 +364,7 @@ def test_mutated_topology_renders_or_is_a_clear_problem(tmp_path_factory, docs, 
 
 def test_policy_violations_of_the_audit(tmp_path, docs):
     """audit.yml adds the policy results to the report: a violation without a finding is still drift."""
-    from ansible.module_utils.gpunuma import policy
+    from ansible.module_utils.gpunuma.operate import policy
 
     fleet = copy.deepcopy(docs)
     audit = fleet["h200-vm"]["audit"]

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from ansible.module_utils.gpunuma import state as statelib
-from ansible.module_utils.gpunuma.profiles import load_profiles
+from ansible.module_utils.gpunuma.operate import state as statelib
+from ansible.module_utils.gpunuma.plan.profiles import load_profiles
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ansible.module_utils.gpunuma import sysctl_owners as so
-from ansible.module_utils.gpunuma.errors import GpunumaError
+from ansible.module_utils.gpunuma.node import sysctl_owners as so
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 pytestmark = pytest.mark.unit
 

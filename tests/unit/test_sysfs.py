@@ -6,9 +6,9 @@ import shutil
 import pytest
 
 import sysfs_factory as factory
-from ansible.module_utils.gpunuma import sysfs
-from ansible.module_utils.gpunuma.cpulist import parse_cpulist
-from ansible.module_utils.gpunuma.errors import SysfsError
+from ansible.module_utils.gpunuma.discovery import sysfs
+from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
+from ansible.module_utils.gpunuma.common.errors import SysfsError
 from conftest import FIXTURES
 
 pytestmark = pytest.mark.unit

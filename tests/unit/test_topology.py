@@ -5,9 +5,10 @@ import copy
 import pytest
 
 import sysfs_factory as factory
-from ansible.module_utils.gpunuma import cpulist, sysfs, topology
-from ansible.module_utils.gpunuma.errors import TopologyError
-from ansible.module_utils.gpunuma.nvml import DUMP_SCHEMA
+from ansible.module_utils.gpunuma.common import cpulist
+from ansible.module_utils.gpunuma.discovery import sysfs, topology
+from ansible.module_utils.gpunuma.common.errors import TopologyError
+from ansible.module_utils.gpunuma.discovery.nvml import DUMP_SCHEMA
 
 pytestmark = pytest.mark.unit
 
@@ -229,7 +230,7 @@ OVERLAPS = [
 
 
 def smi_of(cpus):
-    from ansible.module_utils.gpunuma.topo_parse import parse_topo_matrix
+    from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
 
     return parse_topo_matrix(topo_text([("GPU0", cpus[0], "0"), ("GPU1", cpus[1], "1")]))
 
@@ -297,7 +298,7 @@ def test_repeated_node_id_is_refused(tmp_path):
 
 
 def test_topo_gpu_label_gap_with_sysfs_is_a_warning_not_an_index_error(tmp_path):
-    from ansible.module_utils.gpunuma.topo_parse import parse_topo_matrix
+    from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
 
     host = copy.deepcopy(host_of(factory.two_socket_8gpu_ht, tmp_path))
     keep = sorted(p["pci_bus_id"] for p in sysfs.gpu_functions(host))[:2]
@@ -312,7 +313,7 @@ def test_topo_gpu_label_gap_with_sysfs_is_a_warning_not_an_index_error(tmp_path)
 
 
 def test_topo_gpu_label_gap_with_nvml_says_which_rows_are_unused(tmp_path):
-    from ansible.module_utils.gpunuma.topo_parse import parse_topo_matrix
+    from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
 
     host = host_of(factory.two_socket_8gpu_ht, tmp_path)
     dump = nvml_dump_for(host)

@@ -1,0 +1,1 @@
+"""Primitives every stage shares: the error type, CPU lists, sizes."""

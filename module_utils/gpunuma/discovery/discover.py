@@ -1,0 +1,122 @@
+"""Run the discovery sources in order of trust and build the topology.
+
+Kept free of Ansible: the module passes a callable that runs
+``nvidia-smi topo -m`` so tests (and the benchmark) can drive every path.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible.module_utils.gpunuma.discovery import nvml as nvml_source
+from ansible.module_utils.gpunuma.discovery import sysfs as sysfs_source
+from ansible.module_utils.gpunuma.common.errors import NvmlError, SysfsError, TopoParseError
+from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
+from ansible.module_utils.gpunuma.discovery.topology import build_topology
+
+ALL_SOURCES = ("nvml", "nvidia_smi", "sysfs")
+
+# nvidia-smi topo -m for 64 GPUs and 64 NICs is about 130 KiB; 1 MiB leaves
+# room for any real node and bounds what a wrong file can cost.
+MAX_TOPO_TEXT_BYTES = 1 << 20
+# How many lost sysfs paths the completeness warning names (each also has
+# its own warning).
+_LOST_NAMED = 5
+
+
+def _read_topo_file(path):
+    try:
+        raw = sysfs_source.read_bounded(path, MAX_TOPO_TEXT_BYTES, follow_symlinks=True,
+                                        what="an nvidia-smi topo -m text")
+    except (IOError, OSError) as exc:
+        raise TopoParseError("nvidia_smi_topo_file %s cannot be read: %s" % (path, exc.strerror or exc))
+    return raw.decode("utf-8", "replace")
+
+
+def _lost_warning(lost):
+    named = ", ".join(lost[:_LOST_NAMED])
+    more = " and %d more" % (len(lost) - _LOST_NAMED) if len(lost) > _LOST_NAMED else ""
+    return ("topology incomplete: %d sysfs path(s) could not be read or held malformed values (%s%s; see the "
+            "warnings naming each); devices or values behind them may be missing" % (len(lost), named, more))
+
+
+def _nvml_absent(message):
+    """NVML missing or without a driver: normal on CPU nodes, not worth a warning by itself."""
+    return "not installed" in message or "nvmlInit" in message
+
+
+def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=ALL_SOURCES,
+             run_nvidia_smi=None, nvml_module=None, keep_nvml_dump=False):
+    """Return ``{"topology": ..., "nvml_dump": dump-or-None, "nvml_error": str-or-None}``.
+
+    Explicit offline inputs that are broken (a missing ``sysfs_root``, an
+    unreadable or garbage topo file, a bad NVML dump) raise: the user asked
+    for them. Live sources that fail (NVML mid-query, nvidia-smi missing) add
+    a warning and discovery continues with the next source.
+
+    ``complete`` is true only when nothing was lost: a sysfs file or
+    directory that exists but could not be read, or held a malformed value
+    (``host["lost"]``), makes it false with a warning naming the paths, as
+    does NVML failing while GPUs are visible.
+    """
+    sources = tuple(sources or ALL_SOURCES)
+    warnings = []
+    used = []
+    offline = sysfs_root is not None or nvml_dump is not None or topo_file is not None
+    text_only = topo_file is not None and sysfs_root is None and nvml_dump is None
+
+    dump = None
+    nvml_error = None
+    if nvml_dump is not None:
+        dump = nvml_source.load_dump(nvml_dump)
+    elif "nvml" in sources and (not offline or keep_nvml_dump):
+        try:
+            dump = nvml_source.collect(nvml_module)
+        except NvmlError as exc:
+            nvml_error = str(exc)
+            if not _nvml_absent(nvml_error):
+                # NVML is there but broke mid-way: that is worth a loud warning.
+                warnings.append("%s; GPU facts taken from nvidia-smi and sysfs instead" % nvml_error)
+    if dump is not None:
+        used.append("nvml")
+
+    smi = None
+    smi_problem = None
+    if topo_file is not None:
+        smi = parse_topo_matrix(_read_topo_file(topo_file), source="nvidia_smi_topo_file %s" % topo_file)
+    elif "nvidia_smi" in sources and not offline and dump is None and run_nvidia_smi is not None:
+        text, problem = run_nvidia_smi()
+        if text is not None:
+            try:
+                smi = parse_topo_matrix(text, source="nvidia-smi topo -m")
+            except TopoParseError as exc:
+                warnings.append("%s; ignoring nvidia-smi" % exc)
+        else:
+            smi_problem = problem
+    if smi is not None:
+        used.append("nvidia_smi")
+        warnings.extend(smi.get("warnings") or [])
+
+    host = None
+    if "sysfs" in sources and not text_only:
+        root = sysfs_root if sysfs_root is not None else "/"
+        if sysfs_root is not None and not os.path.isdir(sysfs_root):
+            raise SysfsError("sysfs_root %s does not exist or is not a directory" % sysfs_root)
+        host = sysfs_source.read_host(root)
+        used.append("sysfs")
+
+    topology = build_topology(hostname, host=host, nvml=dump, smi=smi, warnings=warnings, sources=used)
+    if nvml_error and dump is None and any(g["uuid"] is None for g in topology["gpus"]):
+        # GPUs are visible but NVML could not name them: say why, once.
+        topology["complete"] = False
+        why = [nvml_error] + ([smi_problem] if smi_problem else [])
+        topology["warnings"].append("GPU UUIDs and NVLinks unknown (%s); placement from %s"
+                                    % ("; ".join(why), " and ".join(used) or "nothing"))
+    elif not topology["gpus"] and nvml_error and not _nvml_absent(nvml_error):
+        topology["complete"] = False
+    if host is not None and host.get("lost"):
+        # A GPU whose class or vendor could not be read is not in the
+        # topology at all: nothing may be lost from a complete one.
+        topology["complete"] = False
+        topology["warnings"].append(_lost_warning(host["lost"]))
+    return {"topology": topology, "nvml_dump": dump if keep_nvml_dump else None, "nvml_error": nvml_error}

@@ -1,0 +1,1 @@
+"""Kubernetes nodes: KubeletConfiguration settings for a plan and profile."""

@@ -1,0 +1,260 @@
+"""Housekeeping confinement and irqbalance's banned CPUs, as files.
+
+Both are opt-in per host (numa_binding_housekeeping_confine,
+numa_binding_irqbalance_ban) and both are plain systemd drop-ins, so the
+``off`` profile (or turning the option off) removes them and one
+``systemctl daemon-reload`` puts the node back:
+
+* confinement: ``AllowedCPUs=`` of the plan's housekeeping CPUs on
+  ``system.slice``, ``user.slice`` and ``init.scope`` (systemd.resource-control(5):
+  a slice's cpuset bounds every unit below it). gpunuma's instances then run
+  in a slice of their own (``gpunuma.slice`` by default, a sibling of
+  ``system.slice``), or the system.slice fence would also hold them to the
+  housekeeping CPUs. ``kubepods.slice`` (the kubelet's pods) is a sibling too
+  and is left alone: the kubelet's CPU Manager places pods, and its
+  ``reservedSystemCPUs`` is the same housekeeping set (the kubelet role).
+* irqbalance: ``IRQBALANCE_BANNED_CPULIST`` (irqbalance 1.8 and later) and
+  ``IRQBALANCE_BANNED_CPUS`` (the older hex mask) with the workers' CPUs, in a
+  drop-in for irqbalance.service (irqbalance(1), "ENVIRONMENT"), so interrupts
+  are balanced over the housekeeping CPUs only. A value in
+  /etc/default/irqbalance would override the drop-in (EnvironmentFile= is read
+  after Environment=), so such a file is refused rather than silently lost.
+* IRQ pinning (numa_binding_irq_pin), the operator's alternative to the ban:
+  the interrupts of the instances' GPUs and of their NICs pinned to the
+  housekeeping CPUs of the device's own NUMA node (all housekeeping CPUs
+  where that node keeps none), by a oneshot unit (gpunuma-irq-affinity.service)
+  that runs at every boot and puts the kernel's default affinity back when it
+  is stopped. Refused while irqbalance runs: it would move them again.
+  Kernel-managed interrupts (whose affinity the driver sets, e.g. NVMe
+  queues) refuse a new affinity; the unit reports them and goes on.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
+
+CONFINE_NAME = "50-gpunuma-housekeeping.conf"
+IRQBALANCE_NAME = "50-gpunuma-banned-cpus.conf"
+IRQ_UNIT = "gpunuma-irq-affinity.service"
+IRQ_SCRIPT = "/usr/local/libexec/gpunuma/irq-affinity"
+BDF_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+# The oneshot's script: apply|reset, then CPULIST=BDF[,BDF...] words.
+IRQ_SCRIPT_TEXT = r"""#!/bin/sh
+# gpunuma: pin the interrupts of PCI devices to CPU lists (apply), or give
+# them the kernel's default affinity again (reset).
+# Usage: irq-affinity apply|reset CPULIST=BDF[,BDF...] ...
+set -u
+mode=${1:?usage: irq-affinity apply|reset CPULIST=BDF[,BDF...] ...}; shift
+default=$(cat /proc/irq/default_smp_affinity)
+for spec in "$@"; do
+  cpus=${spec%%=*}
+  for bdf in $(echo "${spec#*=}" | tr ',' ' '); do
+    dev=/sys/bus/pci/devices/$bdf
+    if [ ! -d "$dev" ]; then echo "gpunuma: $bdf: no such PCI device, skipped"; continue; fi
+    irqs=$(ls "$dev/msi_irqs" 2>/dev/null)
+    [ -n "$irqs" ] || irqs=$(cat "$dev/irq" 2>/dev/null)
+    for irq in $irqs; do
+      [ "$irq" -gt 0 ] 2>/dev/null || continue
+      [ -e "/proc/irq/$irq/smp_affinity_list" ] || continue
+      if [ "$mode" = apply ]; then
+        if echo "$cpus" > "/proc/irq/$irq/smp_affinity_list" 2>/dev/null; then
+          echo "gpunuma: IRQ $irq ($bdf) on CPUs $cpus"
+        else
+          echo "gpunuma: IRQ $irq ($bdf) keeps CPUs $(cat /proc/irq/$irq/smp_affinity_list): its affinity is kernel-managed"
+        fi
+      else
+        echo "$default" > "/proc/irq/$irq/smp_affinity" 2>/dev/null && echo "gpunuma: IRQ $irq ($bdf) back to the default affinity"
+      fi
+    done
+  done
+done
+exit 0
+"""
+MARKER = "# gpunuma housekeeping"
+CONFINED = (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope"))
+SLICE_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+\.slice$")
+BANNED_RE = re.compile(r"^\s*(?:export\s+)?(IRQBALANCE_BANNED_CPUS|IRQBALANCE_BANNED_CPULIST)\s*=\s*(\S.*)?$")
+
+
+def _union(texts):
+    cpus = set()
+    for text in texts:
+        if text:
+            cpus |= set(parse_cpulist(text))
+    return cpus
+
+
+def hex_mask(cpus):
+    """The kernel's cpumask text: 32-bit hex words, most significant first, comma-separated."""
+    if not cpus:
+        return "0"
+    value = 0
+    for cpu in cpus:
+        value |= 1 << cpu
+    words = []
+    while value:
+        words.append("%08x" % (value & 0xFFFFFFFF))
+        value >>= 32
+    words.reverse()
+    words[0] = words[0].lstrip("0") or "0"
+    return ",".join(words)
+
+
+def banned_in_default(text):
+    """Lines of /etc/default/irqbalance that set a banned-CPU variable (uncommented, non-empty)."""
+    found = []
+    for line in (text or "").splitlines():
+        match = BANNED_RE.match(line)
+        if match and (match.group(2) or "").strip().strip("\"'"):
+            found.append(line.strip())
+    return found
+
+
+def irq_devices(plan, topology):
+    """[(node or None, bdf, what)] of the instances' GPUs and their NICs, in plan order, each once."""
+    gpus = {g.get("index"): g for g in (topology or {}).get("gpus") or [] if isinstance(g, dict)}
+    nics = {n.get("name"): n for n in (topology or {}).get("nics") or [] if isinstance(n, dict)}
+    found, seen = [], set()
+    for instance in (plan or {}).get("instances") or []:
+        entries = [("GPU %s" % g, gpus.get(g)) for g in instance.get("gpus") or []]
+        entries += [("NIC %s" % n, nics.get(n)) for n in instance.get("nics") or []]
+        for what, entry in entries:
+            bdf = (entry or {}).get("pci_bus_id")
+            if not isinstance(bdf, str) or not BDF_RE.match(bdf) or bdf.lower() in seen:
+                continue
+            seen.add(bdf.lower())
+            node = entry.get("numa_node")
+            found.append((node if isinstance(node, int) and node >= 0 else None, bdf.lower(), what))
+    return found
+
+
+def housekeeping_files(plan, unit_dir="/etc/systemd/system", confine=False, irqbalance_ban=False,
+                       slice_name="gpunuma.slice", cpuset_available=True, irqbalance_loaded=False,
+                       irqbalance_default="", host="this host", header="", irq_pin=False, topology=None,
+                       irqbalance_active=False):
+    """Files to write, paths to remove and problems for the housekeeping options.
+
+    Returns ``{"files": [...], "absent": [...], "problems": [...], "confined": bool,
+    "slice": name or None, "housekeeping_cpus": text, "banned_cpus": text, "notes": [...]}``.
+    Every file gpunuma may have written is in ``absent`` when the option is
+    off (or the profile is ``off``), so turning it off is the way back.
+    """
+    problems, notes, files, absent = [], [], [], []
+    unit_dir = unit_dir.rstrip("/") or "/"
+    profile_off = (plan or {}).get("profile") == "off"
+    housekeeping = _union((plan or {}).get("housekeeping", {}).values())
+    workers = _union((plan or {}).get("worker_cpus", {}).values()) - housekeeping
+    hk_text, worker_text = format_cpulist(housekeeping), format_cpulist(workers)
+    if not isinstance(slice_name, str) or not SLICE_RE.match(slice_name) or slice_name in (
+            "-.slice", "system.slice", "user.slice", "machine.slice", "kubepods.slice"):
+        problems.append("numa_binding_slice must be a slice unit name of gpunuma's own (like gpunuma.slice), "
+                        "not -.slice, system.slice, user.slice, machine.slice or kubepods.slice; got %r" % (slice_name,))
+        slice_name = "gpunuma.slice"
+
+    slice_path = "%s/%s" % (unit_dir, slice_name)
+    confine_paths = ["%s/%s.d/%s" % (unit_dir, unit, CONFINE_NAME) for unit, _ in CONFINED]
+    want_confine = bool(confine) and not profile_off
+    if want_confine:
+        if not cpuset_available:
+            problems.append("numa_binding_housekeeping_confine is true but %s has no cgroup v2 cpuset controller "
+                            "(/sys/fs/cgroup/cgroup.controllers does not list cpuset): AllowedCPUs= on slices "
+                            "would do nothing; set it to false for this host" % host)
+        if not housekeeping:
+            problems.append("numa_binding_housekeeping_confine is true but the plan of %s keeps no housekeeping CPUs "
+                            "(gpunuma_housekeeping_cores_per_node is 0 and gpunuma_housekeeping_cpus unset): "
+                            "system.slice, user.slice and init.scope would have no CPU to run on" % host)
+        if not workers:
+            notes.append("every CPU of %s is a housekeeping CPU: confinement changes nothing" % host)
+    if want_confine and not problems:
+        files.append({"path": slice_path, "content": (
+            header + "%s: the slice of gpunuma's instances, beside system.slice, whose CPUs are\n"
+            "# confined to the housekeeping CPUs (%s).\n"
+            "[Unit]\nDescription=gpunuma inference instances\nBefore=slices.target\n" % (MARKER, hk_text))})
+        for path, (unit, section) in zip(confine_paths, CONFINED):
+            files.append({"path": path, "content": (
+                header + "%s: %s runs on the housekeeping CPUs only; the workers' CPUs\n"
+                "# (%s) are left to gpunuma's instances in %s.\n"
+                "[%s]\nAllowedCPUs=%s\n" % (MARKER, unit, worker_text or "none", slice_name, section, hk_text))})
+    else:
+        absent.extend([slice_path] + confine_paths)
+
+    irq_path = "%s/irqbalance.service.d/%s" % (unit_dir, IRQBALANCE_NAME)
+    want_ban = bool(irqbalance_ban) and not profile_off
+    ban_problem = False
+    if want_ban and irqbalance_loaded:
+        lines = banned_in_default(irqbalance_default)
+        if lines:
+            ban_problem = True
+            problems.append("numa_binding_irqbalance_ban is true but /etc/default/irqbalance on %s already sets %s, "
+                            "which irqbalance.service reads after gpunuma's drop-in and would win; remove that line "
+                            "or set numa_binding_irqbalance_ban: false" % (host, "; ".join(lines)))
+        if not housekeeping:
+            ban_problem = True
+            problems.append("numa_binding_irqbalance_ban is true but the plan of %s keeps no housekeeping CPUs "
+                            "for interrupts (gpunuma_housekeeping_cores_per_node is 0)" % host)
+    if want_ban and not irqbalance_loaded:
+        notes.append("numa_binding_irqbalance_ban: irqbalance.service is not installed on %s; nothing to tell" % host)
+    if want_ban and irqbalance_loaded and not ban_problem and workers:
+        files.append({"path": irq_path, "unit": "irqbalance.service", "content": (
+            header + "%s: irqbalance keeps interrupts off the workers' CPUs and balances them over the\n"
+            "# housekeeping CPUs (%s). IRQBALANCE_BANNED_CPULIST: irqbalance 1.8 and later;\n"
+            "# IRQBALANCE_BANNED_CPUS: the older hex mask.\n"
+            "[Service]\nEnvironment=IRQBALANCE_BANNED_CPULIST=%s\nEnvironment=IRQBALANCE_BANNED_CPUS=%s\n"
+            % (MARKER, hk_text, worker_text, hex_mask(workers)))})
+    elif not (want_ban and ban_problem):
+        absent.append(irq_path)
+    irq_unit_path = "%s/%s" % (unit_dir, IRQ_UNIT)
+    want_pin = bool(irq_pin) and not profile_off
+    services = []
+    pinned = []
+    if want_pin:
+        pin_problems = []
+        if irqbalance_active:
+            pin_problems.append("numa_binding_irq_pin is true but irqbalance.service runs on %s and would move the "
+                                "pinned interrupts again; stop and disable irqbalance, or use "
+                                "numa_binding_irqbalance_ban instead" % host)
+        if not housekeeping:
+            pin_problems.append("numa_binding_irq_pin is true but the plan of %s keeps no housekeeping CPUs to pin "
+                                "interrupts to (gpunuma_housekeeping_cores_per_node is 0)" % host)
+        if any(i.get("unit") == IRQ_UNIT for i in (plan or {}).get("instances") or []):
+            pin_problems.append("numa_binding_irq_pin needs the unit name %s, which an instance of %s uses"
+                                % (IRQ_UNIT, host))
+        problems.extend(pin_problems)
+        by_node = dict((str(n), _union([t])) for n, t in ((plan or {}).get("housekeeping") or {}).items())
+        groups = {}
+        for node, bdf, what in irq_devices(plan, topology):
+            cpus = by_node.get(str(node)) or housekeeping
+            groups.setdefault(format_cpulist(cpus), []).append(bdf)
+            pinned.append({"device": what, "pci_bus_id": bdf, "numa_node": node, "cpus": format_cpulist(cpus)})
+        if not pinned:
+            notes.append("numa_binding_irq_pin: no GPU or NIC of %s's instances has a PCI address in the topology; "
+                         "nothing to pin" % host)
+        if not pin_problems and pinned:
+            words = " ".join("%s=%s" % (cpus, ",".join(bdfs)) for cpus, bdfs in sorted(groups.items()))
+            files.append({"path": IRQ_SCRIPT, "mode": "0755", "content": IRQ_SCRIPT_TEXT})
+            files.append({"path": irq_unit_path, "unit": IRQ_UNIT, "content": (
+                header + "# gpunuma instance irq-affinity: not a worker; the interrupts of the instances' GPUs\n"
+                "# and NICs on the housekeeping CPUs of their own NUMA node. Stopping it (numa_binding_irq_pin:\n"
+                "# false, the off profile) gives them the kernel's default affinity again.\n"
+                "[Unit]\nDescription=gpunuma: GPU and NIC interrupts on the housekeeping CPUs\n"
+                "After=systemd-udev-settle.service\n\n"
+                "[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=%s apply %s\nExecStop=%s reset %s\n\n"
+                "[Install]\nWantedBy=multi-user.target\n" % (IRQ_SCRIPT, words, IRQ_SCRIPT, words))})
+            services.append(IRQ_UNIT)
+    if not services:
+        # Stopped (and so reset) by the instance prune, which knows its marker; the script goes.
+        absent.append(IRQ_SCRIPT)
+    return {
+        "files": files,
+        "absent": absent,
+        "services": services,
+        "irq_pinned": pinned if services else [],
+        "problems": problems,
+        "notes": notes,
+        "confined": want_confine and not problems,
+        "slice": slice_name if want_confine and not problems else None,
+        "housekeeping_cpus": hk_text,
+        "banned_cpus": worker_text,
+    }

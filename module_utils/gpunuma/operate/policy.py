@@ -1,0 +1,422 @@
+"""Policies as data: rules (``policies/rules/*.yml``), waivers, evaluation.
+
+A rule file is one mapping::
+
+    id: GN-NB-001                      # control id, unique, [A-Z]+(-[A-Z0-9]+)+
+    title: numa_balancing is 0 on nodes with strict binding
+    severity: error                    # error (blocks a change) | warning (reported)
+    rationale: >-                      # why, in a sentence or two
+      ...
+    source: https://docs.kernel.org/...    # where the judgement comes from
+    check: numa_balancing_off_with_bind    # one of CHECKS below
+    params: {}                          # the check's parameters (optional)
+
+A waiver (inventory ``gpunuma_policy_waivers``)::
+
+    - control: GN-SPAN-001
+      hosts: [gpu-a01]                  # and/or groups: [...]
+      justification: "tensor-parallel server over both sockets, measured"
+      owner: alice@example.com
+      expires: 2026-06-30               # an expired waiver no longer applies and is reported
+
+Each check takes a :class:`Context` (the host's topology, plan, settings
+and, in the audit, the live report) and returns a list of violation
+sentences (empty: pass) or None (not applicable).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+
+from ansible.module_utils.gpunuma.node import autonuma
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+
+RULE_FIELDS = ("id", "title", "severity", "rationale", "source", "check", "params")
+REQUIRED_RULE_FIELDS = ("id", "title", "severity", "rationale", "source", "check")
+SEVERITIES = ("error", "warning")
+WAIVER_FIELDS = ("control", "hosts", "groups", "justification", "owner", "expires")
+_ID_RE = re.compile(r"^[A-Z]+(-[A-Z0-9]+)+$")
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+INFINITY = ("infinity", "unlimited", -1)
+
+
+class PolicyError(GpunumaError):
+    """A rule or waiver file/entry is malformed; ``problems`` lists each one."""
+
+    def __init__(self, problems):
+        if isinstance(problems, str):
+            problems = [problems]
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class Context(object):
+    def __init__(self, host, topology=None, plan=None, settings=None, live=None):
+        self.host = host
+        self.topology = topology or {}
+        self.plan = plan or {}
+        self.settings = settings or {}
+        self.live = live
+
+    @property
+    def instances(self):
+        return [i for i in self.plan.get("instances") or [] if isinstance(i, dict)]
+
+    def node(self, node_id):
+        for node in self.topology.get("numa_nodes") or []:
+            if node.get("id") == node_id:
+                return node
+        return None
+
+
+# --------------------------------------------------------------------------
+# Checks
+
+
+def _is_infinity(value):
+    return value in INFINITY or (isinstance(value, str) and value.strip().lower() in ("infinity", "unlimited"))
+
+
+def check_strict_membind_fits(ctx, params):
+    """The memory declared under membind fits what each node holds for instances.
+
+    The figure is the plan's ``memory_capacity`` (MemTotal minus the reserve,
+    docs/plan-v1.md), never free memory: page cache filled by a loaded model
+    must not turn an unchanged node into a violation on the next run.
+    """
+    bound = [i for i in ctx.instances if i.get("mem_policy") == "bind" and len(i.get("mem_nodes") or []) == 1]
+    if not bound:
+        return None
+    per_node = {}
+    for item in bound:
+        if isinstance(item.get("memory_bytes"), int):
+            per_node.setdefault(item["mem_nodes"][0], []).append(item)
+    capacities = ctx.plan.get("memory_capacity") if isinstance(ctx.plan.get("memory_capacity"), dict) else {}
+    problems = []
+    for node_id, items in sorted(per_node.items()):
+        capacity = capacities.get(str(node_id))
+        if not isinstance(capacity, int) or isinstance(capacity, bool):
+            problems.append("node %s: memory size unknown; %s under membind cannot be checked"
+                            % (node_id, ", ".join(i["name"] for i in items)))
+            continue
+        need = sum(i["memory_bytes"] for i in items)
+        if need > capacity:
+            problems.append("instances %s declare %d bytes under membind on node %s, which holds %d bytes for instances"
+                            % (", ".join(i["name"] for i in items), need, node_id, capacity))
+    return problems
+
+
+def check_memlock_unlimited_named(ctx, params):
+    allowed = set(ctx.settings.get("memlock_unlimited_services") or [])
+    problems = []
+    if _is_infinity(ctx.settings.get("memlock_limit")) and "*" in (ctx.settings.get("memlock_users") or []):
+        problems.append("memlock_limit is unlimited for every login user (memlock_users contains '*')")
+    default = ctx.settings.get("limit_memlock")
+    for item in ctx.instances:
+        effective = item.get("memlock") if item.get("memlock") is not None else default
+        if _is_infinity(effective) and item.get("name") not in allowed and item.get("unit") not in allowed:
+            problems.append("instance %s runs with LimitMEMLOCK=infinity but is not in gpunuma_policy_memlock_unlimited_services"
+                            % item.get("name"))
+    if ctx.live:
+        for inst in ctx.live.get("instances") or []:
+            live = inst.get("live") or {}
+            if live.get("memlock") == "infinity" and inst.get("name") not in allowed and inst.get("unit") not in allowed:
+                problems.append("running instance %s has unlimited memlock but is not a named service" % inst.get("name"))
+    return sorted(set(problems))
+
+
+def check_numa_balancing_off_with_bind(ctx, params):
+    bound = [i["name"] for i in ctx.instances if i.get("mem_policy") == "bind"]
+    if not bound:
+        return None
+    problems = []
+    # "0"/"1" from an inventory are the numbers; auto, null and anything else stay as given.
+    wanted = autonuma._setting(ctx.settings.get("numa_balancing"))
+    live = (ctx.live or {}).get("numa_balancing") or {}
+    if wanted == autonuma.AUTO:
+        # auto (gpunuma.autonuma.decide, for a profile with bound instances):
+        # 0 on a kernel before 5.12 or of unreadable release, checked as 0; on
+        # 5.12 or later the node is left alone, and no longer a violation:
+        # instances with an explicit memory policy are neither scanned nor
+        # migrated by NUMA balancing there (MPOL_F_NUMA_BALANCING opts in).
+        release = ctx.settings.get("kernel_release") or live.get("kernel_release")
+        if release is None and not live:
+            # Before a change nothing says which kernel the node runs: the
+            # autonuma role decides on the node, and the audit checks it.
+            return None
+        wanted = autonuma.value(autonuma.AUTO, "strict", release)
+        if wanted is None:
+            return []
+    if wanted is None and not live:
+        # autonuma_numa_balancing: null leaves the node's value alone; only
+        # the audit, reading the node, can tell.
+        return None
+    if wanted is not None and wanted != 0:
+        problems.append("instances %s use membind but autonuma_numa_balancing is %s, not 0" % (", ".join(bound), wanted))
+    if live.get("file") not in (None, "0"):
+        problems.append("the node's sysctl file sets kernel.numa_balancing = %s" % live.get("file"))
+    if wanted is None and live.get("live") not in (None, "0"):
+        problems.append("kernel.numa_balancing is %s on the node" % live.get("live"))
+    return problems
+
+
+def check_no_worker_on_cpuless_node(ctx, params):
+    problems = []
+    for item in ctx.instances:
+        for node_id in item.get("numa_nodes") or []:
+            node = ctx.node(node_id)
+            if node is not None and not node.get("has_cpus", True):
+                problems.append("instance %s is bound to node %s, which has no CPUs" % (item.get("name"), node_id))
+    return problems
+
+
+def check_no_span_without_interleave(ctx, params):
+    problems = []
+    for item in ctx.instances:
+        nodes = item.get("numa_nodes") or []
+        if len(nodes) > 1 and item.get("mem_policy") != "interleave":
+            problems.append("instance %s spans NUMA nodes %s with memory policy %s (not interleave)"
+                            % (item.get("name"), format_cpulist(nodes), item.get("mem_policy")))
+    return problems
+
+
+def _kubelet(ctx):
+    kubelet = ctx.settings.get("kubelet")
+    return kubelet if isinstance(kubelet, dict) and kubelet.get("enabled") else None
+
+
+def check_topology_manager_node_limit(ctx, params):
+    kubelet = _kubelet(ctx)
+    if kubelet is None or kubelet.get("topology_manager_policy") in (None, "none"):
+        return None
+    limit = kubelet.get("max_allowable_numa_nodes") or params.get("default_limit", 8)
+    count = len(ctx.topology.get("numa_nodes") or [])
+    if count > limit:
+        return ["the node has %d NUMA nodes; the kubelet's Topology Manager allows %d (max-allowable-numa-nodes)"
+                % (count, limit)]
+    return []
+
+
+def check_kubelet_preset_matches_profile(ctx, params):
+    kubelet = _kubelet(ctx)
+    if kubelet is None:
+        return None
+    presets = params.get("presets") or {}
+    profile = (ctx.plan.get("profile") or "").replace("-cpu-only", "")
+    allowed = presets.get(profile)
+    got = kubelet.get("topology_manager_policy")
+    if allowed is not None and got not in allowed:
+        return ["profile %s needs topologyManagerPolicy %s; the kubelet has %s" % (profile, " or ".join(allowed), got)]
+    return []
+
+
+def check_housekeeping_whole_cores(ctx, params):
+    housekeeping = ctx.plan.get("housekeeping") or {}
+    options = ctx.plan.get("options") or {}
+    problems = []
+    count = options.get("housekeeping_cores_per_node", 1)
+    # A count keeps cores on every CPU node. auto (at least 1 per node, on the
+    # GPU-less CPU nodes first, docs/plan-v1.md) and an explicit CPU list may
+    # leave GPU nodes without any: then the machine needs some, somewhere.
+    per_node = isinstance(count, int) and not isinstance(count, bool) and not options.get("housekeeping_cpus")
+    if per_node and count < params.get("min_cores", 1):
+        problems.append("housekeeping_cores_per_node is %s; at least %d whole core(s) per node are kept for the system"
+                        % (count, params.get("min_cores", 1)))
+    if not per_node and not any(text for text in housekeeping.values()):
+        problems.append("the plan keeps no housekeeping CPUs on any node (housekeeping_cores_per_node %s, "
+                        "housekeeping_cpus %s)" % (count, options.get("housekeeping_cpus")))
+    for node in ctx.topology.get("numa_nodes") or []:
+        if not node.get("has_cpus", True):
+            continue
+        text = housekeeping.get(str(node.get("id")), "")
+        if not text:
+            if per_node and not problems:
+                problems.append("node %s has no housekeeping CPUs" % node.get("id"))
+            continue
+        cpus = set(parse_cpulist(text))
+        node_cpus = set(parse_cpulist(node.get("cpus") or ""))
+        if not cpus <= node_cpus:
+            problems.append("housekeeping CPUs %s of node %s are not all on that node" % (text, node.get("id")))
+        for core in node.get("cores") or []:
+            siblings = set(parse_cpulist(core))
+            if siblings & cpus and not siblings <= cpus:
+                problems.append("housekeeping CPUs %s of node %s split core %s" % (text, node.get("id"), core))
+        for item in ctx.instances:
+            overlap = cpus & set(parse_cpulist(item.get("cpus") or ""))
+            if overlap and not item.get("share_cpus"):
+                problems.append("instance %s uses housekeeping CPUs %s" % (item.get("name"), format_cpulist(overlap)))
+    return problems
+
+
+CHECKS = {
+    "strict_membind_fits": check_strict_membind_fits,
+    "memlock_unlimited_named": check_memlock_unlimited_named,
+    "numa_balancing_off_with_bind": check_numa_balancing_off_with_bind,
+    "no_worker_on_cpuless_node": check_no_worker_on_cpuless_node,
+    "no_span_without_interleave": check_no_span_without_interleave,
+    "topology_manager_node_limit": check_topology_manager_node_limit,
+    "kubelet_preset_matches_profile": check_kubelet_preset_matches_profile,
+    "housekeeping_whole_cores": check_housekeeping_whole_cores,
+}
+
+
+# --------------------------------------------------------------------------
+# Rules and waivers
+
+
+def validate_rule(data, source):
+    """Check one rule mapping read from ``source``; return it normalised."""
+    if not isinstance(data, dict):
+        raise PolicyError("%s: a rule must be a mapping with %s" % (source, ", ".join(REQUIRED_RULE_FIELDS)))
+    problems = []
+    for key in sorted(data, key=str):
+        if key not in RULE_FIELDS:
+            problems.append("%s: %s: unknown field; allowed: %s" % (source, key, ", ".join(RULE_FIELDS)))
+    for key in REQUIRED_RULE_FIELDS:
+        if key not in data:
+            problems.append("%s: %s: missing; it is required" % (source, key))
+        elif key != "severity" and key != "check" and key != "id" and (not isinstance(data[key], str) or not data[key].strip()):
+            problems.append("%s: %s: must be a non-empty string" % (source, key))
+    if "id" in data and (not isinstance(data["id"], str) or not _ID_RE.match(data["id"])):
+        problems.append("%s: id: %r is not a control id; allowed: upper-case words joined by '-', e.g. GN-NB-001"
+                        % (source, data["id"]))
+    if "severity" in data and data["severity"] not in SEVERITIES:
+        problems.append("%s: severity: %r is not allowed; allowed: %s" % (source, data["severity"], ", ".join(SEVERITIES)))
+    if "check" in data and data["check"] not in CHECKS:
+        problems.append("%s: check: %r is not a known check; allowed: %s"
+                        % (source, data["check"], ", ".join(sorted(CHECKS))))
+    if "source" in data and isinstance(data["source"], str) and not re.match(r"^(https?://|man:|doc:)", data["source"]):
+        problems.append("%s: source: %r must be a URL (https://...) or man:/doc: reference" % (source, data["source"]))
+    params = data.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        problems.append("%s: params: must be a mapping" % source)
+    if problems:
+        raise PolicyError(problems)
+    rule = dict((k, data.get(k)) for k in REQUIRED_RULE_FIELDS)
+    rule["params"] = params
+    rule["file"] = source
+    return rule
+
+
+def load_rules(rules_dir, yaml_load):
+    """Every ``*.yml`` of ``rules_dir`` as validated rules, sorted by id; ``yaml_load(text)`` parses YAML."""
+    if not os.path.isdir(rules_dir):
+        raise PolicyError("rules_dir: %r is not a directory" % rules_dir)
+    rules, problems, seen = [], [], {}
+    for entry in sorted(os.listdir(rules_dir)):
+        if not entry.endswith((".yml", ".yaml")) or entry.startswith("."):
+            continue
+        path = os.path.join(rules_dir, entry)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = yaml_load(handle.read())
+        except Exception as exc:  # YAML errors and unreadable files both name the file
+            problems.append("%s: cannot be read as YAML: %s" % (path, str(exc).splitlines()[0] if str(exc) else exc))
+            continue
+        try:
+            rule = validate_rule(data, path)
+        except PolicyError as exc:
+            problems.extend(exc.problems)
+            continue
+        if rule["id"] in seen:
+            problems.append("%s: id: %s is already used by %s; allowed: a unique control id" % (path, rule["id"], seen[rule["id"]]))
+            continue
+        seen[rule["id"]] = path
+        rules.append(rule)
+    if problems:
+        raise PolicyError(problems)
+    return sorted(rules, key=lambda r: r["id"])
+
+
+def _as_date(value):
+    if isinstance(value, datetime.datetime):
+        return value.date()
+    if isinstance(value, datetime.date):
+        return value
+    if isinstance(value, str) and _DATE_RE.match(value.strip()):
+        try:
+            return datetime.date(*[int(x) for x in value.strip().split("-")])
+        except ValueError:
+            return None
+    return None
+
+
+def validate_waivers(waivers, rule_ids, what="gpunuma_policy_waivers"):
+    """Check the inventory's waivers; return them normalised (``expires`` a date)."""
+    if waivers is None:
+        return []
+    if not isinstance(waivers, list):
+        raise PolicyError("%s: must be a list of waivers, got %s" % (what, type(waivers).__name__))
+    problems, out = [], []
+    for index, waiver in enumerate(waivers):
+        where = "%s[%d]" % (what, index)
+        if not isinstance(waiver, dict):
+            problems.append("%s: must be a mapping with control, hosts or groups, justification, owner, expires" % where)
+            continue
+        for key in sorted(waiver, key=str):
+            if key not in WAIVER_FIELDS:
+                problems.append("%s.%s: unknown field; allowed: %s" % (where, key, ", ".join(WAIVER_FIELDS)))
+        control = waiver.get("control")
+        if control not in rule_ids:
+            problems.append("%s.control: %r is not a known control id; allowed: %s" % (where, control, ", ".join(sorted(rule_ids))))
+        for key in ("justification", "owner"):
+            if not isinstance(waiver.get(key), str) or not waiver[key].strip():
+                problems.append("%s.%s: missing or empty; a waiver says why and who owns it" % (where, key))
+        targets = {}
+        for key in ("hosts", "groups"):
+            value = waiver.get(key, [])
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                problems.append("%s.%s: must be a list of names" % (where, key))
+                value = []
+            targets[key] = value
+        if not targets["hosts"] and not targets["groups"]:
+            problems.append("%s: names no hosts or groups; allowed: hosts: [...] and/or groups: [...]" % where)
+        expires = _as_date(waiver.get("expires"))
+        if expires is None:
+            problems.append("%s.expires: %r is not a date; allowed: YYYY-MM-DD" % (where, waiver.get("expires")))
+        out.append({"index": index, "control": control, "hosts": targets["hosts"], "groups": targets["groups"],
+                    "justification": waiver.get("justification"), "owner": waiver.get("owner"), "expires": expires})
+    if problems:
+        raise PolicyError(problems)
+    return out
+
+
+def evaluate(rules, ctx, waivers, groups, today):
+    """Results per rule: ``{id, title, severity, status, violations, waiver, source}``.
+
+    ``status``: pass | fail | waived | not_applicable. Also returns the
+    expired waivers that would have matched this host.
+    """
+    results, expired = [], []
+    mine = [w for w in waivers if ctx.host in w["hosts"] or set(w["groups"]) & set(groups or [])]
+    for rule in rules:
+        found = CHECKS[rule["check"]](ctx, rule["params"])
+        status = "not_applicable" if found is None else ("fail" if found else "pass")
+        waiver = None
+        if status == "fail":
+            for w in mine:
+                if w["control"] != rule["id"]:
+                    continue
+                if w["expires"] < today:
+                    expired.append(dict(w, expires=w["expires"].isoformat()))
+                    continue
+                waiver = dict(w, expires=w["expires"].isoformat())
+                status = "waived"
+                break
+        results.append({"id": rule["id"], "title": rule["title"], "severity": rule["severity"], "status": status,
+                        "violations": found or [], "waiver": waiver, "source": rule["source"], "file": rule["file"]})
+    return results, expired
+
+
+def violation_message(host, result):
+    return ("%s: policy %s (%s) fails: %s. Why: see %s. To waive it, add to gpunuma_policy_waivers: "
+            "{control: %s, hosts: [%s], justification: ..., owner: ..., expires: YYYY-MM-DD}"
+            % (host, result["id"], result["title"], "; ".join(result["violations"]), result["source"],
+               result["id"], host))

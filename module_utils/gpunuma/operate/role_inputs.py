@@ -1,0 +1,334 @@
+"""Role inputs checked against the roles' own argument specs, before any task reaches a host.
+
+Each role's ``meta/argument_specs.yml`` is the one list of its variables and
+their types. Ansible checks it when a role is included, but its failure names
+the role's internal variable (``numa_binding_profile``), quotes a Python type
+(``<class 'str'>``) and prints the whole spec. :func:`input_problems` makes the
+same checks first and says them the way a user can act on:
+
+* the variable the user set: a role option whose spec default reads
+  ``{{ gpunuma_x | default(...) }}`` is named ``gpunuma_x`` when the user set
+  that (and the option holds its value), else by its own name;
+* what the user wrote (as JSON, so ``false`` and ``"false"`` differ);
+* what is allowed, with a hint where YAML changed the value: an unquoted
+  ``off``/``no``/``on``/``yes`` is a boolean, not a word.
+
+It is never looser than Ansible's own conversion: a value accepted here is
+accepted by the argument spec, so the spec check after it cannot fail on
+what passed here. Lists and mappings are stricter (a string is not split on
+commas into a list, nor ``k=v`` read as a mapping).
+
+File names on the controller: :func:`host_file_stem` maps an inventory host
+name to a name safe to use as one path component.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+
+# A spec default like "{{ gpunuma_profile | default('strict') }}": the option
+# carries the user-facing variable gpunuma_profile.
+_ALIAS_RE = re.compile(r"^\{\{\s*(gpunuma_[A-Za-z0-9_]+)\s*\|\s*default\(")
+# Ansible's boolean spellings (ansible.module_utils.parsing.convert_bool).
+_TRUE = ("y", "yes", "on", "1", "true", "t")
+_FALSE = ("n", "no", "off", "0", "false", "f")
+_INT_RE = re.compile(r"[-+]?[0-9]+")
+# What an unquoted YAML 1.1 boolean was most likely written as.
+_YAML_BOOL_HINT = "YAML reads unquoted yes/no/on/off/true/false as booleans"
+
+# Marks a variable the play does not define (lookup('vars', ..., default=UNDEFINED)).
+UNDEFINED = "__gpunuma_undefined__"
+
+# Inventory host names are used verbatim as controller file names when they
+# only hold these characters (RFC 1123 host names, IPv4/IPv6 addresses,
+# and '_', '@', '+'); anything else is written %XX.
+_SAFE_FILE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-:@+")
+# The longest stem: NAME_MAX (255) less the longest suffix (.pending.json).
+MAX_STEM = 240
+
+
+class RoleInputError(GpunumaError):
+    """A value the roles cannot use (raised only by helpers that need one answer)."""
+
+
+def shown(value):
+    """``value`` as the user wrote it, in JSON (``false``, ``"off"``, ``[1, 2]``)."""
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _is_int(value):
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, str) and _INT_RE.fullmatch(value.strip()) is not None
+
+
+def _is_bool(value):
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return value in (0, 1)
+    return isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE
+
+
+def _is_str(value):
+    # Ansible would turn numbers into strings; a boolean turned into 'True'
+    # is never what was meant.
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def _type_problem(kind, value, elements=None):
+    """Why ``value`` is not of the spec type ``kind``, or None."""
+    if kind in (None, "raw"):
+        return None
+    if kind == "int":
+        if _is_int(value):
+            return None
+        return "is not a whole number%s" % ("; " + _YAML_BOOL_HINT if isinstance(value, bool) else "")
+    if kind == "bool":
+        if _is_bool(value):
+            return None
+        return "is not a boolean; allowed: true or false"
+    if kind in ("str", "path"):
+        if _is_str(value) and (kind == "str" or str(value) != ""):
+            return None
+        if isinstance(value, bool):
+            return "is a boolean, not text (%s; quote it)" % _YAML_BOOL_HINT
+        return "is not %s" % ("a path" if kind == "path" else "text")
+    if kind == "list":
+        if not isinstance(value, list):
+            return "is not a list; allowed: a YAML list, e.g. [a, b]"
+        for index, element in enumerate(value):
+            problem = _type_problem(elements, element)
+            if problem:
+                return "item %d, %s, %s" % (index, shown(element), problem)
+        return None
+    if kind == "dict":
+        if isinstance(value, dict):
+            return None
+        return "is not a mapping"
+    return None
+
+
+def user_variable(option, spec, values, aliases):
+    """The variable the user set for ``option``: its ``gpunuma_*`` alias, or itself."""
+    default = spec.get("default")
+    match = _ALIAS_RE.match(default) if isinstance(default, str) else None
+    if match:
+        alias = match.group(1)
+        alias_value = aliases.get(alias, UNDEFINED)
+        if alias_value is not UNDEFINED and alias_value != UNDEFINED and alias_value == values.get(option):
+            return alias
+    return option
+
+
+def aliases_of(options):
+    """``gpunuma_*`` variables the options take their defaults from."""
+    names = []
+    for spec in options.values():
+        default = spec.get("default") if isinstance(spec, dict) else None
+        match = _ALIAS_RE.match(default) if isinstance(default, str) else None
+        if match and match.group(1) not in names:
+            names.append(match.group(1))
+    return names
+
+
+def input_problems(options, values, aliases=None):
+    """One sentence per option whose value the argument spec would refuse.
+
+    ``options``: an entry point's ``options`` from ``meta/argument_specs.yml``;
+    ``values``: the options' values (templated); ``aliases``: the values of the
+    ``gpunuma_*`` variables (:func:`aliases_of`), ``UNDEFINED`` where unset.
+    """
+    aliases = aliases or {}
+    problems = []
+    for option in sorted(options):
+        spec = options[option] or {}
+        if option not in values:
+            continue
+        value = values[option]
+        if value is None or value == UNDEFINED:
+            continue
+        name = user_variable(option, spec, values, aliases)
+        kind = spec.get("type", "str")
+        problem = _type_problem(kind, value, spec.get("elements", "str") if kind == "list" else None)
+        if problem is None and "choices" in spec:
+            choices = spec["choices"]
+            items = value if kind == "list" else [value]
+            for item in items:
+                if not any(_same(item, choice) for choice in choices):
+                    problem = "%sis not allowed%s; allowed: %s" % (
+                        "" if kind != "list" else "item %s " % shown(item),
+                        (
+                            " (%s%s)"
+                            % (_YAML_BOOL_HINT, "; quote it" if any(isinstance(c, str) for c in choices) else "")
+                            if isinstance(item, bool)
+                            else ""
+                        ),
+                        ", ".join(shown(c) if c is None or not isinstance(c, str) else c for c in choices),
+                    )
+                    break
+        elif problem and "choices" in spec and kind != "list":
+            problem += "; allowed: %s" % ", ".join(
+                shown(c) if c is None or not isinstance(c, str) else c for c in spec["choices"]
+            )
+        if problem is None and option in VALUE_CHECKS:
+            problem = VALUE_CHECKS[option](value)
+        if problem:
+            problems.append("%s: %s %s" % (name, shown(value), problem))
+    return problems
+
+
+# Options whose values a spec type cannot express (``type: raw`` in the spec):
+# each check says why a value is refused, or None. They accept exactly what
+# the planner (gpu_binding_plan) accepts, so a value passed here is never
+# refused on the host; docs/plan-v1.md has the rules.
+_COUNT_RE = re.compile(r"[0-9]{1,6}")
+
+
+def count_or_auto_problem(value):
+    """Why ``value`` is not ``auto`` or a whole number 0 or more, or None."""
+    if value == "auto":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**6:
+        return None
+    if isinstance(value, str) and _COUNT_RE.fullmatch(value):
+        return None
+    hint = "; " + _YAML_BOOL_HINT if isinstance(value, bool) else ""
+    return "is not a core count; allowed: auto, or a whole number 0 or more%s" % hint
+
+
+def cpulist_problem(value):
+    """Why ``value`` is not a non-empty CPU list (``0-1,96-97``), or None."""
+    from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
+    from ansible.module_utils.gpunuma.common.errors import CpuListError
+
+    allowed = 'allowed: a CPU list like "0-1,96-97" (quoted), or leave it unset'
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return "is not a CPU list; %s" % allowed
+    if isinstance(value, str) and not value.strip():
+        return None  # unset: the count (housekeeping_cores_per_node) applies
+    try:
+        cpus = parse_cpulist(str(value), "the CPU list")
+    except CpuListError as exc:
+        return "is not a CPU list (%s); %s" % (exc, allowed)
+    return None if cpus else "is not a CPU list; %s" % allowed
+
+
+def size_or_auto_problem(value):
+    """Why ``value`` is not ``auto`` or a size (``16G``, bytes), or None."""
+    from ansible.module_utils.gpunuma.common import sizes
+
+    if value == "auto":
+        return None
+    try:
+        sizes.parse_size(value, "the size", allowed="auto, bytes as an integer, or a size like 16G")
+    except sizes.SizeError as exc:
+        return "is not a size (%s); allowed: auto, bytes as an integer, or a size like 16G" % exc
+    return None
+
+
+VALUE_CHECKS = {
+    "numa_binding_housekeeping_cores_per_node": count_or_auto_problem,
+    "numa_binding_housekeeping_cpus": cpulist_problem,
+    "numa_binding_memory_reserve_per_node": size_or_auto_problem,
+}
+
+
+def _same(value, choice):
+    if isinstance(value, bool) or isinstance(choice, bool):
+        return value is choice
+    if isinstance(choice, int) and _is_int(value):
+        return int(str(value).strip()) == choice
+    return value == choice or (isinstance(value, (int, float)) and str(value) == choice)
+
+
+def name_problems(variable, names, pattern, allowed, extra_ok=(), noun="names"):
+    """``variable: [...] are not valid names`` for the items not matching all of ``pattern``.
+
+    Full match: a trailing newline (``"root\\n"``) is not a name.
+    """
+    if not isinstance(names, list):
+        return []
+    bad = [n for n in names if n not in extra_ok and (not isinstance(n, str) or not re.fullmatch(pattern, n))]
+    if not bad:
+        return []
+    return [
+        "%s: %s %s not valid %s; allowed: %s" % (variable, shown(bad), "is" if len(bad) == 1 else "are", noun, allowed)
+    ]
+
+
+def host_file_stem(host):
+    """A controller file name stem for inventory host ``host``.
+
+    Characters outside ``A-Z a-z 0-9 . _ - : @ +``, and a leading ``.``, are
+    written ``%XX`` (their UTF-8 bytes, upper-case hex), so the stem is one
+    path component that never starts with a dot, and different host names
+    never share a file (``%`` itself is encoded). ``gpu-a01.example.net``
+    stays as it is; ``../../x`` becomes ``%2E.%2F..%2Fx``.
+    """
+    if not isinstance(host, str) or not host:
+        raise RoleInputError("inventory host name %s cannot name a file; allowed: a non-empty name" % shown(host))
+    out = []
+    for pos, char in enumerate(host):
+        if char in _SAFE_FILE_CHARS and not (pos == 0 and char == "."):
+            out.append(char)
+        else:
+            out.append("".join("%%%02X" % byte for byte in char.encode("utf-8", "surrogatepass")))
+    stem = "".join(out)
+    if len(stem.encode("utf-8")) > MAX_STEM:
+        raise RoleInputError(
+            "inventory host name %s is too long for a controller file name (%d bytes once encoded); "
+            "allowed: at most %d bytes; give the host a shorter inventory name (and ansible_host: the address)"
+            % (shown(host), len(stem), MAX_STEM)
+        )
+    return stem
+
+
+def read_state_file(content, path, schema, recovery, encoding="base64"):
+    """A JSON state file gpunuma keeps (``/etc/gpunuma/topology.json``, ``plan.json``).
+
+    ``content``: the file's text (``encoding="text"``) or Ansible's slurp
+    ``content`` (``"base64"``). Returns ``{"data": mapping or None, "problem":
+    None or a sentence}``; the sentence names ``path``, says what is wrong and
+    ends with ``recovery``. A file that is not a ``schema`` JSON object is a
+    problem, never a crash and never silently treated as absent.
+    """
+    import base64
+    import binascii
+
+    def problem(what):
+        return {"data": None, "problem": "%s %s. It is left as it is. %s" % (path, what, recovery)}
+
+    text = content
+    if encoding == "base64":
+        try:
+            raw = base64.b64decode(content or "", validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            return problem("could not be read back (not base64)")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return problem("is not UTF-8 text (byte %d)" % exc.start)
+    if not isinstance(text, str):
+        return problem("is not text")
+    if not text.strip():
+        return problem("is empty (a write cut short?)")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return problem("is not valid JSON (%s)" % exc)
+    if not isinstance(data, dict):
+        return problem("holds a JSON %s, not a %s object" % (type(data).__name__, schema))
+    if data.get("schema") != schema:
+        return problem("is not a %s document (schema: %s)" % (schema, shown(data.get("schema"))))
+    return {"data": data, "problem": None}

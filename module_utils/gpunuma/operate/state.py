@@ -1,0 +1,231 @@
+"""The node's profile state (``/etc/gpunuma/state.json``, ``gpunuma.state/v1``).
+
+The state file says which rung of the ladder a node is on, whether that
+choice is the node's own (``pinned``: a rollback put it there, and a later
+``site.yml`` keeps it) or follows the inventory, and the history of every
+switch, so ``gpunuma_rollback=previous`` is always answerable::
+
+    {"schema": "gpunuma.state/v1", "hostname": "gpu-a01",
+     "profile": "preferred", "pinned": true,
+     "updated": "2026-01-01T03:02:11Z",
+     "history": [{"time": "...", "from": "strict", "to": "preferred",
+                  "action": "down", "reason": "P99 spike", "user": "alice"}]}
+
+Pure functions over text and dicts: the module (``library/gpunuma_state.py``)
+reads and writes the file; the playbooks decide the target through
+:func:`resolve_target`. docs/state-v1.md is the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+
+SCHEMA = "gpunuma.state/v1"
+SCHEMA_PREFIX = "gpunuma.state/v"
+SCHEMA_VERSION = 1
+DEFAULT_HISTORY_LIMIT = 50
+ACTIONS = ("profile", "down", "previous", "release", "site")
+ROLLBACK_CHOICES = ("down", "previous", "release")
+_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+_PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+ENTRY_FIELDS = ("time", "from", "to", "action", "reason", "user")
+MAX_REASON = 500
+
+
+class StateError(GpunumaError):
+    """The state file cannot be used (newer schema) or a request is invalid."""
+
+
+class StateCorrupt(StateError):
+    """The state file is not a gpunuma.state document; kept as a backup, history restarted."""
+
+
+class RollbackRefused(StateError):
+    """The rollback asked for cannot be done; nothing is changed."""
+
+
+def empty_state(hostname):
+    return {"schema": SCHEMA, "hostname": hostname, "profile": None, "pinned": False, "updated": None, "history": []}
+
+
+def parse_state(text, path):
+    """Parse and check the text of a state file; return the state dict.
+
+    Raises :class:`StateCorrupt` when the text is not a valid v1 document
+    (the caller keeps the file as a backup and restarts the history), and
+    :class:`StateError` when the file was written by a newer gpunuma (the
+    caller must not touch it).
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise StateCorrupt("%s: not valid JSON (%s)" % (path, exc))
+    if not isinstance(data, dict):
+        raise StateCorrupt("%s: must be a JSON object, got %s" % (path, type(data).__name__))
+    schema = data.get("schema")
+    if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
+        raise StateCorrupt("%s: schema: %r is not allowed; allowed: %s" % (path, schema, SCHEMA))
+    version = schema[len(SCHEMA_PREFIX):]
+    if not version.isdigit():
+        raise StateCorrupt("%s: schema: %r is not allowed; allowed: %s" % (path, schema, SCHEMA))
+    if int(version) > SCHEMA_VERSION:
+        raise StateError(
+            "%s: schema: %r was written by a newer gpunuma; this one reads %s. Upgrade gpunuma on the controller, "
+            "or move the file away to start a new history; the file is left as it is" % (path, schema, SCHEMA)
+        )
+    if int(version) != SCHEMA_VERSION:
+        raise StateCorrupt("%s: schema: %r is not allowed; allowed: %s" % (path, schema, SCHEMA))
+    problems = []
+    profile = data.get("profile")
+    if profile is not None and (not isinstance(profile, str) or not _PROFILE_RE.match(profile)):
+        problems.append("profile: %r is not a profile name" % (profile,))
+    if not isinstance(data.get("pinned", False), bool):
+        problems.append("pinned: %r is not a boolean" % (data.get("pinned"),))
+    history = data.get("history", [])
+    if not isinstance(history, list):
+        problems.append("history: must be a list, got %s" % type(history).__name__)
+        history = []
+    for index, entry in enumerate(history):
+        where = "history[%d]" % index
+        if not isinstance(entry, dict):
+            problems.append("%s: must be an object" % where)
+            continue
+        if not isinstance(entry.get("time"), str) or not _TIME_RE.match(entry["time"]):
+            problems.append("%s.time: %r is not a UTC time like 2026-01-31T03:00:00Z" % (where, entry.get("time")))
+        for field in ("from", "to"):
+            value = entry.get(field)
+            if value is not None and (not isinstance(value, str) or not _PROFILE_RE.match(value)):
+                problems.append("%s.%s: %r is not a profile name" % (where, field, value))
+        if not isinstance(entry.get("to"), str):
+            problems.append("%s.to: missing" % where)
+        for field in ("action", "reason", "user"):
+            if entry.get(field) is not None and not isinstance(entry.get(field), str):
+                problems.append("%s.%s: must be a string" % (where, field))
+    if problems:
+        raise StateCorrupt("%s: %s" % (path, "; ".join(problems)))
+    state = empty_state(data.get("hostname"))
+    state.update(
+        profile=profile,
+        pinned=bool(data.get("pinned", False)),
+        updated=data.get("updated"),
+        history=[dict((k, e.get(k)) for k in ENTRY_FIELDS) for e in history],
+    )
+    return state
+
+
+def dump_state(state):
+    return json.dumps(state, indent=1, sort_keys=True) + "\n"
+
+
+def previous_profile(state):
+    """The profile the node had before its current one, or None."""
+    for entry in reversed(state.get("history") or []):
+        if entry.get("to") == state.get("profile") and entry.get("from") and entry["from"] != entry["to"]:
+            return entry["from"]
+    return None
+
+
+def resolve_target(current, state, rollback, requested, profiles, inventory_profile, host="node"):
+    """Decide the profile a rollback moves the node to; return (target, action).
+
+    ``current``: the profile the node runs now (state, else the applied
+    plan), None when gpunuma never provisioned it. ``rollback``: ``down``,
+    ``previous``, ``release`` or None; ``requested``: a named profile or None.
+    ``profiles``: ``{name: profile}`` (``profiles.load_profiles``).
+    Raises :class:`RollbackRefused` with a sentence saying why and what to do.
+    """
+    if current is None:
+        raise RollbackRefused(
+            "%s: gpunuma never provisioned this node (no /etc/gpunuma/state.json or plan.json); there is nothing to roll "
+            "back. Provision it with playbooks/site.yml first" % host
+        )
+    if rollback is not None and requested is not None:
+        raise RollbackRefused(
+            "%s: give either gpunuma_rollback (%r) or gpunuma_profile (%r), not both" % (host, rollback, requested)
+        )
+    if rollback is None and requested is None:
+        raise RollbackRefused(
+            "%s: say where to go: -e gpunuma_rollback=down|previous|release, or -e gpunuma_profile=<%s>"
+            % (host, "|".join(sorted(profiles)))
+        )
+    if requested is not None:
+        if isinstance(requested, bool) or requested not in profiles:
+            shown = "false (an unquoted off; quote it: gpunuma_profile=\"'off'\")" if requested is False else repr(requested)
+            raise RollbackRefused(
+                "%s: gpunuma_profile: %s is not a known profile; allowed: %s" % (host, shown, ", ".join(sorted(profiles)))
+            )
+        return requested, "profile"
+    if rollback not in ROLLBACK_CHOICES:
+        raise RollbackRefused(
+            "%s: gpunuma_rollback: %r is not allowed; allowed: %s" % (host, rollback, ", ".join(ROLLBACK_CHOICES))
+        )
+    if rollback == "down":
+        if current not in profiles:
+            raise RollbackRefused(
+                "%s: the node runs profile %r, which is not in the profiles directory; cannot go down from it; "
+                "name a profile with -e gpunuma_profile=<%s>" % (host, current, "|".join(sorted(profiles)))
+            )
+        nxt = profiles[current].get("next")
+        if nxt is None:
+            raise RollbackRefused(
+                "%s: the node is on %r, the bottom rung of the ladder (next: null); there is no rung below it" % (host, current)
+            )
+        return nxt, "down"
+    if rollback == "previous":
+        prev = previous_profile(state or {})
+        if prev is None:
+            raise RollbackRefused(
+                "%s: the node's history has no profile before %r; name one with -e gpunuma_profile=<%s>"
+                % (host, current, "|".join(sorted(profiles)))
+            )
+        if prev not in profiles:
+            raise RollbackRefused(
+                "%s: the previous profile %r is no longer in the profiles directory; allowed: %s"
+                % (host, prev, ", ".join(sorted(profiles)))
+            )
+        return prev, "previous"
+    # release: follow the inventory again
+    if inventory_profile not in profiles:
+        raise RollbackRefused(
+            "%s: gpunuma_profile in the inventory is %r, not a known profile; allowed: %s"
+            % (host, inventory_profile, ", ".join(sorted(profiles)))
+        )
+    return inventory_profile, "release"
+
+
+def record(state, hostname, to, action, reason, user, now, history_limit=DEFAULT_HISTORY_LIMIT):
+    """Return (new_state, changed): the node switched to ``to`` by ``action``.
+
+    ``action`` ``site`` follows the inventory (pinned false) and records
+    nothing when the profile is unchanged; a rollback pins the node to its
+    target (``release`` unpins it). The history keeps the newest
+    ``history_limit`` entries.
+    """
+    if action not in ACTIONS:
+        raise StateError("action: %r is not allowed; allowed: %s" % (action, ", ".join(ACTIONS)))
+    if not isinstance(to, str) or not _PROFILE_RE.match(to):
+        raise StateError("profile: %r is not a profile name" % (to,))
+    if not isinstance(history_limit, int) or isinstance(history_limit, bool) or history_limit < 1:
+        raise StateError("history_limit: %r is not allowed; allowed: an integer of at least 1" % (history_limit,))
+    if reason is not None and len(str(reason)) > MAX_REASON:
+        raise StateError("reason: %d characters; allowed: at most %d" % (len(str(reason)), MAX_REASON))
+    old = state or empty_state(hostname)
+    pinned = action not in ("site", "release")
+    if action == "site":
+        pinned = bool(old.get("pinned")) and old.get("profile") == to
+    new = dict(old)
+    new["schema"] = SCHEMA
+    new["hostname"] = hostname
+    if old.get("profile") == to and bool(old.get("pinned")) == pinned:
+        return old, False
+    history = list(old.get("history") or [])
+    if old.get("profile") != to:
+        history.append(
+            {"time": now, "from": old.get("profile"), "to": to, "action": action,
+             "reason": None if reason is None else str(reason), "user": user}
+        )
+    new.update(profile=to, pinned=pinned, updated=now, history=history[-history_limit:])
+    return new, True

@@ -1,0 +1,1 @@
+"""Stage 2, planning: topology + profile + instances into a gpunuma.plan/v1 document."""

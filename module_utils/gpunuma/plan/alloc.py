@@ -1,0 +1,447 @@
+"""Allocation: which GPUs a ``gpus_per_instance`` instance gets, its nodes and policy, its CPUs.
+
+The planner's decisions on checked :class:`InstanceSpec` records, in the
+order ``build_plan`` calls them: :func:`assign_gpus`, :func:`apply_profile`,
+:func:`allocate_cpus` (whole cores, siblings together, disjoint between
+instances), then :func:`check_shares`, which refuses a finished allocation
+that breaks the invariants whatever the allocator did.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
+from ansible.module_utils.gpunuma.plan.model import INSTANCES_VAR, PlanError
+
+# Above this many candidate GPU groups the planner grows groups greedily
+# from each seed GPU instead of scoring every combination.
+MAX_GROUP_COMBINATIONS = 5000
+
+
+# --------------------------------------------------------------------------
+# GPU grouping
+
+
+def _group_key(group, topo):
+    nodes = set(topo.gpus[g].node for g in group)
+    ranks = [topo.link(a, b) for a, b in itertools.combinations(group, 2)]
+    return (
+        len(nodes),
+        None in nodes,
+        -(min(ranks) if ranks else 0),
+        -sum(ranks),
+        tuple(group),
+    )
+
+
+def _grow_group(seed, pool, size, topo):
+    group = [seed]
+    seed_node = topo.gpus[seed].node
+    rest = [g for g in pool if g != seed]
+    while len(group) < size:
+        best = min(
+            rest,
+            key=lambda g: (
+                topo.gpus[g].node != seed_node,
+                -min(topo.link(g, m) for m in group),
+                -sum(topo.link(g, m) for m in group),
+                g,
+            ),
+        )
+        group.append(best)
+        rest.remove(best)
+    return sorted(group)
+
+
+def choose_gpu_group(pool, size, topo):
+    """The best ``size`` GPUs out of ``pool``: fewest NUMA nodes, then best links.
+
+    Links compare by the weakest pair first, then by the sum over all
+    pairs; ties go to the lowest indexes, so the choice is deterministic.
+    """
+    pool = sorted(pool)
+    if math.comb(len(pool), size) <= MAX_GROUP_COMBINATIONS:
+        candidates = itertools.combinations(pool, size)
+    else:
+        candidates = (_grow_group(seed, pool, size, topo) for seed in pool)
+    return list(min(candidates, key=lambda group: _group_key(group, topo)))
+
+
+def assign_gpus(specs, topo, warnings, problems):
+    """``spec.gpus``: the GPUs named, or the best group for a ``gpus_per_instance`` count."""
+    claimed = {}
+    for spec in specs:
+        if spec.placement != "gpus":
+            continue
+        spec.gpus = list(spec.requested_gpus)
+        for index in spec.gpus:
+            if index in claimed:
+                other = claimed[index]
+                message = "GPU %d is also used by instance %r; both run on it" % (index, other.name)
+                # The plan lists every instance warning once, prefixed with its name.
+                spec.warnings.append(message)
+            else:
+                claimed[index] = spec
+    pool = [g for g in topo.gpu_ids if g not in claimed]
+    for spec in specs:
+        if spec.placement != "gpus_per_instance":
+            continue
+        size = spec.requested_gpu_count
+        if size > len(pool):
+            problems.append(
+                "%s.gpus_per_instance: needs %d GPUs but only %d are left on %s (%s taken by other instances); allowed: at most %d"
+                % (
+                    spec.path,
+                    size,
+                    len(pool),
+                    topo.hostname,
+                    format_cpulist(set(topo.gpu_ids) - set(pool)) or "none",
+                    len(pool),
+                )
+            )
+            spec.gpus = []
+            continue
+        group = choose_gpu_group(pool, size, topo)
+        spec.gpus = group
+        pool = [g for g in pool if g not in group]
+        claimed.update((g, spec) for g in group)
+    unused = [g for g in topo.gpu_ids if g not in claimed]
+    if unused and specs:
+        warnings.append("GPUs %s of %s are not used by any instance" % (format_cpulist(unused), topo.hostname))
+
+
+# --------------------------------------------------------------------------
+# Policy per instance
+
+
+def apply_profile(spec, topo, profile):
+    """Set nodes, CPU binding and memory policy (before CPUs and capacity)."""
+    if spec.placement == "numa_node":
+        gpu_nodes = []
+        nodes = [spec.requested_node]
+        unknown = []
+    else:
+        gpu_nodes = [topo.gpus[g].node for g in spec.gpus]
+        nodes = sorted(set(n for n in gpu_nodes if n is not None))
+        unknown = [g for g, n in zip(spec.gpus, gpu_nodes) if n is None]
+    spec.numa_nodes = nodes
+    spec.numa_bind_nodes = gpu_nodes
+    spec.cpu_binding = profile["cpu_binding"] == "node"
+    spec.mem_policy = profile["mem_policy"]
+    spec.fallback = None
+    binds = spec.cpu_binding or spec.mem_policy != "default"
+    if not spec.cpu_binding and (spec.requested_cpu_count is not None or spec.requested_cpu_list is not None):
+        spec.warnings.append("cpus is ignored: profile %s binds no CPUs" % profile["name"])
+    if unknown:
+        reason = (
+            "GPU %s has no known CPU-bearing NUMA node in the topology; planned without CPU or memory binding"
+            % ", ".join(str(g) for g in unknown)
+        )
+        spec.warnings.append(reason)
+        if binds:
+            spec.fallback = reason
+        spec.cpu_binding = False
+        spec.mem_policy = "default"
+    elif len(nodes) > 1:
+        advice = ""
+        most_per_node = max(
+            [sum(1 for g in topo.gpu_ids if topo.gpus[g].node == n) for n in topo.cpu_node_ids] or [0]
+        )
+        if most_per_node and len(spec.gpus) > most_per_node:
+            advice = (
+                "; one instance per NUMA node (gpus_per_instance: %d or fewer) behind a load balancer keeps every worker local"
+                % most_per_node
+            )
+        spec.warnings.append(
+            "GPUs %s span NUMA nodes %s, so no single node can hold this instance; engines that bind their own "
+            "per-GPU workers can use numa_bind_nodes %s%s"
+            % (
+                format_cpulist(spec.gpus),
+                ", ".join(str(n) for n in nodes),
+                ",".join(str(n) for n in gpu_nodes),
+                advice,
+            )
+        )
+        if spec.mem_policy in ("bind", "preferred"):
+            spec.fallback = (
+                "GPUs %s span NUMA nodes %s: memory interleaved over those nodes instead of %s to one node"
+                % (
+                    format_cpulist(spec.gpus),
+                    ", ".join(str(n) for n in nodes),
+                    spec.mem_policy,
+                )
+            )
+            spec.mem_policy = "interleave"
+            spec.mem_nodes = list(nodes)
+            return
+    if spec.mem_policy == "default":
+        spec.mem_nodes = []
+    elif spec.mem_policy == "interleave" and profile["mem_scope"] == "all_cpu_nodes":
+        spec.mem_nodes = list(topo.cpu_node_ids)
+    else:
+        spec.mem_nodes = list(nodes)
+
+
+# --------------------------------------------------------------------------
+# CPU allocation
+
+
+def allocate_cpus(specs, topo, problems):
+    """``spec.allocated_cpus`` of every instance that binds CPUs, node by node."""
+    binding = [s for s in specs if s.cpu_binding]
+    for spec in binding:
+        spec.allocated_cpus = set()
+        if spec.requested_cpu_list is not None:
+            allowed = frozenset().union(*[topo.nodes[n].worker_cpus for n in spec.numa_nodes])
+            outside = spec.requested_cpu_list - allowed
+            if outside:
+                housekeeping = frozenset().union(*[c for n in spec.numa_nodes for c in topo.nodes[n].housekeeping])
+                problems.append(
+                    "%s.cpus: CPUs %s are not worker CPUs of NUMA node %s%s; allowed: %s"
+                    % (
+                        spec.path,
+                        format_cpulist(outside),
+                        format_cpulist(spec.numa_nodes),
+                        (
+                            " (housekeeping: %s)" % format_cpulist(outside & housekeeping)
+                            if outside & housekeeping
+                            else ""
+                        ),
+                        format_cpulist(allowed) or "none",
+                    )
+                )
+                spec.cpu_list_rejected = True
+    for node_id in topo.cpu_node_ids:
+        node = topo.nodes[node_id]
+        members = [s for s in binding if node_id in s.numa_nodes and not s.cpu_list_rejected]
+        if members:
+            allocate_node(node, members, problems)
+
+
+def allocate_node(node, members, problems):
+    exclusive = [s for s in members if not s.share_cpus]
+    explicit = [s for s in exclusive if s.requested_cpu_list is not None]
+    counted = [s for s in exclusive if s.requested_cpu_list is None and s.requested_cpu_count is not None]
+    auto = [s for s in exclusive if s.requested_cpu_list is None and s.requested_cpu_count is None]
+
+    taken = {}
+    for spec in explicit:
+        mine = spec.requested_cpu_list & node.worker_cpus
+        for cpu in sorted(mine):
+            if cpu in taken:
+                problems.append(
+                    "%s.cpus: CPU %d is also given to instance %r; allowed: disjoint CPU lists, or share_cpus: true"
+                    % (spec.path, cpu, taken[cpu].name)
+                )
+                break
+        for cpu in mine:
+            taken.setdefault(cpu, spec)
+        split = [g for g in node.worker_cores if (g & mine) and not g <= mine]
+        if split:
+            spec.warnings.append(
+                "cpus %s split hyperthread sibling groups %s on NUMA node %d"
+                % (format_cpulist(spec.requested_cpu_list), ", ".join(format_cpulist(g) for g in split), node.id)
+            )
+        spec.allocated_cpus.update(mine)
+
+    free = [g for g in node.worker_cores if g.isdisjoint(taken)]
+    spans = {}
+    need_total = 0
+    pos = 0
+    shortfall = False
+    for spec in counted:
+        want = -(-spec.requested_cpu_count // len(spec.numa_nodes))
+        got = []
+        while sum(len(g) for g in got) < want and pos < len(free):
+            got.append(free[pos])
+            pos += 1
+        spans[spec.name] = len(got)
+        need_total += len(got)
+        if sum(len(g) for g in got) < want:
+            shortfall = True
+            continue
+        have = sum(len(g) for g in got)
+        if have > want:
+            spec.warnings.append(
+                "cpus %d rounded up to %d CPUs (%d whole cores) on NUMA node %d to keep hyperthread siblings together"
+                % (want, have, len(got), node.id)
+            )
+        for group in got:
+            spec.allocated_cpus.update(group)
+    rest = free[pos:]
+    if auto and len(rest) < len(auto):
+        shortfall = True
+    if shortfall:
+        asks = ["%s: %s" % (s.name, "cpus %d" % s.requested_cpu_count) for s in counted]
+        asks += ["%s: 1 core or more" % s.name for s in auto]
+        problems.append(
+            "%s (NUMA node %d): not enough whole cores: %d worker cores after %d housekeeping core%s%s, "
+            "but %d instances with CPUs of their own need more (%s); allowed: fewer instances or smaller cpus counts "
+            "on node %d, share_cpus: true, or a lower housekeeping_cores_per_node"
+            % (
+                INSTANCES_VAR,
+                node.id,
+                len(node.worker_cores),
+                len(node.housekeeping),
+                "" if len(node.housekeeping) == 1 else "s",
+                (
+                    " and %d cores held by explicit cpus lists" % (len(node.worker_cores) - len(free))
+                    if len(free) < len(node.worker_cores)
+                    else ""
+                ),
+                len(counted) + len(auto),
+                ", ".join(asks),
+                node.id,
+            )
+        )
+        return
+    if auto:
+        parts = split_along_l3(node, rest, len(auto))
+        if parts is None:
+            base, extra = divmod(len(rest), len(auto))
+            parts = []
+            start = 0
+            for rank in range(len(auto)):
+                size = base + (1 if rank < extra else 0)
+                parts.append(rest[start : start + size])
+                start += size
+            if node.l3_groups and len(auto) > 1:
+                for spec in auto:
+                    spec.warnings.append(
+                        "the CPU shares on NUMA node %d cannot follow its %d L3 cache groups (%d instances share %d "
+                        "free cores); shares may span or share an L3 group" % (node.id, len(node.l3_groups), len(auto), len(rest))
+                    )
+        elif len(auto) > 1:
+            for spec in auto:
+                spec.warnings.append(
+                    "CPU share on NUMA node %d follows its L3 cache groups (whole groups per instance)" % node.id
+                )
+        for spec, cores in zip(auto, parts):
+            for group in cores:
+                spec.allocated_cpus.update(group)
+    for spec in members:
+        if spec.share_cpus:
+            if spec.requested_cpu_list is not None:
+                spec.allocated_cpus.update(spec.requested_cpu_list & node.worker_cpus)
+            else:
+                spec.allocated_cpus.update(node.worker_cpus)
+
+
+def split_along_l3(node, cores, count):
+    """``cores`` split into ``count`` contiguous parts of whole L3 groups, or None when that cannot be done.
+
+    The free cores are grouped by L3 domain (in core order); the groups are
+    cut into ``count`` contiguous runs minimising the largest run (the
+    classic linear partition), so each instance gets whole L3 domains, as
+    PyTorch's core-complex binding, Slurm's l3cache_as_socket and the
+    Kubernetes CPU Manager's uncore-cache alignment do. None when the node
+    has no L3 groups, fewer groups than instances, or a split that leaves a
+    part more than one group's worth of cores behind an even split.
+    """
+    if not node.l3_groups or count < 2:
+        return None
+    runs = []
+    for l3 in node.l3_groups:
+        mine = [core for core in cores if core <= l3]
+        if mine:
+            runs.append(mine)
+    if sum(len(r) for r in runs) != len(cores) or len(runs) < count:
+        return None
+    sizes = [len(r) for r in runs]
+    n = len(sizes)
+    prefix = [0]
+    for size in sizes:
+        prefix.append(prefix[-1] + size)
+    # best[k][i]: smallest possible largest part when the first i runs form k parts
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(count + 1)]
+    cut = [[0] * (n + 1) for _ in range(count + 1)]
+    best[0][0] = 0
+    for k in range(1, count + 1):
+        for i in range(k, n + 1):
+            for j in range(k - 1, i):
+                value = max(best[k - 1][j], prefix[i] - prefix[j])
+                if value < best[k][i]:
+                    best[k][i] = value
+                    cut[k][i] = j
+    bounds = []
+    i = n
+    for k in range(count, 0, -1):
+        j = cut[k][i]
+        bounds.append((j, i))
+        i = j
+    bounds.reverse()
+    parts = [[core for run in runs[a:b] for core in run] for a, b in bounds]
+    even = -(-len(cores) // count)
+    if max(len(p) for p in parts) - even >= max(sizes):
+        return None
+    return parts
+
+
+def check_siblings_known(specs, topo, allow_unknown_siblings, problems):
+    """Refuse to bind CPUs where hyperthread siblings are unknown, unless allowed.
+
+    With siblings unknown every CPU is planned as a core, so two workers may
+    get the two threads of one physical core, and a worker the sibling of a
+    housekeeping CPU. A text-only topology of a machine whose layout shows
+    the siblings gets them inferred instead (``plan_topology``).
+    """
+    if allow_unknown_siblings:
+        return
+    unknown = set(n for n in topo.cpu_node_ids if topo.nodes[n].siblings == "unknown")
+    users = {}
+    for spec in specs:
+        if spec.cpu_binding:
+            for node_id in spec.numa_nodes:
+                if node_id in unknown:
+                    users.setdefault(node_id, []).append(spec.name)
+    for node_id in sorted(users):
+        problems.append(
+            "topology.numa_nodes: hyperthread siblings of NUMA node %d on %s are unknown and cannot be inferred, "
+            "so instances %s could share physical cores with each other or with housekeeping; "
+            "allowed: a topology discovered with sysfs (gpu_topology_info on the node reads the cores), "
+            "or allow_unknown_siblings: true to plan each CPU as a core"
+            % (node_id, topo.hostname, ", ".join(repr(n) for n in users[node_id]))
+        )
+
+
+def check_shares(specs, topo):
+    """Refuse a plan whose CPU shares break the invariants (a planner defect).
+
+    Every bound CPU of an instance is a worker CPU of one of its nodes (so
+    never a housekeeping CPU, never a CPU of another node) and, unless
+    ``share_cpus``, no other instance has it. Checked on the finished
+    allocation so that no future change to the allocator can hand one CPU
+    to two workers without the plan failing.
+    """
+    problems = []
+    owner = {}
+    for spec in specs:
+        if not spec.cpu_binding or not spec.allocated_cpus:
+            continue
+        cpus = frozenset(spec.allocated_cpus)
+        allowed = frozenset().union(*[topo.nodes[n].worker_cpus for n in spec.numa_nodes])
+        if not cpus <= allowed:
+            problems.append(
+                "internal error: instance %r gets CPUs %s, which are not worker CPUs of its NUMA node %s; "
+                "the plan is refused (please report this with the topology and instances)"
+                % (spec.name, format_cpulist(cpus - allowed), format_cpulist(spec.numa_nodes))
+            )
+        if spec.share_cpus:
+            continue
+        clashes = {}
+        for cpu in cpus:
+            if cpu in owner:
+                clashes.setdefault(owner[cpu], set()).add(cpu)
+            else:
+                owner[cpu] = spec.name
+        for other in sorted(clashes):
+            problems.append(
+                "internal error: instances %r and %r share CPUs %s; the plan is refused "
+                "(please report this with the topology and instances)"
+                % (other, spec.name, format_cpulist(clashes[other]))
+            )
+    if problems:
+        raise PlanError(problems)

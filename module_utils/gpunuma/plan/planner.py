@@ -1,0 +1,322 @@
+"""The binding planner: topology + profile + instances -> ``gpunuma.plan/v1``.
+
+This is the only code in gpunuma that decides which CPUs and which memory
+nodes an inference worker gets; roles and templates only render its output
+(``docs/plan-v1.md`` describes the document and every rule below).
+
+The planner is pure: the same topology, profile, instances and options give a
+byte-identical plan (``json.dumps`` of it), so a rerun on an unchanged node
+changes nothing. Every problem in the input is collected and reported at
+once in one :class:`PlanError`, each as ``<variable path>: <problem>;
+allowed: <...>``.
+
+The work is split along its seams, one module each:
+
+* ``plan_model``: ``PlanError``, constants, the ``InstanceSpec`` record;
+* ``plan_topology``: the checked topology, cores and housekeeping;
+* ``plan_inputs``: one check per instance key, options, the applied plan;
+* ``plan_alloc``: GPU groups, nodes and policy, CPU shares, their invariants;
+* ``plan_capacity``: declared memory against the node;
+* ``systemd_words``: ``ExecStart=``/``Environment=`` quoting;
+* ``sizes``: the one size grammar (shared with ``limits``).
+
+This module wires them together and keeps the public names other code
+imports from it (``build_plan``, ``PlanError``, ``parse_size``,
+``systemd_exec_line``, ``systemd_quote``, ``systemd_environment_assignment``,
+``exec_name_problem``, ``link_rank``, ``choose_gpu_group``).
+"""
+
+from __future__ import annotations
+
+from ansible.module_utils.gpunuma.common import sizes
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
+from ansible.module_utils.gpunuma.plan.alloc import (  # noqa: F401 (choose_gpu_group is public here)
+    allocate_cpus,
+    apply_profile,
+    assign_gpus,
+    check_shares,
+    check_siblings_known,
+    choose_gpu_group,
+)
+from ansible.module_utils.gpunuma.plan.engines import engine_arguments, split_worker_shares
+from ansible.module_utils.gpunuma.plan.capacity import check_capacity, node_capacity, parse_reserve
+from ansible.module_utils.gpunuma.plan.inputs import (  # noqa: F401 (constants are public here)
+    BINDING_METHODS,
+    INSTANCE_KEYS,
+    STRICT_CAPACITY_CHOICES,
+    check_gpu_environment,
+    check_unique,
+    parse_housekeeping_cpus,
+    validate_applied_plan,
+    validate_instance,
+    validate_options,
+)
+from ansible.module_utils.gpunuma.plan.model import (  # noqa: F401
+    GPU_ENVIRONMENT,
+    INSTANCES_VAR,
+    PLACEMENT_KEYS,
+    SCHEMA,
+    SCHEMA_MINOR,
+    TOPOLOGY_SCHEMA,
+    InstanceSpec,
+    PlanError,
+    is_int,
+    type_name,
+)
+from ansible.module_utils.gpunuma.plan.topology import PlanTopology, link_rank  # noqa: F401
+from ansible.module_utils.gpunuma.plan.profiles import ProfileError, validate_profile
+from ansible.module_utils.gpunuma.plan.systemd_words import (  # noqa: F401
+    exec_name_problem,
+    systemd_environment_assignment,
+    systemd_exec_line,
+    systemd_quote,
+)
+
+
+def parse_size(value, what="memory"):
+    """Bytes from an int or a size string (``32G``, ``512M``, ``1Ti``, ``1.5GiB``).
+
+    The grammar is :func:`sizes.parse_size` (shared with ``limits``); this
+    wrapper raises :class:`PlanError`.
+    """
+    try:
+        return sizes.parse_size(value, what)
+    except sizes.SizeError as exc:
+        raise PlanError(str(exc))
+
+
+# --------------------------------------------------------------------------
+# Rendering
+
+
+def nic_environment_value(variable, nics):
+    """The value of ``UCX_NET_DEVICES`` or ``NCCL_IB_HCA`` naming ``nics``.
+
+    UCX takes ``<device>:<port>`` for RDMA devices (port 1, the first port
+    of each listed function) and netdev names for TCP; NCCL_IB_HCA takes
+    RDMA device names, ``=`` first for exact matches (``mlx5_1`` alone would
+    also match ``mlx5_10``).
+    """
+    if variable == "UCX_NET_DEVICES":
+        return ",".join("%s:1" % nic.name if nic.rdma else nic.name for nic in nics)
+    rdma = [nic.name for nic in nics if nic.rdma]
+    return "=" + ",".join(rdma) if rdma else None
+
+
+def render_instance(spec, topo, profile):
+    """The plan entry of one instance (docs/plan-v1.md, Output)."""
+    gpus = list(spec.gpus) if spec.placement != "numa_node" else []
+    uuids = [topo.gpus[g].uuid for g in gpus]
+    cpus = spec.cpus_text
+    mem_nodes = list(spec.mem_nodes) if spec.mem_policy != "default" else []
+    nodes_text = format_cpulist(mem_nodes)
+
+    args = []
+    if cpus:
+        args.append("--physcpubind=%s" % cpus)
+    if spec.mem_policy == "bind":
+        args.append("--membind=%s" % nodes_text)
+    elif spec.mem_policy == "preferred":
+        args.append("--preferred=%d" % mem_nodes[0])
+    elif spec.mem_policy == "interleave":
+        args.append("--interleave=%s" % nodes_text)
+
+    systemd = {}
+    exec_prefix = []
+    if spec.binding_method == "systemd":
+        if cpus:
+            systemd["CPUAffinity"] = cpus
+        if spec.mem_policy != "default":
+            systemd["NUMAPolicy"] = spec.mem_policy
+            systemd["NUMAMask"] = nodes_text
+    elif args:
+        exec_prefix = ["numactl"] + args
+
+    environment = dict(spec.environment)
+    if gpus:
+        mig = [g for g in gpus if topo.gpus[g].mig]
+        if "CUDA_VISIBLE_DEVICES" in environment:
+            spec.warnings.append(
+                "environment.CUDA_VISIBLE_DEVICES kept as given (%r) because GPU %s has MIG enabled"
+                % (environment["CUDA_VISIBLE_DEVICES"], format_cpulist(mig))
+            )
+        elif all(uuids):
+            environment["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
+        else:
+            environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+            environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+            spec.warnings.append(
+                "GPU %s has no UUID in the topology; CUDA_VISIBLE_DEVICES uses indexes with CUDA_DEVICE_ORDER=PCI_BUS_ID"
+                % format_cpulist([g for g, u in zip(gpus, uuids) if not u])
+            )
+        if mig and "CUDA_VISIBLE_DEVICES" not in spec.environment:
+            spec.warnings.append(
+                "GPU %s has MIG enabled; CUDA_VISIBLE_DEVICES names the whole GPU, set MIG-<uuid> in environment to pick MIG instances"
+                % format_cpulist(mig)
+            )
+
+    gpu_nics = [topo.nics_near_gpu(g)[0] for g in gpus]
+    nics = []
+    for names in gpu_nics if gpus else [topo.nics_on_node(n) for n in spec.numa_nodes]:
+        nics.extend(n for n in names if n not in nics)
+    if spec.nic_environment:
+        if not nics:
+            spec.warnings.append(
+                "nic_environment: no NIC is near %s on %s (no PIX/PXB link, none on its NUMA node); %s not set"
+                % ("GPU %s" % format_cpulist(gpus) if gpus else "NUMA node %s" % format_cpulist(spec.numa_nodes),
+                   topo.hostname, ", ".join(spec.nic_environment))
+            )
+        else:
+            for variable in spec.nic_environment:
+                value = nic_environment_value(variable, [topo.nic(n) for n in nics])
+                if value is None:
+                    spec.warnings.append("nic_environment: NICs %s are no RDMA devices; %s not set"
+                                         % (", ".join(nics), variable))
+                else:
+                    environment[variable] = value
+
+    return {
+        "name": spec.name,
+        "unit": spec.unit,
+        "mode": spec.mode,
+        "binding_method": spec.binding_method,
+        "gpus": gpus,
+        "gpu_uuids": uuids,
+        "numa_nodes": list(spec.numa_nodes),
+        "numa_bind_nodes": list(spec.numa_bind_nodes),
+        "cpus": cpus,
+        "share_cpus": spec.share_cpus,
+        "mem_policy": spec.mem_policy,
+        "mem_nodes": mem_nodes,
+        "profile": profile["name"],
+        "fallback": spec.fallback,
+        "numactl_args": args,
+        "exec_prefix": exec_prefix,
+        "systemd": systemd,
+        "environment": dict(sorted(environment.items())),
+        "command": list(spec.command) + list(spec.engine_args) if spec.command is not None else None,
+        "engine": spec.engine,
+        "engine_args": list(spec.engine_args),
+        "worker_cpus": [format_cpulist(c) for c in spec.worker_cpus] if spec.worker_cpus is not None else None,
+        "user": spec.user,
+        "group": spec.group,
+        "memory_bytes": spec.memory_bytes,
+        "memlock": spec.memlock,
+        "ready": spec.ready,
+        "nics": nics,
+        "gpu_nics": gpu_nics,
+        "warnings": list(spec.warnings),
+    }
+
+
+# --------------------------------------------------------------------------
+# Entry point
+
+
+def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto", strict_capacity="fallback",
+               applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto",
+               housekeeping_cpus=None):
+    """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
+
+    ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
+    mapping (``profiles.load_profile``), ``instances`` the inventory's
+    ``gpunuma_instances`` list. ``applied_plan`` is the plan the node runs
+    now (``/etc/gpunuma/plan.json``), if any; it is checked but no longer
+    changes the plan (capacity comes from MemTotal, not from what the running
+    instances use). ``memory_reserve_per_node`` is ``auto`` or a size kept
+    back on every node for the kernel and daemons. A plan that binds
+    CPUs on a node whose hyperthread siblings are unknown (and cannot be
+    inferred) is refused unless ``allow_unknown_siblings``. Raises
+    :class:`PlanError` listing every problem found.
+    """
+    problems = []
+    warnings = []
+    validate_options(housekeeping_cores_per_node, strict_capacity, problems)
+    reserve = parse_reserve(memory_reserve_per_node, problems)
+    try:
+        profile = validate_profile(profile)
+    except ProfileError as exc:
+        problems.extend(exc.problems)
+        profile = None
+    # With bad options or profile the instances are still checked, so that
+    # one run reports every problem.
+    housekeeping = (
+        housekeeping_cores_per_node
+        if housekeeping_cores_per_node == "auto"
+        or (is_int(housekeeping_cores_per_node) and housekeeping_cores_per_node >= 0)
+        else "auto"
+    )
+    reserved_cpus = parse_housekeeping_cpus(housekeeping_cpus, problems)
+    topo = PlanTopology(topology, housekeeping, warnings, reserved_cpus)
+    if reserved_cpus is not None and not reserved_cpus <= topo.all_cpus:
+        problems.append(
+            "housekeeping_cpus: CPUs %s do not exist on %s; allowed: %s"
+            % (format_cpulist(reserved_cpus - topo.all_cpus), topo.hostname, format_cpulist(topo.all_cpus) or "none")
+        )
+    applied_plan = validate_applied_plan(applied_plan, problems)
+
+    if instances is None:
+        instances = []
+    if not isinstance(instances, list):
+        raise PlanError(
+            "%s: must be a list of instance mappings, got %s; allowed: a list (empty for no instances)"
+            % (INSTANCES_VAR, type_name(instances))
+        )
+    specs = []
+    for pos, raw in enumerate(instances):
+        spec = validate_instance(raw, pos, topo, problems)
+        if spec is not None:
+            specs.append(spec)
+    check_unique(instances, problems)
+
+    if problems and profile is None:
+        raise PlanError(problems)
+    assign_gpus(specs, topo, warnings, problems)
+    specs = [s for s in specs if s.placement == "numa_node" or s.gpus]
+    check_gpu_environment(specs, topo, problems)
+    for spec in specs:
+        apply_profile(spec, topo, profile)
+    allocate_cpus(specs, topo, problems)
+    check_siblings_known(specs, topo, allow_unknown_siblings, problems)
+    check_capacity(specs, topo, strict_capacity, problems, reserve)
+    if problems:
+        raise PlanError(problems)
+    check_shares(specs, topo)
+    for spec in specs:
+        split_worker_shares(spec, topo)
+    for spec in specs:
+        spec.engine_args = engine_arguments(spec, topo, specs)
+    if not instances:
+        warnings.append("%s is empty: nothing to bind on %s" % (INSTANCES_VAR, topo.hostname))
+
+    rendered = [render_instance(spec, topo, profile) for spec in specs]
+    for item in rendered:
+        warnings.extend("%s: %s" % (item["name"], w) for w in item["warnings"])
+    return {
+        "schema": SCHEMA,
+        "schema_minor": SCHEMA_MINOR,
+        "hostname": topology.get("hostname"),
+        "topology_fingerprint": topo.fingerprint,
+        "profile": profile["name"],
+        "options": {
+            "housekeeping_cores_per_node": housekeeping_cores_per_node,
+            "housekeeping_cpus": format_cpulist(reserved_cpus) if reserved_cpus is not None else None,
+            "strict_capacity": strict_capacity,
+            "allow_unknown_siblings": bool(allow_unknown_siblings),
+            "memory_reserve_per_node": memory_reserve_per_node if reserve is None else reserve,
+        },
+        "memory_capacity": dict(
+            (str(n), node_capacity(topo.nodes[n], reserve)[0]) for n in topo.cpu_node_ids
+        ),
+        "housekeeping": dict(
+            (
+                str(n),
+                format_cpulist(frozenset().union(*topo.nodes[n].housekeeping)) if topo.nodes[n].housekeeping else "",
+            )
+            for n in topo.cpu_node_ids
+        ),
+        "worker_cpus": dict((str(n), format_cpulist(topo.nodes[n].worker_cpus)) for n in topo.cpu_node_ids),
+        "siblings": dict((str(n), topo.nodes[n].siblings) for n in topo.cpu_node_ids),
+        "instances": rendered,
+        "warnings": warnings,
+    }

@@ -1,0 +1,475 @@
+"""The planner's view of a topology: checked NUMA nodes, their cores and housekeeping, GPUs, links.
+
+``PlanTopology`` reads a ``gpunuma.topology/v1`` mapping, refuses what
+cannot be planned on (NUMA nodes sharing CPUs, duplicate GPU indexes, fields
+of the wrong type: each a problem naming the field), and splits every
+CPU-bearing node into housekeeping cores and worker cores.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma.common.errors import CpuListError
+from ansible.module_utils.gpunuma.plan.model import TOPOLOGY_SCHEMA, PlanError, is_int
+
+_UUID_RE = re.compile(r"(GPU|MIG)-[A-Za-z0-9-]{1,80}")
+_NIC_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_NVLINK_RE = re.compile(r"NV([0-9]{1,4})")
+_LINK_RANK = {"PIX": 6, "PXB": 5, "PHB": 4, "NODE": 3, "SYS": 2, "SOC": 2}
+
+
+def link_rank(code):
+    """Rank of a GPU link code: NV# (more links better) > PIX > PXB > PHB > NODE > SYS."""
+    if not isinstance(code, str):
+        return 0
+    code = code.strip().upper()
+    match = _NVLINK_RE.fullmatch(code)
+    if match:
+        return 100 + int(match.group(1))
+    return _LINK_RANK.get(code, 0)
+
+
+def _runs(cpus):
+    """Maximal runs of consecutive ids: ``{0,1,2,8,9}`` -> ``[(0, 2), (8, 9)]``."""
+    runs = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], cpu)
+        else:
+            runs.append((cpu, cpu))
+    return runs
+
+
+def infer_sibling_offset(node_cpus):
+    """The sibling offset (half the machine's CPU count) when the layout shows it unambiguously, else None.
+
+    Linux numbers x86 hyperthreads so that the second thread of core ``c``
+    is CPU ``c + T/2`` (``T`` CPUs in all): each socket/NUMA node then holds
+    two equal ranges ``a..b`` and ``a+T/2..b+T/2``, as ``nvidia-smi topo -m``
+    prints them (``0-47,96-143``). Only that exact shape counts as evidence:
+    every CPU-bearing node two equal ranges, one offset ``d`` for all nodes,
+    every first range below ``d`` and every second below ``2d`` (so ``d`` is
+    half the CPU count; a text that shows only the GPUs' nodes, as on a DGX
+    A100 in NPS4, still qualifies). A single range per node (no SMT, SMT
+    numbered otherwise, a VM's ``0-15``) is no evidence.
+    """
+    offset = None
+    lows = []
+    highs = []
+    for cpus in node_cpus.values():
+        runs = _runs(cpus)
+        if len(runs) != 2:
+            return None
+        (a, b), (c, d) = runs
+        if b - a != d - c:
+            return None
+        if offset is None:
+            offset = c - a
+        elif c - a != offset:
+            return None
+        lows.append(b)
+        highs.append(d)
+    if offset is None or max(lows) >= offset or max(highs) >= 2 * offset:
+        return None
+    return offset
+
+
+AUTO_HOUSEKEEPING = "auto"
+# One housekeeping core per this many cores of a node (at least one): the
+# kernel, kubelet/containerd, NIC and GPU driver interrupts, and the
+# engines' own API/tokenizer threads grow with the node (docs/plan-v1.md).
+CORES_PER_HOUSEKEEPING_CORE = 24
+
+
+def auto_housekeeping_cores(cores):
+    """Housekeeping cores of a node of ``cores`` cores under ``auto``: ceil(cores / 24), at least 1."""
+    if cores <= 0:
+        return 0
+    return max(1, -(-cores // CORES_PER_HOUSEKEEPING_CORE))
+
+
+@dataclass
+class PlanNode:
+    """One NUMA node: its CPUs as whole cores, split into housekeeping and worker cores."""
+
+    id: int
+    cpus: frozenset
+    free: Optional[int] = None
+    total: Optional[int] = None
+    cores: List[frozenset] = field(default_factory=list)  # sibling groups, by lowest CPU
+    # Where the sibling groups come from: "topology" (sysfs thread_siblings),
+    # "inferred" (the standard x86 enumeration, see infer_siblings) or
+    # "unknown" (each CPU planned as a core); "none" for a CPU-less node.
+    siblings: str = "none"
+    # L3 cache domains (sysfs cache/index3/shared_cpu_list), each a set of
+    # this node's CPUs; [] when unknown or when the node has a single one.
+    l3_groups: List[frozenset] = field(default_factory=list)
+    housekeeping: List[frozenset] = field(default_factory=list)
+    worker_cores: List[frozenset] = field(default_factory=list)
+    worker_cpus: frozenset = frozenset()
+
+
+@dataclass
+class PlanNic:
+    name: str
+    numa_node: Optional[int]
+    rdma: bool  # an RDMA device (mlx5_0), not a plain netdev
+
+
+@dataclass
+class PlanGpu:
+    index: int
+    uuid: Optional[str]
+    node: Optional[int]  # CPU-bearing binding node, or None when unknown
+    mig: bool = False
+
+
+class PlanTopology(object):
+    """The parts of a ``gpunuma.topology/v1`` document the planner uses, checked."""
+
+    def __init__(self, topology, housekeeping_cores, warnings, housekeeping_cpus=None):
+        """``housekeeping_cores``: a count per node or ``"auto"``; ``housekeeping_cpus``: an explicit
+        CPU set (reservedSystemCPUs / CpuSpecList style) that overrides the count."""
+        problems = []
+        if not isinstance(topology, dict):
+            raise PlanError("topology: must be a %s mapping, got %s" % (TOPOLOGY_SCHEMA, type(topology).__name__))
+        if topology.get("schema") != TOPOLOGY_SCHEMA:
+            raise PlanError(
+                "topology.schema: %r is not supported; allowed: %s" % (topology.get("schema"), TOPOLOGY_SCHEMA)
+            )
+        for key in ("numa_nodes", "gpus"):
+            if not isinstance(topology.get(key), list):
+                problems.append("topology.%s: must be a list" % key)
+        if problems:
+            raise PlanError(problems)
+        self.hostname = topology.get("hostname") or "this host"
+        self.fingerprint = topology.get("fingerprint")
+        if topology.get("complete") is False:
+            warnings.append(
+                "topology of %s is incomplete (a discovery source failed); the plan may miss GPUs or nodes"
+                % self.hostname
+            )
+
+        hostname = topology.get("hostname")
+        if hostname is not None and not isinstance(hostname, str):
+            problems.append("topology.hostname: %r is not a host name; allowed: a string or null" % (hostname,))
+            self.hostname = "this host"
+        self.nodes = {}
+        owners = {}
+        for pos, raw in enumerate(topology["numa_nodes"]):
+            where = "topology.numa_nodes[%d]" % pos
+            if not isinstance(raw, dict) or isinstance(raw.get("id"), bool) or not isinstance(raw.get("id"), int):
+                problems.append("%s: must be a mapping with an integer id" % where)
+                continue
+            try:
+                cpus = parse_cpulist(raw.get("cpus") or "", "%s.cpus" % where)
+            except CpuListError as exc:
+                problems.append(str(exc))
+                continue
+            if raw["id"] in self.nodes:
+                problems.append("%s.id: node %d appears twice" % (where, raw["id"]))
+                continue
+            shared = cpus & frozenset(owners)
+            if shared:
+                problems.append(
+                    "%s.cpus: CPUs %s also belong to NUMA node %s; allowed: NUMA nodes with disjoint CPU sets "
+                    "(each CPU on exactly one node, as /sys/devices/system/node/node*/cpulist lists them); "
+                    "discover the topology again or repair the file"
+                    % (where, format_cpulist(shared), ", ".join(str(n) for n in sorted(set(owners[c] for c in shared))))
+                )
+                continue
+            owners.update((cpu, raw["id"]) for cpu in cpus)
+            bad_bytes = False
+            for key in ("memory_total_bytes", "memory_free_bytes"):
+                value = raw.get(key)
+                if value is not None and (not is_int(value) or value < 0):
+                    problems.append("%s.%s: %r is not a byte count; allowed: an integer 0 or more, or null" % (where, key, value))
+                    bad_bytes = True
+            if raw.get("cores") is not None and not isinstance(raw.get("cores"), list):
+                problems.append(
+                    "%s.cores: %r is not a list of hyperthread sibling groups; allowed: a list of CPU list strings, or null"
+                    % (where, raw.get("cores"))
+                )
+                continue
+            if bad_bytes:
+                continue
+            node = PlanNode(
+                id=raw["id"],
+                cpus=cpus if raw.get("has_cpus", True) is not False else frozenset(),
+                free=raw.get("memory_free_bytes"),
+                total=raw.get("memory_total_bytes"),
+            )
+            node.cores = self._cores(raw, node, where, warnings, problems)
+            node.l3_groups = self._l3_groups(raw, node, where, problems)
+            self.nodes[node.id] = node
+        self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
+        self.all_cpus = frozenset(owners)
+        self._resolve_siblings(warnings)
+
+        self.gpus = {}
+        gpu_rows = {}
+        for pos, raw in enumerate(topology["gpus"]):
+            where = "topology.gpus[%d]" % pos
+            if not isinstance(raw, dict) or isinstance(raw.get("index"), bool) or not isinstance(raw.get("index"), int):
+                problems.append("%s: must be a mapping with an integer index" % where)
+                continue
+            index = raw["index"]
+            if index in self.gpus:
+                problems.append("%s.index: GPU %d appears twice; allowed: each index once" % (where, index))
+                continue
+            node_id = raw.get("numa_node")
+            uuid = raw.get("uuid") or None
+            if uuid is not None and (not isinstance(uuid, str) or not _UUID_RE.fullmatch(uuid)):
+                problems.append(
+                    "%s.uuid: %r is not a GPU UUID; allowed: GPU-<hex digits and dashes> as NVML reports it, or null"
+                    % (where, uuid)
+                )
+                continue
+            if node_id is not None and not is_int(node_id):
+                problems.append("%s.numa_node: %r is not a node id; allowed: an integer node id, or null" % (where, node_id))
+                continue
+            if node_id is not None and (node_id not in self.nodes or not self.nodes[node_id].cpus):
+                warnings.append(
+                    "topology gives GPU %d numa_node %r, which is not a CPU-bearing node; the GPU is treated as having no known node"
+                    % (index, node_id)
+                )
+                node_id = None
+            self.gpus[index] = PlanGpu(index=index, uuid=uuid, node=node_id, mig=bool(raw.get("mig_enabled")))
+            gpu_rows[index] = pos
+        self.nics = self._nics(topology.get("nics"), problems)
+        self.nic_links = self._nic_links(topology.get("gpu_nic_links"), gpu_rows, len(topology["gpus"]), warnings)
+        if problems:
+            raise PlanError(problems)
+        self._split_housekeeping(housekeeping_cores, housekeeping_cpus, warnings)
+        self.gpu_ids = sorted(self.gpus)
+        self.links = self._links(topology.get("gpu_links"), warnings)
+
+    @staticmethod
+    def _nics(raw_nics, problems):
+        nics = []
+        if raw_nics is None:
+            return nics
+        if not isinstance(raw_nics, list):
+            problems.append("topology.nics: %r is not a list; allowed: a list of NIC mappings, or null" % (raw_nics,))
+            return nics
+        for pos, raw in enumerate(raw_nics):
+            where = "topology.nics[%d]" % pos
+            if not isinstance(raw, dict):
+                problems.append("%s: %r is not a mapping; allowed: {name, netdevs, pci_bus_id, numa_node}" % (where, raw))
+                continue
+            name, node_id, netdevs = raw.get("name"), raw.get("numa_node"), raw.get("netdevs") or []
+            if name is not None and (not isinstance(name, str) or not _NIC_NAME_RE.fullmatch(name)):
+                problems.append(
+                    "%s.name: %r is not a NIC name; allowed: letters, digits, _ . : - (mlx5_0, ens9f0np0), or null"
+                    % (where, name)
+                )
+                continue
+            if node_id is not None and not is_int(node_id):
+                problems.append("%s.numa_node: %r is not a node id; allowed: an integer node id, or null" % (where, node_id))
+                continue
+            if not isinstance(netdevs, list):
+                netdevs = []
+            nics.append(PlanNic(name=name, numa_node=node_id, rdma=bool(name) and name not in netdevs))
+        return nics
+
+    def _nic_links(self, matrix, gpu_rows, gpu_count, warnings):
+        """GPU index -> its row of GPU-NIC link codes (same order as ``self.nics``), when the matrix fits."""
+        shaped = (
+            isinstance(matrix, list)
+            and len(matrix) == gpu_count
+            and all(isinstance(row, list) and len(row) == len(self.nics) for row in matrix)
+        )
+        if not shaped:
+            if self.nics and gpu_count:
+                warnings.append(
+                    "topology.gpu_nic_links is missing or not a %dx%d matrix; NICs are matched to GPUs by NUMA node only"
+                    % (gpu_count, len(self.nics))
+                )
+            return {}
+        return dict(
+            (index, [code.strip().upper() if isinstance(code, str) else None for code in matrix[row]])
+            for index, row in gpu_rows.items()
+        )
+
+    def nics_near_gpu(self, index):
+        """``(names, how)``: the NICs nearest GPU ``index``: PIX, else PXB, else the GPU's node; ``([], None)``."""
+        row = self.nic_links.get(index)
+        if row:
+            for code in ("PIX", "PXB"):
+                names = [nic.name for nic, link in zip(self.nics, row) if link == code and nic.name]
+                if names:
+                    return names, code
+        node_id = self.gpus[index].node
+        if node_id is not None:
+            names = [nic.name for nic in self.nics if nic.numa_node == node_id and nic.name]
+            if names:
+                return names, "NODE"
+        return [], None
+
+    def nics_on_node(self, node_id):
+        return [nic.name for nic in self.nics if nic.numa_node == node_id and nic.name]
+
+    def nic(self, name):
+        for nic in self.nics:
+            if nic.name == name:
+                return nic
+        return None
+
+    def _split_housekeeping(self, count, cpus, warnings):
+        """Each CPU-bearing node's housekeeping cores (whole cores, lowest first) and worker cores."""
+        gpu_nodes = set(g.node for g in self.gpus.values() if g.node is not None)
+        gpu_less = [n for n in self.cpu_node_ids if n not in gpu_nodes]
+        for node_id in self.cpu_node_ids:
+            node = self.nodes[node_id]
+            if cpus is not None:
+                node.housekeeping = [core for core in node.cores if core & cpus]
+                split = [core for core in node.housekeeping if not core <= cpus]
+                if split:
+                    warnings.append(
+                        "housekeeping_cpus %s split hyperthread sibling groups %s on NUMA node %d; the whole cores "
+                        "are kept for housekeeping" % (format_cpulist(cpus & node.cpus), ", ".join(
+                            format_cpulist(core) for core in split), node_id)
+                    )
+                why = "housekeeping_cpus: %s" % (format_cpulist(cpus) or '""')
+            elif count == AUTO_HOUSEKEEPING:
+                if gpu_nodes and gpu_less and node_id in gpu_nodes:
+                    size = 0  # the system runs on the GPU-less nodes
+                else:
+                    size = auto_housekeeping_cores(len(node.cores))
+                node.housekeeping = node.cores[:size]
+                why = "housekeeping_cores_per_node: auto"
+            else:
+                node.housekeeping = node.cores[:count]
+                why = "housekeeping_cores_per_node: %d" % count
+            kept = set(node.housekeeping)
+            node.worker_cores = [core for core in node.cores if core not in kept]
+            node.worker_cpus = frozenset().union(*node.worker_cores) if node.worker_cores else frozenset()
+            if not node.worker_cores:
+                warnings.append(
+                    "numa node %d has %d cores, all kept for housekeeping (%s); no worker can bind there"
+                    % (node.id, len(node.cores), why)
+                )
+
+    def _resolve_siblings(self, warnings):
+        """Infer the sibling groups of nodes whose topology has none, or say they are unknown."""
+        unknown = [n for n in self.cpu_node_ids if self.nodes[n].siblings == "unknown"]
+        if not unknown:
+            return
+        half = infer_sibling_offset(dict((n, self.nodes[n].cpus) for n in self.cpu_node_ids))
+        if half is not None and any(min(g) + half not in g for n in self.cpu_node_ids if self.nodes[n].siblings == "topology"
+                                    for g in self.nodes[n].cores if len(g) == 2):
+            # known cores elsewhere on the machine contradict the inferred pairing
+            half = None
+        nodes_text = ", ".join(str(n) for n in unknown)
+        if half is not None:
+            for node_id in unknown:
+                node = self.nodes[node_id]
+                node.cores = [frozenset([cpu, cpu + half]) for cpu in sorted(node.cpus) if cpu < half]
+                node.siblings = "inferred"
+            warnings.append(
+                "hyperthread siblings of NUMA node %s are not in the topology (built without sysfs, e.g. from "
+                "nvidia-smi topo -m alone); inferred as CPU N and N+%d: every node's CPUs are two equal ranges %d "
+                "apart, the standard Linux x86 enumeration that NVIDIA's bind scripts assume. Discover the "
+                "topology with sysfs to read them" % (nodes_text, half, half)
+            )
+            return
+        warnings.append(
+            "hyperthread siblings of NUMA node %s are unknown (no cores in the topology, e.g. built from "
+            "nvidia-smi topo -m alone, and the CPU lists are not the two-ranges layout they can be inferred from): "
+            "each CPU is planned as a core, so two workers may share a physical core and a worker may get the "
+            "sibling of a housekeeping CPU. Discover the topology with sysfs to read them" % nodes_text
+        )
+
+    @staticmethod
+    def _l3_groups(raw, node, where, problems):
+        listed = raw.get("l3_groups")
+        if listed is None or not node.cpus:
+            return []
+        if not isinstance(listed, list):
+            problems.append(
+                "%s.l3_groups: %r is not a list of CPU lists; allowed: a list like [\"0-3,128-131\"], or null"
+                % (where, listed)
+            )
+            return []
+        groups = []
+        seen = frozenset()
+        for pos, text in enumerate(listed):
+            try:
+                group = parse_cpulist(text, "%s.l3_groups[%d]" % (where, pos)) & node.cpus
+            except CpuListError as exc:
+                problems.append(str(exc))
+                return []
+            if group & seen:
+                problems.append(
+                    "%s.l3_groups[%d]: CPUs %s are also in an earlier group; allowed: disjoint L3 groups"
+                    % (where, pos, format_cpulist(group & seen))
+                )
+                return []
+            if group:
+                groups.append(group)
+                seen |= group
+        return sorted(groups, key=min) if len(groups) > 1 else []
+
+    @staticmethod
+    def _cores(raw, node, where, warnings, problems):
+        if not node.cpus:
+            return []
+        groups = []
+        listed = raw.get("cores")
+        if not listed:
+            # null/absent and [] alike: a node with CPUs has at least one
+            # core, so an empty list says "not known", never "none".
+            node.siblings = "unknown"
+            return [frozenset([cpu]) for cpu in sorted(node.cpus)]
+        node.siblings = "topology"
+        seen = set()
+        for pos, text in enumerate(listed):
+            try:
+                group = parse_cpulist(text, "%s.cores[%d]" % (where, pos)) & node.cpus
+            except CpuListError as exc:
+                problems.append(str(exc))
+                continue
+            group = group - seen
+            if group:
+                groups.append(frozenset(group))
+                seen |= group
+        if listed and seen != node.cpus:
+            warnings.append(
+                "numa node %d: CPUs %s are in no cores group of the topology; each is treated as a core"
+                % (node.id, format_cpulist(node.cpus - seen))
+            )
+        groups.extend(frozenset([cpu]) for cpu in sorted(node.cpus - seen))
+        groups.sort(key=min)
+        return groups
+
+    def _links(self, matrix, warnings):
+        count = len(self.gpu_ids)
+        positions = dict((index, pos) for pos, index in enumerate(self.gpu_ids))
+        ranks = {}
+        shaped = (
+            isinstance(matrix, list)
+            and len(matrix) == count
+            and all(isinstance(row, list) and len(row) == count for row in matrix)
+        )
+        if count > 1 and not shaped:
+            warnings.append(
+                "topology.gpu_links is missing or not a %dx%d matrix; GPU groups are chosen by NUMA node only"
+                % (count, count)
+            )
+        for a in self.gpu_ids:
+            for b in self.gpu_ids:
+                if a < b:
+                    rank = 0
+                    if shaped:
+                        rank = min(
+                            link_rank(matrix[positions[a]][positions[b]]), link_rank(matrix[positions[b]][positions[a]])
+                        )
+                    ranks[(a, b)] = rank
+        return ranks
+
+    def link(self, a, b):
+        return self.links[(a, b) if a < b else (b, a)]

@@ -1,0 +1,322 @@
+"""Drift audit: compare a node's live state with its applied plan.
+
+Pure functions over text (unit files, ``/proc/<pid>/status``,
+``/proc/<pid>/numa_maps``, ``/proc/<pid>/limits``) and the plan; the module
+``library/gpunuma_audit_info.py`` reads the files and hands them over. The
+report is ``gpunuma.audit/v1`` (docs/audit.md). Each finding has a stable
+``id`` so that scheduled jobs and metrics can key on it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from ansible.module_utils.gpunuma.node import autonuma
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
+
+SCHEMA = "gpunuma.audit/v1"
+SEVERITIES = ("error", "warning", "info")
+
+# Finding ids (docs/audit.md).
+FINDING_IDS = (
+    "plan-missing",
+    "plan-unreadable",
+    "topology-changed",
+    "topology-unverified",
+    "unit-missing",
+    "unit-binding",
+    "unit-extra-dropin",
+    "unit-reload-pending",
+    "instance-not-running",
+    "cpu-affinity",
+    "mem-policy",
+    "mem-local-share",
+    "memlock",
+    "numa-balancing-live",
+    "numa-balancing-file",
+    "profile-state",
+    "kubelet-setting",
+    "kubelet-checkpoint",
+    "kubelet-unreadable",
+)
+
+_POLICY_WORDS = {"bind": "bind", "prefer": "preferred", "interleave": "interleave", "default": "default",
+                 "local": "default", "preferred": "preferred", "prefer (many)": "preferred"}
+
+
+class Finding(dict):
+    """One finding: ``id``, ``severity``, ``instance`` (or null), ``expected``, ``actual``, ``message``."""
+
+    def __init__(self, fid, severity, message, instance=None, expected=None, actual=None):
+        assert fid in FINDING_IDS and severity in SEVERITIES
+        super().__init__(id=fid, severity=severity, instance=instance, expected=expected, actual=actual,
+                         message=message)
+
+
+def parse_status(text):
+    """``Cpus_allowed_list`` and ``Mems_allowed_list`` of ``/proc/<pid>/status`` as canonical lists."""
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("Cpus_allowed_list", "Mems_allowed_list"):
+            out[key] = format_cpulist(parse_cpulist(value.strip()))
+    return out
+
+
+def parse_numa_maps(text):
+    """(policy, nodes, pages per node) of a process from ``/proc/<pid>/numa_maps``.
+
+    Each line is one mapping: ``<addr> <policy>[:<nodes>] ... N<node>=<pages>``.
+    The process's policy is the most common policy over its mappings (a
+    mapping with its own mbind() policy is the exception, not the rule).
+    """
+    counts = {}
+    pages = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        policy = parts[1]
+        counts[policy] = counts.get(policy, 0) + 1
+        for word in parts[2:]:
+            match = re.match(r"^N(\d+)=(\d+)$", word)
+            if match:
+                node = int(match.group(1))
+                pages[node] = pages.get(node, 0) + int(match.group(2))
+    if not counts:
+        return None, [], pages
+    raw = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    word, _, nodes = raw.partition(":")
+    policy = _POLICY_WORDS.get(word, word)
+    node_list = sorted(parse_cpulist(nodes)) if nodes else []
+    return policy, node_list, pages
+
+
+def parse_memlock(text):
+    """Soft limit of ``Max locked memory`` in ``/proc/<pid>/limits``: bytes, or ``"infinity"``."""
+    for line in text.splitlines():
+        if line.startswith("Max locked memory"):
+            fields = line[len("Max locked memory"):].split()
+            if fields:
+                return "infinity" if fields[0] == "unlimited" else int(fields[0])
+    return None
+
+
+def memlock_bytes(value):
+    """A LimitMEMLOCK= value (``infinity``, bytes, ``64M``...) as bytes or ``"infinity"``."""
+    if value is None:
+        return None
+    value = str(value).strip()
+    if value in ("infinity", "unlimited"):
+        return "infinity"
+    match = re.match(r"^(\d+)\s*([KMGTPE]?)i?B?$", value, re.I)
+    if not match:
+        return value
+    power = " KMGTPE".index(match.group(2).upper() or " ")
+    return int(match.group(1)) * 1024 ** power
+
+
+def parse_unit(text):
+    """The binding-relevant settings of a unit file or drop-in: ExecStart argv, systemd NUMA directives, LimitMEMLOCK."""
+    out = {"exec": None, "CPUAffinity": None, "NUMAPolicy": None, "NUMAMask": None, "LimitMEMLOCK": None,
+           "AllowedCPUs": None}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;[":
+            continue
+        key, _, value = line.partition("=")
+        key = key.strip()
+        if key == "ExecStart" and value.strip():
+            try:
+                out["exec"] = shlex.split(value.strip().lstrip("@-:+!"))
+            except ValueError:
+                out["exec"] = [value.strip()]
+        elif key in out:
+            out[key] = value.strip()
+    return out
+
+
+def expected_numa_args(argv):
+    """The numactl options at the head of an ExecStart argv ([] when it is not numactl)."""
+    if not argv or not argv[0].endswith("numactl"):
+        return []
+    args = []
+    for word in argv[1:]:
+        if not word.startswith("--"):
+            break
+        args.append(word)
+    return args
+
+
+def _same_nodes(a, b):
+    return sorted(a or []) == sorted(b or [])
+
+
+def audit_instance(item, unit, proc, min_local_share):
+    """Findings for one plan instance.
+
+    ``unit``: {"text": file text or None, "extra_dropins": [...], "need_reload": bool,
+    "active": str, "pid": int}. ``proc``: {"status", "numa_maps", "limits"} texts or None.
+    """
+    name = item.get("name")
+    findings = []
+    live = {"active": unit.get("active"), "pid": unit.get("pid")}
+    text = unit.get("text")
+    if text is None:
+        findings.append(Finding("unit-missing", "error", "%s: %s is missing" % (name, unit.get("path")), name,
+                                unit.get("path"), None))
+    else:
+        parsed = parse_unit(text)
+        if item.get("binding_method") == "systemd":
+            want = item.get("systemd") or {}
+            for key in ("CPUAffinity", "NUMAPolicy", "NUMAMask"):
+                if (parsed.get(key) or None) != (want.get(key) or None):
+                    findings.append(Finding("unit-binding", "error", "%s: %s= in %s is %r, the plan says %r"
+                                            % (name, key, unit.get("path"), parsed.get(key), want.get(key)),
+                                            name, want.get(key), parsed.get(key)))
+        elif item.get("mode") == "service":
+            got = expected_numa_args(parsed["exec"])
+            want = list(item.get("numactl_args") or [])
+            if got != want:
+                findings.append(Finding("unit-binding", "error", "%s: ExecStart in %s binds with %s, the plan says %s"
+                                        % (name, unit.get("path"), got or "nothing", want or "nothing"),
+                                        name, want, got))
+            command = item.get("command")
+            if command and parsed["exec"] is not None and parsed["exec"][len(got) + (1 if got else 0):] != list(command):
+                findings.append(Finding("unit-binding", "error", "%s: ExecStart in %s runs %s, the plan says %s"
+                                        % (name, unit.get("path"), parsed["exec"], command), name, command,
+                                        parsed["exec"]))
+        live["unit_memlock"] = parsed.get("LimitMEMLOCK")
+        if parsed.get("AllowedCPUs"):
+            live["allowed_cpus"] = parsed["AllowedCPUs"]
+    for extra in unit.get("extra_dropins") or []:
+        findings.append(Finding("unit-extra-dropin", "warning", "%s: drop-in %s is not gpunuma's and may override the binding"
+                                % (name, extra), name, None, extra))
+    if unit.get("need_reload"):
+        findings.append(Finding("unit-reload-pending", "warning", "%s: %s changed on disk since systemd loaded it "
+                                "(NeedDaemonReload=yes)" % (name, unit.get("unit")), name, False, True))
+    if unit.get("check_running", True) and (unit.get("active") != "active" or not unit.get("pid")):
+        findings.append(Finding("instance-not-running", "error", "%s: %s is %s" % (name, unit.get("unit"), unit.get("active")),
+                                name, "active", unit.get("active")))
+        return findings, live
+    if not proc:
+        return findings, live
+
+    status = parse_status(proc.get("status") or "")
+    live["cpus"] = status.get("Cpus_allowed_list")
+    live["mems_allowed"] = status.get("Mems_allowed_list")
+    if item.get("cpus") and live["cpus"] != format_cpulist(parse_cpulist(item["cpus"])):
+        findings.append(Finding("cpu-affinity", "error", "%s: PID %s runs on CPUs %s, the plan binds it to %s%s"
+                                % (name, unit.get("pid"), live["cpus"], item["cpus"],
+                                   " (re-pinned by hand, or reset by a unit started with AllowedCPUs=, a systemd/cgroup "
+                                   "behaviour seen on Debian 12)" if live["cpus"] else ""),
+                                name, item["cpus"], live["cpus"]))
+    if proc.get("numa_maps") is not None:
+        policy, nodes, pages = parse_numa_maps(proc["numa_maps"])
+        live["mem_policy"], live["mem_nodes"] = policy, nodes
+        want = item.get("mem_policy") or "default"
+        if policy is not None and (policy != want or (want != "default" and not _same_nodes(nodes, item.get("mem_nodes")))):
+            findings.append(Finding("mem-policy", "error", "%s: PID %s has memory policy %s%s, the plan says %s%s"
+                                    % (name, unit.get("pid"), policy, (" on " + format_cpulist(nodes)) if nodes else "",
+                                       want, (" on " + format_cpulist(item["mem_nodes"])) if item.get("mem_nodes") else ""),
+                                    name, {"policy": want, "nodes": item.get("mem_nodes") or []},
+                                    {"policy": policy, "nodes": nodes}))
+        total = sum(pages.values())
+        if total and item.get("mem_nodes") and want in ("bind", "preferred"):
+            local = sum(pages.get(n, 0) for n in item["mem_nodes"])
+            live["local_share"] = round(float(local) / total, 4)
+            if live["local_share"] < min_local_share:
+                findings.append(Finding("mem-local-share", "warning", "%s: %.1f%% of PID %s's resident pages are on "
+                                        "node %s (at least %.0f%% expected)" % (
+                                            name, live["local_share"] * 100, unit.get("pid"),
+                                            format_cpulist(item["mem_nodes"]), min_local_share * 100),
+                                        name, min_local_share, live["local_share"]))
+    if proc.get("limits") is not None and live.get("unit_memlock") is not None:
+        got = parse_memlock(proc["limits"])
+        live["memlock"] = got
+        want = memlock_bytes(live["unit_memlock"])
+        if got != want:
+            findings.append(Finding("memlock", "error", "%s: PID %s runs with memlock %s, its unit sets LimitMEMLOCK=%s"
+                                    % (name, unit.get("pid"), got, live["unit_memlock"]), name, want, got))
+    return findings, live
+
+
+def numa_balancing_setting(value):
+    """autonuma_numa_balancing as the audit takes it: 0, 1, ``auto`` or None; ValueError otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        text = str(value).strip()
+        if text in ("0", "1"):
+            return int(text)
+        if text == autonuma.AUTO:
+            return autonuma.AUTO
+    raise ValueError("numa_balancing: %r is not allowed; allowed: auto, 0, 1, or null (not checked)" % (value,))
+
+
+def numa_balancing_expected(setting, profile, kernel_release):
+    """(value, reason): what the audit holds kernel.numa_balancing to, or None to leave it unchecked.
+
+    The autonuma role's decision (:func:`gpunuma.autonuma.decide`) with the
+    release the audit read on the node: ``auto`` with a bound profile expects
+    0 on a kernel before 5.12 or of unknown release and leaves the key
+    unchecked on 5.12 or later; ``auto`` with profile off, and null, leave it
+    unchecked; 0 and 1 are expected as they are.
+    """
+    setting = numa_balancing_setting(setting)
+    if setting is None:
+        return None, "autonuma_numa_balancing is null: kernel.numa_balancing is not managed"
+    return autonuma.decide(setting, profile, kernel_release)
+
+
+def numa_balancing_findings(expected, live_value, file_value, file_path, check_live):
+    """Findings for kernel.numa_balancing held to ``expected`` (0 or 1; None: none).
+
+    ``file_value`` is the value gpunuma's sysctl file ``file_path`` sets (None:
+    missing or no line), ``live_value`` the text of the live key (None: absent),
+    ``check_live`` whether the live value is the node's own (not a container's).
+    """
+    if expected is None:
+        return []
+    findings = []
+    if file_value != str(expected):
+        findings.append(Finding("numa-balancing-file", "error", "%s sets kernel.numa_balancing to %s, expected %d"
+                                % (file_path, file_value if file_value is not None else "nothing (missing)", expected),
+                                None, expected, file_value))
+    if check_live and live_value is not None and live_value != str(expected):
+        findings.append(Finding("numa-balancing-live", "error", "kernel.numa_balancing is %s, expected %d"
+                                % (live_value, expected), None, expected, live_value))
+    return findings
+
+
+def kubelet_findings(changes, remove_checkpoints=(), problem=None, profile=None):
+    """Findings for a kubelet node: each owned setting whose live value is not
+    what the node's profile asks for (the kubelet plan's ``changes``), each
+    checkpoint the kubelet would refuse to restore, or the reason the kubelet
+    settings could not be read or planned."""
+    if problem:
+        return [Finding("kubelet-unreadable", "error", "kubelet settings cannot be checked: %s" % problem)]
+    findings = []
+    for change in changes or []:
+        findings.append(Finding(
+            "kubelet-setting", "error",
+            "kubelet %s is %s, profile %s asks for %s" % (change.get("key"), _shown(change.get("old")), profile,
+                                                           _shown(change.get("new"))),
+            None, change.get("new"), change.get("old")))
+    for path in remove_checkpoints or []:
+        findings.append(Finding("kubelet-checkpoint", "warning",
+                                "kubelet checkpoint %s does not match the configured policy: the kubelet would refuse "
+                                "to start until it is removed" % path, None, None, path))
+    return findings
+
+
+def _shown(value):
+    return "absent" if value is None else repr(value)
+
+
+def status_of(findings):
+    """``drifted`` when any finding is an error or a warning, else ``compliant`` (info findings only inform)."""
+    if any(f["severity"] in ("error", "warning") for f in findings):
+        return "drifted"
+    return "compliant"

@@ -1,0 +1,867 @@
+"""Host-to-device probe through the CUDA driver API (``libcuda.so.1``) with ctypes.
+
+No PyTorch, no CUDA toolkit: every NVIDIA driver installs ``libcuda.so.1``.
+Each (GPU, placement) pair is measured in a forked child process that first
+binds itself (``sched_setaffinity`` + ``set_mempolicy``), verifies the
+binding from ``/proc/self/status`` and ``get_mempolicy``, then initialises
+CUDA and measures.  The parent never initialises CUDA, so forking is safe,
+and whatever a child allocated is gone when it exits even if it crashed.
+
+Copies are timed with CUDA events on a dedicated non-blocking stream after
+warm-up, like NVIDIA's ``bandwidthTest``/``nvbandwidth``; pageable copies
+are timed on the wall clock around copy + stream synchronise, because the
+driver stages pageable memory on the CPU before the DMA starts.
+
+Result schema: ``gpunuma.h2d-probe/v1`` (docs/probe.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import mmap
+import os
+import platform
+import select
+import signal
+import statistics
+import time
+
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+
+SCHEMA = "gpunuma.h2d-probe/v1"
+PLACEMENTS = ("local", "remote", "unbound")
+PINNED_ALLOCS = ("register", "host_alloc")
+MiB = 1024 * 1024
+
+DEFAULTS = {
+    "placements": list(PLACEMENTS),
+    "large_bytes": 256 * MiB,
+    "small_bytes": 4096,
+    "repeats": 10,
+    "small_repeats": 1000,
+    "warmup": 3,
+    "pinned_alloc": "register",
+    "timeout_s": 120,
+    "libcuda_path": "libcuda.so.1",
+    "remote_node": None,
+    "gpus": None,
+}
+
+# CUDA driver API result codes the probe explains (cuda.h, CUresult).
+CUDA_SUCCESS = 0
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NO_DEVICE = 100
+CUDA_ERROR_INSUFFICIENT_DRIVER = 35
+CUDA_ERROR_DEVICES_UNAVAILABLE = 46  # exclusive-process compute mode, GPU held by another process
+CUDA_ERROR_DEVICE_UNAVAILABLE = 46
+CUDA_ERROR_NOT_SUPPORTED = 801
+BUSY_CODES = (46,)
+
+CU_STREAM_NON_BLOCKING = 0x1
+CU_EVENT_DEFAULT = 0x0
+CU_MEMHOSTALLOC_PORTABLE = 0x1
+CU_MEMHOSTREGISTER_PORTABLE = 0x1
+CU_DEVICE_ATTRIBUTE_COMPUTE_MODE = 20
+COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+
+MPOL_DEFAULT = 0
+MPOL_BIND = 2
+
+# PCIe per-lane transfer rate (GT/s) and line-code efficiency by generation
+# (PCI-SIG base specifications: 8b/10b for Gen1-2, 128b/130b for Gen3-5,
+# 1b/1b FLIT mode with 242/256 payload for Gen6).
+PCIE_LANE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+PCIE_ENCODING = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
+
+# syscall numbers by architecture (asm/unistd.h)
+_SYSCALLS = {
+    "x86_64": {"set_mempolicy": 238, "get_mempolicy": 239, "move_pages": 279},
+    "aarch64": {"set_mempolicy": 237, "get_mempolicy": 236, "move_pages": 239},
+    "ppc64le": {"set_mempolicy": 261, "get_mempolicy": 260, "move_pages": 301},
+}
+
+
+class ProbeError(GpunumaError):
+    """Bad probe options, or a failure that stops the whole probe."""
+
+
+class CudaError(GpunumaError):
+    """A CUDA driver call failed; ``code`` is the CUresult."""
+
+    def __init__(self, call, code, name, text):
+        self.call, self.code, self.name, self.text = call, code, name, text
+        super().__init__("%s failed: %s (%d): %s" % (call, name, code, text))
+
+
+class DriverMissing(GpunumaError):
+    """libcuda could not be loaded: no NVIDIA driver on this node."""
+
+
+# ---------------------------------------------------------------- options
+
+
+def check_options(opts):
+    """Validate every option up front; return a complete option dict or raise ProbeError listing all problems."""
+    out = dict(DEFAULTS)
+    errors = []
+    for key in opts:
+        if key not in DEFAULTS:
+            errors.append("unknown option %r; allowed: %s" % (key, ", ".join(sorted(DEFAULTS))))
+    out.update({k: v for k, v in opts.items() if k in DEFAULTS and v is not None})
+
+    def positive_int(name, low, high):
+        value = out[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            errors.append("%s is %r; it must be an integer from %d to %d" % (name, value, low, high))
+
+    positive_int("large_bytes", 4096, 16 * 1024 * MiB)
+    positive_int("small_bytes", 1, 64 * MiB)
+    positive_int("repeats", 1, 10000)
+    positive_int("small_repeats", 10, 1000000)
+    positive_int("warmup", 0, 1000)
+    positive_int("timeout_s", 1, 3600)
+    if not errors and out["small_bytes"] > out["large_bytes"]:
+        errors.append("small_bytes is %d, larger than large_bytes (%d); the small copies reuse the large device buffer"
+                      % (out["small_bytes"], out["large_bytes"]))
+    placements = out["placements"]
+    if not isinstance(placements, (list, tuple)) or not placements:
+        errors.append("placements is %r; it must be a non-empty list of %s" % (placements, ", ".join(PLACEMENTS)))
+    else:
+        bad = [p for p in placements if p not in PLACEMENTS]
+        if bad:
+            errors.append("placements has %s; allowed: %s" % (", ".join(repr(b) for b in bad), ", ".join(PLACEMENTS)))
+        elif len(set(placements)) != len(placements):
+            errors.append("placements %r lists a placement twice" % (placements,))
+        else:
+            out["placements"] = [p for p in PLACEMENTS if p in placements]
+    if out["pinned_alloc"] not in PINNED_ALLOCS:
+        errors.append("pinned_alloc is %r; allowed: %s" % (out["pinned_alloc"], ", ".join(PINNED_ALLOCS)))
+    remote = out["remote_node"]
+    if remote is not None and (isinstance(remote, bool) or not isinstance(remote, int) or remote < 0):
+        errors.append("remote_node is %r; it must be a NUMA node id (integer >= 0)" % (remote,))
+    gpus = out["gpus"]
+    if gpus is not None:
+        if not isinstance(gpus, (list, tuple)) or not all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus):
+            errors.append("gpus is %r; it must be a list of GPU indices, UUIDs or PCI bus ids" % (gpus,))
+    if not isinstance(out["libcuda_path"], str) or not out["libcuda_path"]:
+        errors.append("libcuda_path is %r; it must be a library name or path" % (out["libcuda_path"],))
+    if errors:
+        raise ProbeError("; ".join(errors))
+    return out
+
+
+# ---------------------------------------------------------------- PCIe
+
+
+def pcie_theoretical_gbps(gen, width):
+    """Return (raw, after line encoding) one-direction bandwidth in GB/s (1e9 bytes/s), or (None, None)."""
+    if gen not in PCIE_LANE_GTS or not isinstance(width, int) or width <= 0:
+        return None, None
+    raw = PCIE_LANE_GTS[gen] * width / 8.0
+    return raw, raw * PCIE_ENCODING[gen]
+
+
+def _sysfs_pcie(bus_id, root="/"):
+    """PCIe generation/width of a device from sysfs (fallback when NVML is missing)."""
+    base = os.path.join(root, "sys/bus/pci/devices", bus_id)
+    gts_to_gen = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+    out = {}
+    for prefix, key in (("max_link", "max"), ("current_link", "current")):
+        try:
+            with open(os.path.join(base, prefix + "_speed")) as fh:
+                speed = float(fh.read().split()[0])
+            with open(os.path.join(base, prefix + "_width")) as fh:
+                width = int(fh.read().strip())
+        except (OSError, ValueError, IndexError):
+            continue
+        out[key] = {"gen": gts_to_gen.get(speed), "width": width}
+    return out
+
+
+def pcie_link(bus_id, nvml=None, root="/"):
+    """PCIe link of a GPU: NVML first (``nvidia-ml-py``), else sysfs. Returns a dict."""
+    link = {"source": None, "gen_max": None, "width_max": None, "gen_current": None, "width_current": None}
+    if nvml is not None:
+        try:
+            handle = nvml.nvmlDeviceGetHandleByPciBusId(bus_id.encode() if isinstance(bus_id, str) else bus_id)
+            link.update(gen_max=nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle),
+                        width_max=nvml.nvmlDeviceGetMaxPcieLinkWidth(handle),
+                        gen_current=nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),
+                        width_current=nvml.nvmlDeviceGetCurrPcieLinkWidth(handle), source="nvml")
+        except Exception:  # NVML is optional; any failure falls back to sysfs
+            pass
+    if link["source"] is None:
+        sysfs = _sysfs_pcie(bus_id, root)
+        if sysfs:
+            link["source"] = "sysfs"
+            link.update(gen_max=sysfs.get("max", {}).get("gen"), width_max=sysfs.get("max", {}).get("width"),
+                        gen_current=sysfs.get("current", {}).get("gen"), width_current=sysfs.get("current", {}).get("width"))
+    raw, encoded = pcie_theoretical_gbps(link["gen_max"], link["width_max"])
+    link["theoretical_raw_gbps"] = raw
+    link["theoretical_gbps"] = round(encoded, 3) if encoded else None
+    return link
+
+
+# ---------------------------------------------------------------- NUMA / host
+
+
+def read_numa_nodes(root="/"):
+    """{node id: {"cpus": set, "distances": [..]}} from sysfs; one node 0 with all CPUs when sysfs has no NUMA."""
+    base = os.path.join(root, "sys/devices/system/node")
+    nodes = {}
+    try:
+        names = os.listdir(base)
+    except OSError:
+        names = []
+    for name in names:
+        if not (name.startswith("node") and name[4:].isdigit()):
+            continue
+        nid = int(name[4:])
+        try:
+            with open(os.path.join(base, name, "cpulist")) as fh:
+                cpus = parse_cpulist(fh.read().strip(), what="%s/%s/cpulist" % (base, name))
+        except OSError:
+            cpus = set()
+        try:
+            with open(os.path.join(base, name, "distance")) as fh:
+                distances = [int(x) for x in fh.read().split()]
+        except (OSError, ValueError):
+            distances = []
+        nodes[nid] = {"cpus": set(cpus), "distances": distances}
+    if not nodes:
+        nodes[0] = {"cpus": set(os.sched_getaffinity(0)), "distances": [10]}
+    return nodes
+
+
+def gpu_numa_node(bus_id, nodes, root="/"):
+    """The CPU-bearing node of a GPU: sysfs numa_node, else the node holding most of its local CPUs."""
+    base = os.path.join(root, "sys/bus/pci/devices", bus_id)
+    try:
+        with open(os.path.join(base, "numa_node")) as fh:
+            nid = int(fh.read().strip())
+        if nid in nodes and nodes[nid]["cpus"]:
+            return nid, "sysfs numa_node"
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(base, "local_cpulist")) as fh:
+            local = parse_cpulist(fh.read().strip(), what="%s/local_cpulist" % base)
+        best = max(sorted(nodes), key=lambda n: len(nodes[n]["cpus"] & set(local)))
+        if nodes[best]["cpus"] & set(local):
+            return best, "sysfs local_cpulist"
+    except (OSError, GpunumaError, ValueError):
+        pass
+    cpu_nodes = [n for n in sorted(nodes) if nodes[n]["cpus"]]
+    if len(cpu_nodes) == 1:
+        return cpu_nodes[0], "only CPU-bearing node"
+    return None, "unknown"
+
+
+def choose_remote(local, nodes, override=None):
+    """The remote CPU-bearing node: ``override`` if given, else the farthest from ``local`` (lowest id on ties)."""
+    cpu_nodes = [n for n in sorted(nodes) if nodes[n]["cpus"]]
+    if override is not None:
+        if override not in cpu_nodes:
+            raise ProbeError("remote_node is %r; it must be a CPU-bearing NUMA node of this host (%s)"
+                             % (override, ", ".join(str(n) for n in cpu_nodes) or "none"))
+        if override == local:
+            raise ProbeError("remote_node is %r, the GPU's own node; choose another CPU-bearing node" % override)
+        return override
+    others = [n for n in cpu_nodes if n != local]
+    if local is None or not others:
+        return None
+    dist = nodes[local]["distances"]
+
+    def distance(n):
+        return dist[n] if n < len(dist) else 0
+
+    return sorted(others, key=lambda n: (-distance(n), n))[0]
+
+
+class Libc:
+    """The few libc/syscall entry points the placement child needs."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        self.lib.syscall.restype = ctypes.c_long
+        self.nr = _SYSCALLS.get(platform.machine())
+
+    def _syscall(self, name, *args):
+        if not self.nr:
+            raise OSError(38, "%s: no syscall number known for %s" % (name, platform.machine()))
+        res = self.lib.syscall(ctypes.c_long(self.nr[name]), *args)
+        if res < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "%s: %s" % (name, os.strerror(err)))
+        return res
+
+    def set_mempolicy(self, mode, node_ids):
+        maxnode = max(list(node_ids) + [0]) + 2
+        words = (maxnode + 63) // 64
+        mask = (ctypes.c_ulong * words)()
+        for n in node_ids:
+            mask[n // 64] |= 1 << (n % 64)
+        if mode == MPOL_DEFAULT:
+            return self._syscall("set_mempolicy", ctypes.c_int(mode), None, ctypes.c_ulong(0))
+        return self._syscall("set_mempolicy", ctypes.c_int(mode), mask, ctypes.c_ulong(words * 64))
+
+    def get_mempolicy(self):
+        mode = ctypes.c_int(0)
+        words = 16
+        mask = (ctypes.c_ulong * words)()
+        self._syscall("get_mempolicy", ctypes.byref(mode), mask, ctypes.c_ulong(words * 64), None, ctypes.c_ulong(0))
+        nodes = [w * 64 + b for w in range(words) for b in range(64) if mask[w] >> b & 1]
+        return mode.value, nodes
+
+    def page_nodes(self, address, length, samples=256):
+        """Count sampled pages of [address, address+length) by NUMA node with move_pages(nodes=NULL)."""
+        page = mmap.PAGESIZE
+        npages = max(1, length // page)
+        step = max(1, npages // samples)
+        idx = list(range(0, npages, step))
+        pages = (ctypes.c_void_p * len(idx))(*[address + i * page for i in idx])
+        status = (ctypes.c_int * len(idx))()
+        self._syscall("move_pages", ctypes.c_int(0), ctypes.c_ulong(len(idx)), pages, None, status, ctypes.c_int(0))
+        counts = {}
+        for s in status:
+            key = str(s) if s >= 0 else "error%d" % -s
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+
+def read_status_binding(path="/proc/self/status"):
+    out = {}
+    with open(path) as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("Cpus_allowed_list", "Mems_allowed_list"):
+                out[key] = value.strip()
+    return out
+
+
+# ---------------------------------------------------------------- CUDA driver
+
+
+class CudaDriver:
+    """ctypes wrapper over the libcuda entry points the probe uses."""
+
+    def __init__(self, path="libcuda.so.1"):
+        try:
+            self.lib = ctypes.CDLL(path)
+        except OSError as exc:
+            raise DriverMissing("cannot load the CUDA driver library %r (%s): no NVIDIA driver on this node?" % (path, exc))
+        self.path = path
+        self._bind()
+
+    def _bind(self):
+        names = {
+            "cuInit": "cuInit", "cuDeviceGetCount": "cuDeviceGetCount", "cuDeviceGet": "cuDeviceGet",
+            "cuDeviceGetName": "cuDeviceGetName", "cuDeviceGetPCIBusId": "cuDeviceGetPCIBusId",
+            "cuDeviceGetUuid": "cuDeviceGetUuid", "cuDeviceGetAttribute": "cuDeviceGetAttribute",
+            "cuCtxCreate": "cuCtxCreate_v2", "cuCtxDestroy": "cuCtxDestroy_v2",
+            "cuStreamCreate": "cuStreamCreate", "cuStreamDestroy": "cuStreamDestroy_v2",
+            "cuStreamSynchronize": "cuStreamSynchronize",
+            "cuEventCreate": "cuEventCreate", "cuEventDestroy": "cuEventDestroy_v2",
+            "cuEventRecord": "cuEventRecord", "cuEventSynchronize": "cuEventSynchronize",
+            "cuEventElapsedTime": "cuEventElapsedTime",
+            "cuMemAlloc": "cuMemAlloc_v2", "cuMemFree": "cuMemFree_v2",
+            "cuMemHostAlloc": "cuMemHostAlloc", "cuMemFreeHost": "cuMemFreeHost",
+            "cuMemHostRegister": "cuMemHostRegister_v2", "cuMemHostUnregister": "cuMemHostUnregister",
+            "cuMemcpyHtoDAsync": "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync": "cuMemcpyDtoHAsync_v2",
+            "cuGetErrorName": "cuGetErrorName", "cuGetErrorString": "cuGetErrorString",
+            "cuDriverGetVersion": "cuDriverGetVersion",
+        }
+        self.fn = {}
+        missing = []
+        for short, symbol in names.items():
+            try:
+                f = getattr(self.lib, symbol)
+            except AttributeError:
+                missing.append(symbol)
+                continue
+            f.restype = ctypes.c_int
+            self.fn[short] = f
+        if missing:
+            raise DriverMissing("the CUDA driver library %r lacks %s: driver too old or not libcuda"
+                                % (self.path, ", ".join(missing)))
+        self.fn["cuMemcpyHtoDAsync"].argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        self.fn["cuMemcpyDtoHAsync"].argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+        self.fn["cuEventRecord"].argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self.fn["cuMemHostRegister"].argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+        self.fn["cuMemHostUnregister"].argtypes = [ctypes.c_void_p]
+
+    def error_text(self, code):
+        name, text = ctypes.c_char_p(), ctypes.c_char_p()
+        if self.fn["cuGetErrorName"](code, ctypes.byref(name)) != 0 or not name.value:
+            return "CUDA_ERROR_%d" % code, "unknown CUDA error"
+        self.fn["cuGetErrorString"](code, ctypes.byref(text))
+        return name.value.decode(), (text.value or b"").decode()
+
+    def call(self, short, *args):
+        code = self.fn[short](*args)
+        if code != CUDA_SUCCESS:
+            name, text = self.error_text(code)
+            raise CudaError(short, code, name, text)
+
+    # device queries
+    def init(self):
+        self.call("cuInit", 0)
+
+    def device_count(self):
+        n = ctypes.c_int(0)
+        self.call("cuDeviceGetCount", ctypes.byref(n))
+        return n.value
+
+    def device(self, ordinal):
+        dev = ctypes.c_int(0)
+        self.call("cuDeviceGet", ctypes.byref(dev), ordinal)
+        return dev.value
+
+    def describe(self, dev):
+        name = ctypes.create_string_buffer(256)
+        self.call("cuDeviceGetName", name, 256, dev)
+        bus = ctypes.create_string_buffer(64)
+        self.call("cuDeviceGetPCIBusId", bus, 64, dev)
+        uuid = (ctypes.c_ubyte * 16)()
+        self.call("cuDeviceGetUuid", uuid, dev)
+        mode = ctypes.c_int(0)
+        self.call("cuDeviceGetAttribute", ctypes.byref(mode), CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, dev)
+        h = bytes(uuid).hex()
+        return {
+            "name": name.value.decode(errors="replace"),
+            "pci_bus_id": normalise_bus_id(bus.value.decode()),
+            "uuid": "GPU-%s-%s-%s-%s-%s" % (h[0:8], h[8:12], h[12:16], h[16:20], h[20:32]),
+            "compute_mode": COMPUTE_MODES.get(mode.value, str(mode.value)),
+        }
+
+    def driver_version(self):
+        v = ctypes.c_int(0)
+        self.call("cuDriverGetVersion", ctypes.byref(v))
+        return "%d.%d" % (v.value // 1000, v.value % 1000 // 10)
+
+
+def normalise_bus_id(text):
+    """``00000000:06:00.0`` / ``0000:06:00.0`` → ``0000:06:00.0`` (lower case, 4-digit domain)."""
+    text = text.strip().lower()
+    parts = text.split(":")
+    if len(parts) == 3:
+        return "%04x:%s:%s" % (int(parts[0], 16), parts[1], parts[2])
+    if len(parts) == 2:
+        return "0000:" + text
+    return text
+
+
+# ---------------------------------------------------------------- measurement
+
+
+def percentile(values, q):
+    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    rank = max(1, int(-(-q * len(ordered) // 100)))  # ceil(q/100*n)
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def bandwidth_stats(nbytes, seconds):
+    """GB/s (1e9 bytes/s) median/best/worst from per-copy durations."""
+    rates = [nbytes / s / 1e9 for s in seconds if s > 0]
+    if not rates:
+        return {"gbps_median": None, "gbps_best": None, "gbps_worst": None, "samples": 0}
+    return {"gbps_median": round(statistics.median(rates), 3), "gbps_best": round(max(rates), 3),
+            "gbps_worst": round(min(rates), 3), "samples": len(rates),
+            "seconds_median": statistics.median(seconds), "seconds": [round(s, 9) for s in seconds]}
+
+
+def latency_stats(seconds):
+    us = [s * 1e6 for s in seconds]
+    return {"us_p50": round(percentile(us, 50), 3), "us_p99": round(percentile(us, 99), 3),
+            "us_max": round(max(us), 3), "us_min": round(min(us), 3), "samples": len(us),
+            "seconds": [round(s, 9) for s in seconds]}
+
+
+class _Resources:
+    """Everything one measurement allocated, released in reverse order whatever happens."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.stack = []
+
+    def push(self, release, *args):
+        self.stack.append((release, args))
+
+    def close(self):
+        errors = []
+        while self.stack:
+            release, args = self.stack.pop()
+            try:
+                release(*args)
+            except Exception as exc:  # keep releasing the rest
+                errors.append(str(exc))
+        return errors
+
+
+def _host_buffer(nbytes):
+    """Anonymous page-aligned mapping, touched so its pages land under the current memory policy."""
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    page = mmap.PAGESIZE
+    for off in range(0, nbytes, page):
+        buf[off] = 1
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    return buf, addr
+
+
+def measure_device(cuda, ordinal, opts, libc=None):
+    """Measure one GPU in the current process (already bound). Returns the measurement dict.
+
+    Raises CudaError; every allocation made here is released before it returns or raises.
+    """
+    res = _Resources(cuda)
+    views = []
+    try:
+        dev = cuda.device(ordinal)
+        ctx = ctypes.c_void_p()
+        cuda.call("cuCtxCreate", ctypes.byref(ctx), 0, dev)
+        res.push(cuda.call, "cuCtxDestroy", ctx)
+        stream = ctypes.c_void_p()
+        cuda.call("cuStreamCreate", ctypes.byref(stream), CU_STREAM_NON_BLOCKING)
+        res.push(cuda.call, "cuStreamDestroy", stream)
+        ev_start, ev_end = ctypes.c_void_p(), ctypes.c_void_p()
+        for ev in (ev_start, ev_end):
+            cuda.call("cuEventCreate", ctypes.byref(ev), CU_EVENT_DEFAULT)
+            res.push(cuda.call, "cuEventDestroy", ev)
+        large, small = opts["large_bytes"], opts["small_bytes"]
+        dptr = ctypes.c_uint64(0)
+        try:
+            cuda.call("cuMemAlloc", ctypes.byref(dptr), large)
+        except CudaError as exc:
+            exc.what = "device buffer of %d bytes" % large
+            raise
+        res.push(cuda.call, "cuMemFree", ctypes.c_uint64(dptr.value))
+
+        def pinned(nbytes):
+            if opts["pinned_alloc"] == "host_alloc":
+                ptr = ctypes.c_void_p()
+                try:
+                    cuda.call("cuMemHostAlloc", ctypes.byref(ptr), nbytes, CU_MEMHOSTALLOC_PORTABLE)
+                except CudaError as exc:
+                    exc.what = "pinned host buffer of %d bytes" % nbytes
+                    raise
+                res.push(cuda.call, "cuMemFreeHost", ptr)
+                ctypes.memset(ptr, 1, nbytes)
+                return ptr.value
+            buf, addr = _host_buffer(nbytes)
+            res.push(buf.close)
+            try:
+                cuda.call("cuMemHostRegister", ctypes.c_void_p(addr), nbytes, CU_MEMHOSTREGISTER_PORTABLE)
+            except CudaError as exc:
+                exc.what = "pinned (registered) host buffer of %d bytes" % nbytes
+                raise
+            res.push(cuda.call, "cuMemHostUnregister", ctypes.c_void_p(addr))
+            return addr
+
+        pinned_large = pinned(large)
+        pinned_small = pinned(small)
+        pageable_buf, pageable_large = _host_buffer(large)
+        res.push(pageable_buf.close)
+        views.append(pageable_buf)
+
+        def event_copy(direction, host, nbytes):
+            cuda.call("cuEventRecord", ev_start, stream)
+            if direction == "h2d":
+                cuda.call("cuMemcpyHtoDAsync", dptr.value, host, nbytes, stream)
+            else:
+                cuda.call("cuMemcpyDtoHAsync", host, dptr.value, nbytes, stream)
+            cuda.call("cuEventRecord", ev_end, stream)
+            cuda.call("cuEventSynchronize", ev_end)
+            ms = ctypes.c_float(0)
+            cuda.call("cuEventElapsedTime", ctypes.byref(ms), ev_start, ev_end)
+            return ms.value / 1000.0
+
+        def wall_copy(host, nbytes):
+            t0 = time.perf_counter()
+            cuda.call("cuMemcpyHtoDAsync", dptr.value, host, nbytes, stream)
+            cuda.call("cuStreamSynchronize", stream)
+            return time.perf_counter() - t0
+
+        def series(fn, count):
+            for _ in range(opts["warmup"]):
+                fn()
+            return [fn() for _ in range(count)]
+
+        result = {
+            "h2d_pinned": bandwidth_stats(large, series(lambda: event_copy("h2d", pinned_large, large), opts["repeats"])),
+            "d2h_pinned": bandwidth_stats(large, series(lambda: event_copy("d2h", pinned_large, large), opts["repeats"])),
+            "h2d_pageable": bandwidth_stats(large, series(lambda: wall_copy(pageable_large, large), opts["repeats"])),
+            "small_h2d_pinned": latency_stats(series(lambda: event_copy("h2d", pinned_small, small), opts["small_repeats"])),
+        }
+        # back-to-back async small copies: per-copy cost when the queue is kept full
+        n = opts["small_repeats"]
+        for _ in range(opts["warmup"]):
+            cuda.call("cuMemcpyHtoDAsync", dptr.value, pinned_small, small, stream)
+        cuda.call("cuStreamSynchronize", stream)
+        cuda.call("cuEventRecord", ev_start, stream)
+        for _ in range(n):
+            cuda.call("cuMemcpyHtoDAsync", dptr.value, pinned_small, small, stream)
+        cuda.call("cuEventRecord", ev_end, stream)
+        cuda.call("cuEventSynchronize", ev_end)
+        ms = ctypes.c_float(0)
+        cuda.call("cuEventElapsedTime", ctypes.byref(ms), ev_start, ev_end)
+        result["small_h2d_pinned"]["loop_us_per_copy"] = round(ms.value * 1000.0 / n, 3)
+        if libc is not None:
+            pages = {}
+            for kind, addr, nbytes in (("pinned", pinned_large, large), ("pageable", pageable_large, large)):
+                try:
+                    pages[kind] = libc.page_nodes(addr, nbytes)
+                except OSError as exc:
+                    pages[kind] = {"error": str(exc)}
+            result["buffer_pages"] = pages
+        return result
+    finally:
+        errors = res.close()
+        if errors:
+            # a failed release is reported by the caller's process exit; nothing more can be done here
+            pass
+
+
+# ---------------------------------------------------------------- placements in children
+
+
+def _child_measure(ordinal, placement, cpus, mem_nodes, opts):
+    """Runs in the forked child: bind, verify, init CUDA, measure. Returns a JSON-able dict."""
+    libc = Libc()
+    binding = {"placement": placement, "requested_cpus": format_cpulist(cpus) if cpus else None,
+               "requested_mem_nodes": list(mem_nodes) if mem_nodes else None}
+    # a binding the kernel refuses (seccomp, gVisor) is measured anyway and reported unverified
+    if cpus:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError as exc:
+            binding["cpu_bind_error"] = "sched_setaffinity: %s" % exc
+    if mem_nodes:
+        try:
+            libc.set_mempolicy(MPOL_BIND, mem_nodes)
+        except OSError as exc:
+            binding["mem_bind_error"] = str(exc)
+    status = read_status_binding()
+    binding["cpus_allowed"] = status.get("Cpus_allowed_list")
+    binding["mems_allowed"] = status.get("Mems_allowed_list")
+    try:
+        mode, nodes = libc.get_mempolicy()
+        binding["mempolicy"] = {0: "default", 1: "preferred", 2: "bind", 3: "interleave"}.get(mode, str(mode))
+        binding["mempolicy_nodes"] = nodes if mode != MPOL_DEFAULT else []
+    except OSError as exc:
+        binding["mempolicy"] = "unknown (%s)" % exc
+        binding["mempolicy_nodes"] = []
+    allowed = set(parse_cpulist(binding["cpus_allowed"])) if binding["cpus_allowed"] else set()
+    binding["cpus_verified"] = (not cpus) or allowed == set(cpus)
+    binding["mem_verified"] = (not mem_nodes) or (binding["mempolicy"] == "bind" and set(binding["mempolicy_nodes"]) == set(mem_nodes))
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    cuda = CudaDriver(opts["libcuda_path"])
+    cuda.init()
+    measured = measure_device(cuda, ordinal, opts, libc=libc)
+    pages = measured.pop("buffer_pages", {})
+    binding["buffer_pages"] = pages
+    if mem_nodes:
+        want = {str(n) for n in mem_nodes}
+        ok = True
+        for counts in pages.values():
+            total = sum(v for k, v in counts.items() if k != "error")
+            on = sum(v for k, v in counts.items() if k in want)
+            ok = ok and total > 0 and on == total
+        binding["pages_verified"] = ok
+    else:
+        binding["pages_verified"] = True
+    return {"binding": binding, "measurement": measured}
+
+
+def run_in_child(target, args, timeout_s):
+    """Fork, run ``target(*args)`` in the child, return its JSON result or raise ProbeError/CudaError-like dict."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(rfd)
+        code = 0
+        try:
+            payload = {"ok": target(*args)}
+        except CudaError as exc:
+            payload = {"cuda_error": {"call": exc.call, "code": exc.code, "name": exc.name, "text": exc.text,
+                                      "what": getattr(exc, "what", None)}}
+        except GpunumaError as exc:
+            payload = {"error": str(exc), "type": type(exc).__name__}
+        except BaseException as exc:  # the child must always answer
+            payload = {"error": "%s: %s" % (type(exc).__name__, exc), "type": type(exc).__name__}
+        try:
+            data = json.dumps(payload).encode()
+            view = memoryview(data)
+            while view:
+                n = os.write(wfd, view)
+                view = view[n:]
+        except BaseException:
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    chunks = []
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([rfd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(rfd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(rfd)
+    if timed_out:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return {"error": "no answer within %d s (timeout_s); the measuring process was killed" % timeout_s, "type": "timeout"}
+    if not chunks:
+        how = ("killed by signal %d" % os.WTERMSIG(status)) if os.WIFSIGNALED(status) else ("exit status %d" % os.WEXITSTATUS(status))
+        return {"error": "the measuring process died without an answer (%s)" % how, "type": "crash"}
+    try:
+        return json.loads(b"".join(chunks).decode())
+    except ValueError:
+        return {"error": "the measuring process answered garbage", "type": "crash"}
+
+
+def _enumerate_child(libcuda_path):
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    cuda = CudaDriver(libcuda_path)
+    try:
+        cuda.init()
+    except CudaError as exc:
+        if exc.code == CUDA_ERROR_NO_DEVICE:
+            return {"driver_version": None, "gpus": []}
+        raise
+    gpus = []
+    for ordinal in range(cuda.device_count()):
+        info = cuda.describe(cuda.device(ordinal))
+        info["index"] = ordinal
+        gpus.append(info)
+    return {"driver_version": cuda.driver_version(), "gpus": gpus}
+
+
+def select_gpus(gpus, wanted):
+    if wanted is None:
+        return list(gpus)
+    chosen, unknown = [], []
+    for w in wanted:
+        match = [g for g in gpus if w == g["index"] or str(w) == str(g["index"]) or str(w).lower() in (g["uuid"].lower(), g["pci_bus_id"])]
+        if not match:
+            unknown.append(str(w))
+        for g in match:
+            if g not in chosen:
+                chosen.append(g)
+    if unknown:
+        raise ProbeError("gpus names %s, not on this node; it has %s" % (
+            ", ".join(unknown), ", ".join("%d (%s, %s)" % (g["index"], g["uuid"], g["pci_bus_id"]) for g in gpus) or "no GPUs"))
+    return chosen
+
+
+def _cuda_error_message(gpu, placement, err):
+    label = "GPU %s (%s, %s)" % (gpu["index"], gpu["uuid"], gpu["pci_bus_id"])
+    what = (" allocating the %s" % err["what"]) if err.get("what") else ""
+    return "%s, placement %s: %s%s failed with %s (%d): %s" % (
+        label, placement, err["call"], what, err["name"], err["code"], err["text"])
+
+
+def probe(options, root="/", nvml=None, hostname=None):
+    """Probe every selected GPU in every placement. Returns a ``gpunuma.h2d-probe/v1`` dict."""
+    opts = check_options(options)
+    started = time.time()
+    report = {"schema": SCHEMA, "hostname": hostname or platform.node(), "status": "ok", "reason": None,
+              "options": {k: opts[k] for k in ("placements", "large_bytes", "small_bytes", "repeats",
+                                                "small_repeats", "warmup", "pinned_alloc")},
+              "driver_version": None, "numa_nodes": {}, "gpus": []}
+    nodes = read_numa_nodes(root)
+    report["numa_nodes"] = {str(n): {"cpus": format_cpulist(nodes[n]["cpus"]), "distances": nodes[n]["distances"]}
+                            for n in sorted(nodes)}
+    try:
+        CudaDriver(opts["libcuda_path"])  # load test only: the parent never calls cuInit
+    except DriverMissing as exc:
+        report.update(status="skipped", reason=str(exc))
+        return report
+    listing = run_in_child(_enumerate_child, (opts["libcuda_path"],), opts["timeout_s"])
+    if "ok" not in listing:
+        err = listing.get("cuda_error")
+        if err:
+            report.update(status="skipped" if err["code"] in (CUDA_ERROR_INSUFFICIENT_DRIVER,) else "error",
+                          reason="the CUDA driver could not list GPUs: %s failed with %s (%d): %s" % (
+                              err["call"], err["name"], err["code"], err["text"]))
+        else:
+            report.update(status="error", reason="the CUDA driver could not list GPUs: %s" % listing["error"])
+        return report
+    report["driver_version"] = listing["ok"]["driver_version"]
+    if not listing["ok"]["gpus"]:
+        report.update(status="skipped", reason="no NVIDIA GPU on this node (the CUDA driver reports none)")
+        return report
+    gpus = select_gpus(listing["ok"]["gpus"], opts["gpus"])
+    for gpu in gpus:
+        entry = dict(gpu)
+        node, how = gpu_numa_node(gpu["pci_bus_id"], nodes, root)
+        entry.update(numa_node=node, numa_node_source=how, pcie=pcie_link(gpu["pci_bus_id"], nvml, root),
+                     status="ok", reason=None, placements={})
+        remote = choose_remote(node, nodes, opts["remote_node"])
+        entry["remote_node"] = remote
+        if gpu.get("compute_mode") == "prohibited":
+            entry.update(status="skipped", reason="GPU %d (%s, %s) is in compute mode Prohibited: no process may use it"
+                         % (gpu["index"], gpu["uuid"], gpu["pci_bus_id"]))
+            report["gpus"].append(entry)
+            continue
+        for placement in opts["placements"]:
+            if placement == "local":
+                if node is None:
+                    entry["placements"][placement] = {"status": "skipped", "reason": "the GPU's NUMA node is unknown"}
+                    continue
+                cpus, mems = sorted(nodes[node]["cpus"]), [node]
+            elif placement == "remote":
+                if remote is None:
+                    entry["placements"][placement] = {"status": "skipped",
+                                                      "reason": "no other CPU-bearing NUMA node on this host"}
+                    continue
+                cpus, mems = sorted(nodes[remote]["cpus"]), [remote]
+            else:
+                cpus, mems = None, None
+            t0 = time.monotonic()
+            out = run_in_child(_child_measure, (gpu["index"], placement, cpus, mems, opts), opts["timeout_s"])
+            elapsed = round(time.monotonic() - t0, 3)
+            if "ok" in out:
+                entry["placements"][placement] = dict(status="ok", reason=None, seconds=elapsed, node=mems[0] if mems else None,
+                                                      **out["ok"])
+                continue
+            err = out.get("cuda_error")
+            if err and err["code"] in BUSY_CODES:
+                reason = "GPU %d (%s, %s) is busy: another process holds it (compute mode %s); %s failed with %s" % (
+                    gpu["index"], gpu["uuid"], gpu["pci_bus_id"], gpu.get("compute_mode"), err["call"], err["name"])
+                entry.update(status="skipped", reason=reason)
+                entry["placements"][placement] = {"status": "skipped", "reason": reason}
+                break
+            if err:
+                reason = _cuda_error_message(gpu, placement, err)
+            else:
+                reason = "GPU %d (%s, %s), placement %s: %s" % (gpu["index"], gpu["uuid"], gpu["pci_bus_id"], placement, out["error"])
+            entry["placements"][placement] = {"status": "error", "reason": reason}
+            entry.update(status="error", reason=reason)
+        report["gpus"].append(entry)
+    statuses = {g["status"] for g in report["gpus"]}
+    if "error" in statuses:
+        report["status"] = "error"
+        report["reason"] = "; ".join(g["reason"] for g in report["gpus"] if g["status"] == "error")
+    elif statuses == {"skipped"}:
+        report["status"] = "skipped"
+        report["reason"] = "; ".join(g["reason"] for g in report["gpus"])
+    report["seconds"] = round(time.time() - started, 3)
+    return report

@@ -1,0 +1,333 @@
+"""Validation of H2D probe results against policy thresholds kept as data.
+
+``load_policy`` checks a ``gpunuma.validation-policy/v1`` document
+(policies/validation/h2d.yml); ``build_report`` turns one host's
+``gpunuma.h2d-probe/v1`` result into a ``gpunuma.validation/v1`` report
+with one verdict per GPU; ``fleet_table`` prints the fleet.  Pure data in,
+data out: no Ansible, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+
+REPORT_SCHEMA = "gpunuma.validation/v1"
+POLICY_SCHEMA = "gpunuma.validation-policy/v1"
+PROBE_SCHEMA = "gpunuma.h2d-probe/v1"
+
+CHECKS = {
+    "pinned_link_fraction": {"min_fraction": (float, 0.0, 1.0)},
+    "local_not_slower_than_remote": {"tolerance": (float, 0.0, 1.0)},
+    "binding_verified": {},
+    "pageable_reported": {},
+}
+VERDICT_KEYS = {"bandwidth_tolerance": (float, 0.0, 1.0), "latency_tolerance": (float, 0.0, 10.0)}
+DEFAULT_LADDER = ["strict", "preferred", "interleave", "off"]
+
+VERDICT_PAYS = "binding pays"
+VERDICT_NEUTRAL = "binding does not matter here"
+VERDICT_HURTS = "binding hurts"
+VERDICT_UNKNOWN = "not measured"
+
+
+class PolicyError(GpunumaError):
+    """A validation policy is malformed; the message lists every problem."""
+
+
+class ReportError(GpunumaError):
+    """A probe result cannot be turned into a report."""
+
+
+def _number(value, kind, low, high):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return low <= value <= high
+
+
+def load_policy(data, source="policy"):
+    """Validate a policy document; return it normalised. Raises PolicyError naming each bad field."""
+    problems = []
+    if not isinstance(data, dict):
+        raise PolicyError("%s: the policy must be a mapping with schema, controls and verdict; got %s"
+                          % (source, type(data).__name__))
+    if data.get("schema") != POLICY_SCHEMA:
+        problems.append("%s: schema is %r; allowed: %s" % (source, data.get("schema"), POLICY_SCHEMA))
+    controls = data.get("controls")
+    out_controls = []
+    if not isinstance(controls, list) or not controls:
+        problems.append("%s: controls is %r; it must be a non-empty list" % (source, controls))
+        controls = []
+    seen = set()
+    for i, control in enumerate(controls):
+        where = "%s: controls[%d]" % (source, i)
+        if not isinstance(control, dict):
+            problems.append("%s is %r; it must be a mapping with id, title and check" % (where, control))
+            continue
+        cid, check = control.get("id"), control.get("check")
+        if not isinstance(cid, str) or not re.match(r"^[a-z0-9][a-z0-9-]*$", cid):
+            problems.append("%s.id is %r; it must be a control id of a-z, 0-9 and '-' (e.g. gpunuma-h2d-01)" % (where, cid))
+        elif cid in seen:
+            problems.append("%s.id %r is used twice" % (where, cid))
+        seen.add(cid)
+        if not isinstance(control.get("title"), str) or not control.get("title"):
+            problems.append("%s.title is %r; it must be a non-empty string" % (where, control.get("title")))
+        if check not in CHECKS:
+            problems.append("%s.check is %r; allowed: %s" % (where, check, ", ".join(sorted(CHECKS))))
+            continue
+        params = CHECKS[check]
+        for key in control:
+            if key not in ("id", "title", "check", "enabled") and key not in params:
+                problems.append("%s has unknown key %r; allowed for check %s: %s"
+                                % (where, key, check, ", ".join(["id", "title", "check", "enabled"] + sorted(params))))
+        for key, (kind, low, high) in params.items():
+            if not _number(control.get(key), kind, low, high):
+                problems.append("%s.%s is %r; it must be a number from %s to %s" % (where, key, control.get(key), low, high))
+        if "enabled" in control and not isinstance(control["enabled"], bool):
+            problems.append("%s.enabled is %r; it must be true or false" % (where, control["enabled"]))
+        out_controls.append(dict(control))
+    verdict = data.get("verdict")
+    if not isinstance(verdict, dict):
+        problems.append("%s: verdict is %r; it must be a mapping with %s" % (source, verdict, ", ".join(VERDICT_KEYS)))
+        verdict = {}
+    for key, (kind, low, high) in VERDICT_KEYS.items():
+        if not _number(verdict.get(key), kind, low, high):
+            problems.append("%s: verdict.%s is %r; it must be a number from %s to %s" % (source, key, verdict.get(key), low, high))
+    for key in verdict:
+        if key not in VERDICT_KEYS:
+            problems.append("%s: verdict has unknown key %r; allowed: %s" % (source, key, ", ".join(VERDICT_KEYS)))
+    waivers = data.get("waivers") or []
+    if not isinstance(waivers, list):
+        problems.append("%s: waivers is %r; it must be a list" % (source, waivers))
+        waivers = []
+    for i, waiver in enumerate(waivers):
+        where = "%s: waivers[%d]" % (source, i)
+        if not isinstance(waiver, dict):
+            problems.append("%s is %r; it must be a mapping with control, hosts and justification" % (where, waiver))
+            continue
+        if waiver.get("control") not in seen:
+            problems.append("%s.control is %r; allowed: a control id of this policy (%s)" % (where, waiver.get("control"), ", ".join(sorted(seen))))
+        if not isinstance(waiver.get("justification"), str) or len(waiver.get("justification", "").strip()) < 10:
+            problems.append("%s.justification is %r; a waiver needs a justification of at least 10 characters" % (where, waiver.get("justification")))
+        hosts = waiver.get("hosts", ["all"])
+        if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+            problems.append("%s.hosts is %r; it must be a list of host names (or ['all'])" % (where, hosts))
+    if problems:
+        raise PolicyError("; ".join(problems))
+    return {"schema": POLICY_SCHEMA, "name": data.get("name", source), "controls": out_controls,
+            "verdict": dict(verdict), "waivers": list(waivers)}
+
+
+def _m(placement, key, sub):
+    m = (placement or {}).get("measurement") or {}
+    return (m.get(key) or {}).get(sub)
+
+
+def _summarise_placement(name, placement, link_gbps):
+    if not placement or placement.get("status") != "ok":
+        return {"status": (placement or {}).get("status", "not_requested"), "reason": (placement or {}).get("reason")}
+    binding = placement.get("binding") or {}
+    pinned = _m(placement, "h2d_pinned", "gbps_median")
+    return {
+        "status": "ok",
+        "node": placement.get("node"),
+        "h2d_pinned_gbps": pinned,
+        "d2h_pinned_gbps": _m(placement, "d2h_pinned", "gbps_median"),
+        "h2d_pageable_gbps": _m(placement, "h2d_pageable", "gbps_median"),
+        "small_p50_us": _m(placement, "small_h2d_pinned", "us_p50"),
+        "small_p99_us": _m(placement, "small_h2d_pinned", "us_p99"),
+        "small_max_us": _m(placement, "small_h2d_pinned", "us_max"),
+        "small_loop_us_per_copy": _m(placement, "small_h2d_pinned", "loop_us_per_copy"),
+        "link_fraction": round(pinned / link_gbps, 4) if pinned and link_gbps else None,
+        "binding_verified": bool(binding.get("cpus_verified") and binding.get("mem_verified") and binding.get("pages_verified")),
+        "cpus_allowed": binding.get("cpus_allowed"),
+        "mempolicy": binding.get("mempolicy"),
+        "mempolicy_nodes": binding.get("mempolicy_nodes"),
+    }
+
+
+def _waived(policy, control_id, hostname):
+    for waiver in policy["waivers"]:
+        if waiver["control"] == control_id and ("all" in waiver.get("hosts", ["all"]) or hostname in waiver.get("hosts", [])):
+            return waiver["justification"]
+    return None
+
+
+def _evaluate(control, gpu, places, hostname, policy):
+    check = control["check"]
+    local = places.get("local", {})
+    if check == "pinned_link_fraction":
+        link = gpu["link"]["theoretical_gbps"]
+        if not link:
+            return "not_applicable", "the PCIe link of this GPU is unknown (no NVML, no sysfs link speed)"
+        measured = [(n, p["link_fraction"]) for n, p in places.items() if p.get("status") == "ok"]
+        if not measured:
+            return "not_applicable", "no placement was measured"
+        worst = min(measured, key=lambda x: x[1])
+        status = "pass" if worst[1] >= control["min_fraction"] else "fail"
+        return status, "pinned H2D %s reached %.1f%% of the %.1f GB/s link (at least %.0f%% required; pageable copies are not counted)" % (
+            worst[0], worst[1] * 100, link, control["min_fraction"] * 100)
+    if check == "local_not_slower_than_remote":
+        remote = places.get("remote", {})
+        if local.get("status") != "ok" or remote.get("status") != "ok":
+            return "not_applicable", "local and remote were not both measured (%s)" % (
+                remote.get("reason") or local.get("reason") or "placement not requested")
+        tol = control["tolerance"]
+        slow = local["h2d_pinned_gbps"] < remote["h2d_pinned_gbps"] * (1 - tol)
+        late = local["small_p99_us"] > remote["small_p99_us"] * (1 + tol)
+        detail = "local %.2f GB/s p99 %.2f us, remote %.2f GB/s p99 %.2f us (tolerance %.0f%%)" % (
+            local["h2d_pinned_gbps"], local["small_p99_us"], remote["h2d_pinned_gbps"], remote["small_p99_us"], tol * 100)
+        return ("fail" if slow or late else "pass"), detail
+    if check == "binding_verified":
+        bad = [n for n, p in places.items() if p.get("status") == "ok" and not p["binding_verified"]]
+        if not [p for p in places.values() if p.get("status") == "ok"]:
+            return "not_applicable", "no placement was measured"
+        return ("fail", "binding not verified for %s (CPUs, memory policy or buffer pages differ from the request)" % ", ".join(bad)) \
+            if bad else ("pass", "CPUs, memory policy and buffer pages match every placement")
+    if check == "pageable_reported":
+        ok = [n for n, p in places.items() if p.get("status") == "ok" and p.get("h2d_pageable_gbps")]
+        if not [p for p in places.values() if p.get("status") == "ok"]:
+            return "not_applicable", "no placement was measured"
+        return ("pass", "pageable H2D measured separately for %s" % ", ".join(ok)) if ok else \
+            ("fail", "no pageable H2D figure in the probe")
+    raise ReportError("unknown check %r" % check)
+
+
+def _verdict(places, tolerances, profile, ladder):
+    local, unbound, remote = places.get("local", {}), places.get("unbound", {}), places.get("remote", {})
+    if local.get("status") != "ok":
+        return VERDICT_UNKNOWN, "the bound-to-local placement was not measured", None
+    bw_tol, lat_tol = tolerances["bandwidth_tolerance"], tolerances["latency_tolerance"]
+    refs = [(n, p) for n, p in (("unbound", unbound), ("remote", remote)) if p.get("status") == "ok"]
+    if not refs:
+        return VERDICT_UNKNOWN, "nothing to compare the bound placement with", None
+
+    def better(a, b):
+        return a["h2d_pinned_gbps"] > b["h2d_pinned_gbps"] * (1 + bw_tol) or a["small_p99_us"] < b["small_p99_us"] * (1 - lat_tol)
+
+    def worse(a, b):
+        return a["h2d_pinned_gbps"] < b["h2d_pinned_gbps"] * (1 - bw_tol) or a["small_p99_us"] > b["small_p99_us"] * (1 + lat_tol)
+
+    if unbound.get("status") == "ok" and worse(local, unbound):
+        rung = None
+        if profile in ladder and ladder.index(profile) + 1 < len(ladder):
+            rung = ladder[ladder.index(profile) + 1]
+        why = "bound %.2f GB/s p99 %.2f us against unbound %.2f GB/s p99 %.2f us" % (
+            local["h2d_pinned_gbps"], local["small_p99_us"], unbound["h2d_pinned_gbps"], unbound["small_p99_us"])
+        return VERDICT_HURTS, why, rung
+    gains = [n for n, p in refs if better(local, p)]
+    if gains:
+        return VERDICT_PAYS, "bound beats %s beyond %.0f%% bandwidth / %.0f%% p99 tolerance" % (
+            " and ".join(gains), bw_tol * 100, lat_tol * 100), None
+    return VERDICT_NEUTRAL, "bound within %.0f%% bandwidth and %.0f%% p99 of %s" % (
+        bw_tol * 100, lat_tol * 100, " and ".join(n for n, _ in refs)), None
+
+
+def build_report(probe, policy, hostname=None, profile=None, ladder=None, generated_at=None):
+    """One host's ``gpunuma.validation/v1`` report from its probe result and a loaded policy.
+
+    A damaged result (a replayed file edited by hand, a wrong type in a field) raises ReportError
+    naming the host and what was wrong, never a bare TypeError.
+    """
+    try:
+        return _build_report(probe, policy, hostname, profile, ladder, generated_at)
+    except (TypeError, KeyError, AttributeError, ValueError, ZeroDivisionError) as exc:
+        raise ReportError("the probe result for %s is malformed (%s: %s); expected the fields of %s (docs/probe.md)"
+                          % (hostname or "this host", type(exc).__name__, exc, PROBE_SCHEMA))
+
+
+def _build_report(probe, policy, hostname, profile, ladder, generated_at):
+    if profile is False:  # an unquoted `off` in YAML reaches Ansible as the boolean false
+        profile = "off"
+    if not isinstance(probe, dict) or probe.get("schema") != PROBE_SCHEMA:
+        raise ReportError("the probe result for %s is not a %s document (schema %r)"
+                          % (hostname or "this host", PROBE_SCHEMA, probe.get("schema") if isinstance(probe, dict) else probe))
+    ladder = list(ladder or DEFAULT_LADDER)
+    hostname = hostname or probe.get("hostname")
+    report = {"schema": REPORT_SCHEMA, "hostname": hostname, "generated_at": generated_at,
+              "policy": policy.get("name"), "profile": profile, "probe_status": probe.get("status"),
+              "probe_reason": probe.get("reason"), "driver_version": probe.get("driver_version"),
+              "probe_options": probe.get("options"), "gpus": []}
+    counts = {"pass": 0, "fail": 0, "waived": 0, "not_applicable": 0}
+    for gpu in probe.get("gpus", []):
+        pcie = gpu.get("pcie") or {}
+        link = {"gen": pcie.get("gen_max"), "width": pcie.get("width_max"), "source": pcie.get("source"),
+                "theoretical_gbps": pcie.get("theoretical_gbps"), "theoretical_raw_gbps": pcie.get("theoretical_raw_gbps")}
+        entry = {"index": gpu.get("index"), "uuid": gpu.get("uuid"), "pci_bus_id": gpu.get("pci_bus_id"),
+                 "name": gpu.get("name"), "numa_node": gpu.get("numa_node"), "remote_node": gpu.get("remote_node"),
+                 "status": gpu.get("status"), "reason": gpu.get("reason"), "link": link, "placements": {},
+                 "controls": []}
+        for name in ("local", "remote", "unbound"):
+            entry["placements"][name] = _summarise_placement(name, gpu.get("placements", {}).get(name), link["theoretical_gbps"])
+        places = {n: p for n, p in entry["placements"].items() if p.get("status") != "not_requested"}
+        if gpu.get("status") == "ok":
+            for control in policy["controls"]:
+                if control.get("enabled", True) is False:
+                    continue
+                status, detail = _evaluate(control, entry, places, hostname, policy)
+                justification = _waived(policy, control["id"], hostname) if status == "fail" else None
+                if justification:
+                    status, detail = "waived", "%s; waived: %s" % (detail, justification)
+                counts[status] += 1
+                entry["controls"].append({"id": control["id"], "title": control["title"], "status": status, "detail": detail})
+            verdict, why, rung = _verdict(entry["placements"], policy["verdict"], profile, ladder)
+        else:
+            verdict, why, rung = VERDICT_UNKNOWN, gpu.get("reason") or "the GPU was not measured", None
+        entry.update(verdict=verdict, verdict_reason=why, suggested_rollback=rung)
+        report["gpus"].append(entry)
+    report["summary"] = counts
+    if probe.get("status") == "skipped" and not report["gpus"]:
+        report["status"] = "skipped"
+    elif counts["fail"] or probe.get("status") == "error" or any(g["status"] == "error" for g in report["gpus"]):
+        report["status"] = "failed"
+    else:
+        report["status"] = "passed"
+    return report
+
+
+def _fmt(value, pattern):
+    return pattern % value if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def fleet_table(reports):
+    """Lines of the fleet table: per GPU the local/remote/unbound pinned GB/s, p99 small-copy latency and verdict."""
+    header = ("host", "gpu", "node", "link GB/s", "local GB/s", "remote GB/s", "unbound GB/s",
+              "local p99us", "remote p99us", "unbound p99us", "pageable GB/s", "controls", "verdict")
+    rows = []
+    for report in reports:
+        if not report.get("gpus"):
+            rows.append((str(report.get("hostname")), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                         report.get("status", "-"), report.get("probe_reason") or "no GPU measured"))
+            continue
+        for gpu in report["gpus"]:
+            p = gpu["placements"]
+            fails = [c["id"] for c in gpu["controls"] if c["status"] == "fail"]
+            verdict = gpu["verdict"]
+            if gpu.get("status") != "ok":
+                verdict += ": %s" % gpu.get("reason")
+            if gpu.get("suggested_rollback"):
+                verdict += " (roll back to %s)" % gpu["suggested_rollback"]
+            rows.append((
+                str(report.get("hostname")), str(gpu["index"]), _fmt(gpu["numa_node"], "%d"),
+                _fmt(gpu["link"]["theoretical_gbps"], "%.1f"),
+                _fmt(p["local"].get("h2d_pinned_gbps"), "%.2f"), _fmt(p["remote"].get("h2d_pinned_gbps"), "%.2f"),
+                _fmt(p["unbound"].get("h2d_pinned_gbps"), "%.2f"),
+                _fmt(p["local"].get("small_p99_us"), "%.2f"), _fmt(p["remote"].get("small_p99_us"), "%.2f"),
+                _fmt(p["unbound"].get("small_p99_us"), "%.2f"),
+                _fmt(p["local"].get("h2d_pageable_gbps") or p["unbound"].get("h2d_pageable_gbps"), "%.2f"),
+                ("fail: " + ",".join(fails)) if fails else ("ok" if gpu.get("status") == "ok" else gpu.get("status")),
+                verdict))
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    return ["  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [header] + rows]
+
+
+def host_file_name(hostname):
+    """A controller file name for a host that stays inside its directory (%XX for anything unsafe)."""
+    out = []
+    for i, ch in enumerate(str(hostname)):
+        if (ch.isascii() and (ch.isalnum() or ch in "_-:@+")) or (ch == "." and i > 0):
+            out.append(ch)
+        else:
+            out.extend("%%%02X" % b for b in ch.encode("utf-8"))
+    return "".join(out) or "%00"
