@@ -34,9 +34,11 @@ from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib  # noqa: E402
 from ansible.module_utils.gpunuma.node import housekeeping as housekeepinglib  # noqa: E402
 from ansible.module_utils.gpunuma.operate import state as statelib  # noqa: E402
+from ansible.module_utils.gpunuma.common import schemas  # noqa: E402
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.plan.planner import systemd_environment_assignment, systemd_exec_line  # noqa: E402
-from ansible.module_utils.gpunuma.plan.profiles import ProfileError, load_profiles, profile_choice_problem  # noqa: E402
+from ansible.module_utils.gpunuma.plan.profiles import (  # noqa: E402
+    ProfileError, base_profile, load_profiles, profile_choice_problem, profile_variant)
 
 
 def _filter(function):
@@ -124,6 +126,8 @@ autonuma_tuned_setting = _filter(sysctl_owners.tuned_setting)
 autonuma_tuned_conflict = _filter(sysctl_owners.tuned_conflict)
 # autonuma_numa_balancing (auto follows the profile and the kernel release): gpunuma.autonuma.
 autonuma_decide = _filter(autonumalib.decide)
+# Whether the live value is written (not in a container unless asked): the audit asks the same function.
+autonuma_write_live = _filter(autonumalib.write_live)
 
 # systemd-sysctl reads only *.conf files (sysctl.d(5)); the whole path must match.
 AUTONUMA_SYSCTL_FILE_PATTERN = r"/[^\x00-\x1f\x7f]*[^/\x00-\x1f\x7f]\.conf"
@@ -167,7 +171,7 @@ def autonuma_input_problems(options, values, aliases=None):
 # ================================================================ gpu_topology
 # Controller file names and persisted-topology reads (gpunuma.role_inputs).
 
-TOPOLOGY_SCHEMA = "gpunuma.topology/v1"
+TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 
 gpu_topology_file_stem = _filter(role_inputs.host_file_stem)
 gpu_topology_file_stem.__doc__ = "The controller file name stem of inventory host ``host`` (role_inputs.host_file_stem)."
@@ -255,6 +259,11 @@ def _extra_vars():
 def gpunuma_extra_var(name, default=None):
     """The value of ``-e name=...`` on this run's command line, or ``default``."""
     return _extra_vars().get(name, default)
+
+
+# A plan's profile is a rung and an optional variant (gpunuma.plan.profiles.ProfileName).
+gpunuma_base_profile = _filter(base_profile)
+gpunuma_profile_variant = _filter(profile_variant)
 
 
 def gpunuma_rollback_target(read, rollback, requested, profiles_dir, inventory_profile, host):
@@ -372,7 +381,7 @@ def memlock_input_problems(options, values, aliases=None):
 # ``systemd_exec_line`` (imported, not copied), so a command is always passed
 # as argv and never read by a shell.
 
-PLAN_SCHEMA = "gpunuma.plan/v1"
+PLAN_SCHEMA = schemas.PLAN
 
 numa_binding_aliases = role_inputs.aliases_of
 numa_binding_profile_problem = profile_choice_problem
@@ -527,6 +536,7 @@ FILTERS = (
     "autonuma_tuned_setting",
     "autonuma_tuned_conflict",
     "autonuma_decide",
+    "autonuma_write_live",
     # gpu_topology
     "gpu_topology_file_stem",
     "gpu_topology_controller_files",
@@ -540,6 +550,8 @@ FILTERS = (
     # gpunuma_state
     "gpunuma_extra_var",
     "gpunuma_rollback_target",
+    "gpunuma_base_profile",
+    "gpunuma_profile_variant",
     # memlock
     "memlock_aliases",
     "memlock_input_problems",

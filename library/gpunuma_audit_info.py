@@ -46,7 +46,7 @@ options:
     default: /etc/sysctl.d/60-gpunuma-numa-balancing.conf
   numa_balancing_live:
     description:
-      - Compare the live value too. C(auto) skips it in a container (C(/run/systemd/container) or C(/.dockerenv)),
+      - Compare the live value too. C(auto) skips it in a container (the test the autonuma role uses, gpunuma.node.autonuma.detect_container),
         whose kernel.numa_balancing is the host's.
     type: str
     choices: [auto, "yes", "no"]
@@ -96,8 +96,11 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.node import autonuma as autonumalib
+from ansible.module_utils.gpunuma.plan.profiles import base_profile
 from ansible.module_utils.gpunuma.verify import audit as auditlib
 from ansible.module_utils.gpunuma.verify.audit import Finding
+from ansible.module_utils.gpunuma.common import schemas
 
 BINDING_KEYS = ("ExecStart", "CPUAffinity", "NUMAPolicy", "NUMAMask", "LimitMEMLOCK", "AllowedCPUs")
 
@@ -159,6 +162,14 @@ def _kernel_release(proc_root):
     return (text or "").strip() or None
 
 
+def _run_quietly(module, argv):
+    """``(rc, out, err)`` of argv; a missing program is rc None, not a failure."""
+    try:
+        return module.run_command(argv, handle_exceptions=False)
+    except (OSError, IOError) as exc:
+        return None, "", str(exc)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -203,7 +214,7 @@ def main():
 
     plan, plan_error = _json(p["plan_path"])
     if plan_error:
-        findings.append(Finding("plan-unreadable", "error", plan_error, expected="gpunuma.plan/v1"))
+        findings.append(Finding("plan-unreadable", "error", plan_error, expected=schemas.PLAN))
     elif plan is None:
         findings.append(Finding("plan-missing", "error", "%s does not exist: gpunuma has not provisioned this node"
                                 % p["plan_path"], expected=p["plan_path"]))
@@ -215,7 +226,7 @@ def main():
     if isinstance(state, dict):
         report["profile"]["state"] = state.get("profile")
         report["profile"]["pinned"] = bool(state.get("pinned"))
-        planned = (plan.get("profile") or "").replace("-cpu-only", "")
+        planned = base_profile(plan.get("profile")) or ""
         if plan and state.get("profile") and state.get("profile") != planned:
             findings.append(Finding("profile-state", "error", "the node's state says profile %s, the applied plan is %s"
                                     % (state.get("profile"), plan.get("profile")), None, state.get("profile"),
@@ -285,8 +296,9 @@ def main():
     if expected is not None:
         file_value = _sysctl_value(_read(p["numa_balancing_file"]))
         report["numa_balancing"]["file"] = file_value
-        in_container = os.path.exists("/run/systemd/container") or os.path.exists("/.dockerenv")
-        check_live = p["numa_balancing_live"] == "yes" or (p["numa_balancing_live"] == "auto" and not in_container)
+        # The same container test and live-write rule as the autonuma role (gpunuma_node_info).
+        in_container, _ = autonumalib.detect_container(lambda argv: _run_quietly(module, argv))
+        check_live, _ = autonumalib.write_live(p["numa_balancing_live"], in_container)
         findings.extend(auditlib.numa_balancing_findings(expected, live_value, file_value, p["numa_balancing_file"],
                                                          check_live))
 

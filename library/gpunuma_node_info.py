@@ -44,7 +44,12 @@ options:
     type: dict
     suboptions:
       proc_path: {description: The live value's procfs file., type: str, default: /proc/sys/kernel/numa_balancing}
-      container_markers: {description: Files that mark a container., type: list, elements: str, default: []}
+      container_markers:
+        description: Files that mark a container; empty (the default) is the list the audit uses too
+          (gpunuma.node.autonuma.CONTAINER_MARKERS). C(systemd-detect-virt --container) is asked as well.
+        type: list
+        elements: str
+        default: []
       sysctl_dirs: {description: sysctl.d directories., type: list, elements: str, default: []}
       sysctl_conf: {description: The sysctl.conf file., type: str, default: /etc/sysctl.conf}
       tuned_dirs: {description: tuned profile directories., type: list, elements: str, default: []}

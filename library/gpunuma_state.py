@@ -83,7 +83,7 @@ gpunuma_state:
     exists: {description: The state file exists., type: bool}
     corrupt: {description: Why the state file cannot be read (it is corrupt), or null., type: str}
     backup: {description: Where a corrupt file was kept (record only), or null., type: str}
-    applied_profile: {description: The profile of the applied plan (a C(-cpu-only) suffix removed), or null., type: str}
+    applied_profile: {description: The profile of the applied plan (its rung: a C(cpu-only) variant removed), or null., type: str}
     current_profile: {description: The state's profile, else the applied plan's, else null (never provisioned)., type: str}
     provisioned: {description: The node has a state file or an applied plan., type: bool}
     pinned: {description: The node's profile is its own (a rollback put it there) and wins over the inventory., type: bool}
@@ -96,6 +96,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.operate import state as statelib
+from ansible.module_utils.gpunuma.plan.profiles import base_profile
 
 
 def _read(path):
@@ -116,10 +117,7 @@ def _applied_profile(plan_path):
         plan = json.loads(text)
     except ValueError:
         return None
-    profile = plan.get("profile") if isinstance(plan, dict) else None
-    if isinstance(profile, str) and profile.endswith("-cpu-only"):
-        profile = profile[: -len("-cpu-only")]
-    return profile if isinstance(profile, str) else None
+    return base_profile(plan.get("profile")) if isinstance(plan, dict) else None
 
 
 def main():

@@ -89,11 +89,13 @@ def test_autonuma_filters_are_the_sysctl_owners_functions():
     # autonuma_input_problems checks the role's variables (test_roles_inputs.py).
     assert set(filters) == {"autonuma_sysctl_writers", "autonuma_sysctl_conflicts", "autonuma_tuned_active_profiles",
                             "autonuma_tuned_setting", "autonuma_tuned_conflict", "autonuma_input_problems",
-                            "autonuma_decide"}
-    # The value decision is gpunuma.autonuma (tests/unit/test_autonuma_decide.py).
+                            "autonuma_decide", "autonuma_write_live"}
+    # The value decision is gpunuma.autonuma (tests/unit/test_autonuma_decide.py), and so is
+    # whether the live value is written (the audit asks the same function: tests/unit/test_one_decider.py).
     assert filters["autonuma_decide"].__wrapped__ is autonuma.decide
+    assert filters["autonuma_write_live"].__wrapped__ is autonuma.write_live
     for name, function in filters.items():
-        if name in ("autonuma_input_problems", "autonuma_decide"):
+        if name in ("autonuma_input_problems", "autonuma_decide", "autonuma_write_live"):
             continue
         core = getattr(sysctl_owners, name[len("autonuma_"):])
         assert function.__wrapped__ is core, name

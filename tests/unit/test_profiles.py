@@ -186,3 +186,41 @@ def test_ladder_rejects_loops():
     with pytest.raises(ProfileError) as info:
         profiles.ladder({"a": good("a", next="b"), "b": good("b", next="a")})
     assert "loops back" in str(info.value)
+
+
+@pytest.mark.parametrize("text, base, variant", [
+    ("strict", "strict", None), ("strict-cpu-only", "strict", "cpu-only"), ("preferred-cpu-only", "preferred", "cpu-only"),
+    ("off", "off", None), ("cpu-only", "cpu-only", None), (None, None, None), (3, None, None),
+])
+def test_profile_name_record(text, base, variant):
+    name = profiles.ProfileName.parse(text)
+    assert (name.base, name.variant) == (base, variant)
+    assert profiles.base_profile(text) == base
+    if isinstance(text, str):
+        assert str(name) == text
+
+
+def test_profile_variant_is_written_and_read_by_one_record():
+    assert profiles.profile_variant("strict", "cpu-only") == "strict-cpu-only"
+    assert profiles.base_profile(profiles.profile_variant("interleave", profiles.CPU_ONLY)) == "interleave"
+    with pytest.raises(profiles.ProfileError, match="allowed: cpu-only"):
+        profiles.profile_variant("strict", "gpu-only")
+
+
+def test_no_other_place_spells_the_variant_suffix():
+    """The "-cpu-only" spelling lives in gpunuma.plan.profiles alone."""
+    import os
+    import re
+    from conftest import REPO_ROOT
+    owner = os.path.join(REPO_ROOT, "module_utils", "gpunuma", "plan", "profiles.py")
+    found = []
+    for top in ("library", "module_utils", "roles", "playbooks", "filter_plugins"):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(REPO_ROOT, top)):
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                if path == owner or not name.endswith((".py", ".yml", ".j2")):
+                    continue
+                code = "\n".join(line.split("#")[0] for line in open(path, encoding="utf-8"))
+                if re.search(r"""["'][^"'\n]*-cpu-only""", code):
+                    found.append(os.path.relpath(path, REPO_ROOT))
+    assert found == []

@@ -5,6 +5,18 @@ class GpunumaError(Exception):
     """Base class: the message names the input and what was wrong with it."""
 
 
+class ProblemsError(GpunumaError):
+    """Several problems with one input, found in one pass: ``problems`` lists
+    each (naming the variable path and what is allowed); the message is one
+    problem per line. A single string is one problem."""
+
+    def __init__(self, problems):
+        if isinstance(problems, str):
+            problems = [problems]
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
 class CpuListError(GpunumaError, ValueError):
     """A CPU list, hex cpumask or affinity word list could not be parsed."""
 

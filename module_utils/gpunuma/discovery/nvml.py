@@ -19,8 +19,9 @@ import re
 
 from ansible.module_utils.gpunuma.common.errors import NvmlError
 from ansible.module_utils.gpunuma.discovery.sysfs import read_bounded
+from ansible.module_utils.gpunuma.common import schemas
 
-DUMP_SCHEMA = "gpunuma.nvml-dump/v1"
+DUMP_SCHEMA = schemas.NVML_DUMP
 CPU_WORD_BITS = 64
 # Enough 64-bit words for 4096 CPUs; NVML fills what exists.
 CPU_AFFINITY_WORDS = 64

@@ -28,8 +28,9 @@ from ansible.module_utils.gpunuma.common import cpulist
 from ansible.module_utils.gpunuma.common.errors import TopologyError
 from ansible.module_utils.gpunuma.discovery.nvml import gpu_link_matrix, is_error
 from ansible.module_utils.gpunuma.discovery.sysfs import gpu_functions, nic_functions, nvme_functions, pcie_gen_from_speed
+from ansible.module_utils.gpunuma.common import schemas
 
-SCHEMA = "gpunuma.topology/v1"
+SCHEMA = schemas.TOPOLOGY
 _MAX_LISTED = 10
 LINK_CODES = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
 

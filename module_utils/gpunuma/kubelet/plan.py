@@ -32,7 +32,7 @@ import decimal
 import re
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
-from ansible.module_utils.gpunuma.common.errors import CpuListError, GpunumaError
+from ansible.module_utils.gpunuma.common.errors import CpuListError, GpunumaError, ProblemsError
 from ansible.module_utils.gpunuma.kubelet.config import (
     KubeletConfigError,
     dump_config,
@@ -105,14 +105,8 @@ _DECIMAL = {"m": -1, "": 0, "k": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
 _HUGEPAGES_RE = re.compile(r"^hugepages-[0-9]+(Ki|Mi|Gi)$")
 
 
-class KubeletPlanError(GpunumaError):
+class KubeletPlanError(ProblemsError):
     """The inputs have problems; ``problems`` lists each, one per line of the message."""
-
-    def __init__(self, problems):
-        if isinstance(problems, str):
-            problems = [problems]
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 class KubeletPlan(object):

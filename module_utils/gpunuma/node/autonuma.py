@@ -19,11 +19,20 @@ its kernel release:
 
 :func:`decide` is pure: the role probes the release on the node
 (``gpunuma_node_info``) and decides on the controller.
+
+Whether the live value is written at all is :func:`write_live`, from
+:func:`detect_container`: in a container ``/proc/sys`` belongs to the host's
+kernel. The role (through ``gpunuma_node_info``) and the audit
+(``gpunuma_audit_info``) both ask these two functions, so they cannot
+disagree about a node.
 """
 
 from __future__ import annotations
 
+import os
 import re
+
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 AUTO = "auto"
 UNBOUND_PROFILE = "off"
@@ -31,6 +40,11 @@ BOUND_PROFILES = ("strict", "preferred", "interleave")
 # The first release in which an explicit memory policy opts in to NUMA
 # balancing only with MPOL_F_NUMA_BALANCING (kernel commit bda420b98505).
 MOF_OPT_IN_RELEASE = (5, 12)
+
+# Files container engines and systemd leave in a container: systemd's own
+# marker (systemd-detect-virt(1), written by systemd as PID 1 in any engine),
+# Docker's and Podman's. systemd-detect-virt --container is asked as well.
+CONTAINER_MARKERS = ("/run/systemd/container", "/.dockerenv", "/run/.containerenv")
 
 KERNEL_DOC = ("the kernel's Documentation/admin-guide/sysctl/kernel.rst (numa_balancing): "
               "\"If the target workload is already bound to NUMA nodes then this feature should be disabled\"")
@@ -100,3 +114,37 @@ def decide(setting, profile_name, kernel_release):
 def value(setting, profile_name, kernel_release):
     """The value of :func:`decide` alone."""
     return decide(setting, profile_name, kernel_release)[0]
+
+
+def detect_container(runner=None, markers=CONTAINER_MARKERS):
+    """``(in_container, evidence)``: whether this node is a container, and what says so.
+
+    ``evidence`` lists the marker files found and ``systemd-detect-virt``
+    when ``runner(argv) -> (rc, out, err)`` is given and it answers 0.
+    """
+    evidence = [marker for marker in markers if os.path.lexists(marker)]
+    if runner is not None:
+        rc, _, _ = runner(["systemd-detect-virt", "--container"])
+        if rc == 0:
+            evidence.append("systemd-detect-virt")
+    return bool(evidence), evidence
+
+
+def write_live(apply_live, in_container):
+    """``(write, reason)``: whether gpunuma writes (or checks) the live kernel.numa_balancing.
+
+    ``apply_live`` is ``autonuma_apply_live``: None or ``auto`` (the default:
+    yes, except in a container, whose /proc/sys is the host kernel's), or a
+    boolean (``yes``/``no`` as well).
+    """
+    text = None if apply_live is None else str(apply_live).strip().lower()
+    if text in (None, "", AUTO):
+        if in_container:
+            return False, ("this node is a container, and /proc/sys belongs to the host kernel; "
+                           "set it on the host, or autonuma_apply_live: true")
+        return True, "not a container"
+    if text in ("true", "yes", "1", "on"):
+        return True, "autonuma_apply_live is true"
+    if text in ("false", "no", "0", "off"):
+        return False, "autonuma_apply_live is false"
+    raise GpunumaError("autonuma_apply_live: %r is not allowed; allowed: null (auto), true, false" % (apply_live,))

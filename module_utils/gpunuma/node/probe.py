@@ -20,6 +20,7 @@ import os
 import re
 
 from ansible.module_utils.gpunuma.discovery.sysfs import read_bounded
+from ansible.module_utils.gpunuma.node import autonuma
 
 MAX_NODE_FILE = 16 * 1024 * 1024
 MAX_CONFIG_FILE = 1024 * 1024
@@ -134,8 +135,8 @@ def autonuma_probe(runner, spec):
     """The live value, the kernel release, whether this is a container, and who else sets the key."""
     live = read_file(spec["proc_path"], limit=64)
     live_value = base64.b64decode(live["content"]).decode().strip() if live.get("content") else None
-    rc, _, _ = runner(["systemd-detect-virt", "--container"])
-    markers = [m for m in spec.get("container_markers") or [] if os.path.lexists(m)]
+    in_container, evidence = autonuma.detect_container(
+        runner, markers=tuple(spec.get("container_markers") or autonuma.CONTAINER_MARKERS))
     sysctl_paths = sorted(_list_conf(spec.get("sysctl_dirs") or [], "*.conf"))
     conf = spec.get("sysctl_conf")
     if conf and os.path.exists(conf):
@@ -145,8 +146,8 @@ def autonuma_probe(runner, spec):
     result = {
         "live_value": live_value,
         "kernel_release": kernel_release(spec["proc_path"]),
-        "in_container": rc == 0 or bool(markers),
-        "container_markers": markers,
+        "in_container": in_container,
+        "container_markers": [e for e in evidence if e.startswith("/")],
         "sysctl_paths": sysctl_paths,
         "sysctl_lines": sysctl_lines,
         "tuned_active_rc": rc_tuned,

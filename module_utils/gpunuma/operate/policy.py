@@ -32,7 +32,8 @@ import re
 
 from ansible.module_utils.gpunuma.node import autonuma
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
-from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.common.errors import ProblemsError
+from ansible.module_utils.gpunuma.plan.profiles import base_profile
 
 RULE_FIELDS = ("id", "title", "severity", "rationale", "source", "check", "params")
 REQUIRED_RULE_FIELDS = ("id", "title", "severity", "rationale", "source", "check")
@@ -43,14 +44,8 @@ _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 INFINITY = ("infinity", "unlimited", -1)
 
 
-class PolicyError(GpunumaError):
+class PolicyError(ProblemsError):
     """A rule or waiver file/entry is malformed; ``problems`` lists each one."""
-
-    def __init__(self, problems):
-        if isinstance(problems, str):
-            problems = [problems]
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 class Context(object):
@@ -147,7 +142,9 @@ def check_numa_balancing_off_with_bind(ctx, params):
             # Before a change nothing says which kernel the node runs: the
             # autonuma role decides on the node, and the audit checks it.
             return None
-        wanted = autonuma.value(autonuma.AUTO, "strict", release)
+        # The plan's own profile (a -cpu-only plan is still bound); "off" plans bind nothing.
+        profile = base_profile((ctx.plan or {}).get("profile")) or "strict"
+        wanted = autonuma.value(autonuma.AUTO, profile, release)
         if wanted is None:
             return []
     if wanted is None and not live:
@@ -205,7 +202,7 @@ def check_kubelet_preset_matches_profile(ctx, params):
     if kubelet is None:
         return None
     presets = params.get("presets") or {}
-    profile = (ctx.plan.get("profile") or "").replace("-cpu-only", "")
+    profile = base_profile(ctx.plan.get("profile")) or ""
     allowed = presets.get(profile)
     got = kubelet.get("topology_manager_policy")
     if allowed is not None and got not in allowed:

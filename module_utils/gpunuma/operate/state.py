@@ -22,8 +22,9 @@ import json
 import re
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.common import schemas
 
-SCHEMA = "gpunuma.state/v1"
+SCHEMA = schemas.STATE
 SCHEMA_PREFIX = "gpunuma.state/v"
 SCHEMA_VERSION = 1
 DEFAULT_HISTORY_LIMIT = 50

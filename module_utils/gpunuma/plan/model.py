@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
-from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.common.errors import ProblemsError
+from ansible.module_utils.gpunuma.common import schemas
 
-SCHEMA = "gpunuma.plan/v1"
+SCHEMA = schemas.PLAN
 # Additive fields raise the minor version; readers of v1 ignore fields they
 # do not know. 1: siblings, memory_capacity, options.allow_unknown_siblings,
 # options.memory_reserve_per_node, options.housekeeping_cpus, instance nics,
 # gpu_nics, engine, worker_cpus, engine_args (docs/plan-v1.md, Versions).
 SCHEMA_MINOR = 1
-TOPOLOGY_SCHEMA = "gpunuma.topology/v1"
+TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 INSTANCES_VAR = "gpunuma_instances"
 APPLIED_PLAN_SOURCE = "/etc/gpunuma/plan.json"
 DEFAULT_SERVICE_USER = "gpunuma"
@@ -32,18 +33,12 @@ PLACEMENT_KEYS = ("gpus", "gpus_per_instance", "numa_node")
 NIC_ENVIRONMENT = ("UCX_NET_DEVICES", "NCCL_IB_HCA")
 
 
-class PlanError(GpunumaError):
+class PlanError(ProblemsError):
     """The plan input has problems; ``problems`` lists each one.
 
     The message holds one problem per line, each naming the variable path
     and what is allowed.
     """
-
-    def __init__(self, problems):
-        if isinstance(problems, str):
-            problems = [problems]
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 def is_int(value):

@@ -19,14 +19,54 @@ from __future__ import annotations
 
 import os
 import re
+from collections import namedtuple
 
-from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.common.errors import ProblemsError
 
 PROFILE_FIELDS = ("name", "description", "cpu_binding", "mem_policy", "mem_scope", "next")
 CPU_BINDINGS = ("node", "none")
 MEM_POLICIES = ("bind", "preferred", "interleave", "default")
 MEM_SCOPES = ("instance", "all_cpu_nodes")
 PROFILE_SUFFIX = ".yml"
+
+# A variant of a rung, applied where the node cannot take the rung as it is:
+# cpu-only binds CPUs and leaves the memory policy at default (the node
+# refuses set_mempolicy). The plan's ``profile`` is then "<rung>-cpu-only";
+# ProfileName is the one place that writes and reads that spelling.
+CPU_ONLY = "cpu-only"
+VARIANTS = (CPU_ONLY,)
+
+
+class ProfileName(namedtuple("ProfileName", "base variant")):
+    """A plan's profile: the ladder rung ``base`` and its ``variant`` (None, or one of VARIANTS)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def parse(cls, text):
+        """``"strict-cpu-only"`` -> ProfileName("strict", "cpu-only"); anything not text -> ProfileName(None, None)."""
+        if not isinstance(text, str):
+            return cls(None, None)
+        for variant in VARIANTS:
+            if text.endswith("-" + variant) and len(text) > len(variant) + 1:
+                return cls(text[: -len(variant) - 1], variant)
+        return cls(text, None)
+
+    def __str__(self):
+        return self.base if not self.variant else "%s-%s" % (self.base, self.variant)
+
+
+def base_profile(text):
+    """The ladder rung of a plan's profile name (its variant removed); None for anything not text."""
+    return ProfileName.parse(text).base
+
+
+def profile_variant(base, variant):
+    """The plan's profile name of rung ``base`` applied as ``variant`` (one of VARIANTS)."""
+    if variant not in VARIANTS:
+        raise ProfileError("profile variant %r is not allowed; allowed: %s" % (variant, ", ".join(VARIANTS)))
+    return str(ProfileName(base, variant))
+
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _KEY_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):(?:\s+(.*?))?\s*$")
@@ -38,17 +78,11 @@ _FALSE = ("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF")
 _INT_RE = re.compile(r"^[-+]?(0|[1-9][0-9_]*)$")
 
 
-class ProfileError(GpunumaError):
+class ProfileError(ProblemsError):
     """A profile is unknown, unreadable or has invalid fields.
 
     ``problems`` lists each problem; the message is one problem per line.
     """
-
-    def __init__(self, problems):
-        if isinstance(problems, str):
-            problems = [problems]
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 def _strip_comment(value):

@@ -14,8 +14,9 @@ import shlex
 
 from ansible.module_utils.gpunuma.node import autonuma
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma.common import schemas
 
-SCHEMA = "gpunuma.audit/v1"
+SCHEMA = schemas.AUDIT
 SEVERITIES = ("error", "warning", "info")
 
 # Finding ids (docs/audit.md).

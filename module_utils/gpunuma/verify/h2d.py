@@ -30,8 +30,9 @@ import time
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.common import schemas
 
-SCHEMA = "gpunuma.h2d-probe/v1"
+SCHEMA = schemas.H2D_PROBE
 PLACEMENTS = ("local", "remote", "unbound")
 PINNED_ALLOCS = ("register", "host_alloc")
 MiB = 1024 * 1024

@@ -12,10 +12,11 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.common import schemas
 
-REPORT_SCHEMA = "gpunuma.validation/v1"
-POLICY_SCHEMA = "gpunuma.validation-policy/v1"
-PROBE_SCHEMA = "gpunuma.h2d-probe/v1"
+REPORT_SCHEMA = schemas.VALIDATION
+POLICY_SCHEMA = schemas.VALIDATION_POLICY
+PROBE_SCHEMA = schemas.H2D_PROBE
 
 CHECKS = {
     "pinned_link_fraction": {"min_fraction": (float, 0.0, 1.0)},

@@ -651,11 +651,11 @@ def _numa_balancing_findings(facts, profile):
                         message="kernel.numa_balancing is absent (kernel built without NUMA balancing)",
                         evidence=evidence, fix="Nothing to do.")]
     if profile in BINDING_PROFILES and facts.numa_balancing & 1:
-        # As autonuma_numa_balancing auto decides (gpunuma.autonuma.decide).
+        # What autonuma_numa_balancing auto decides for this profile and kernel (one decider).
         release_rel = os.path.join("proc", "sys", "kernel", "osrelease")
         evidence.append(Evidence(facts.shown(release_rel), facts.kernel_release))
         release = autonuma.parse_kernel_release(facts.kernel_release)
-        if release is not None and release >= autonuma.MOF_OPT_IN_RELEASE:
+        if autonuma.value(autonuma.AUTO, profile, facts.kernel_release) is None:
             return [Finding(
                 check="numa_balancing", severity="info", subject="host",
                 message="kernel.numa_balancing=%d with profile %s on kernel %s (5.12 or later): instances started "

@@ -1,0 +1,17 @@
+"""The schema names of gpunuma's versioned documents, defined once.
+
+Every reader and writer names a document's schema through these constants;
+``gpunuma_controller/report.py`` (standard library only) keeps its own table
+of them, checked against this one by ``tests/unit/test_report.py``.
+"""
+
+TOPOLOGY = "gpunuma.topology/v1"
+PLAN = "gpunuma.plan/v1"
+STATE = "gpunuma.state/v1"
+AUDIT = "gpunuma.audit/v1"
+VALIDATION = "gpunuma.validation/v1"
+VALIDATION_POLICY = "gpunuma.validation-policy/v1"
+H2D_PROBE = "gpunuma.h2d-probe/v1"
+NVML_DUMP = "gpunuma.nvml-dump/v1"
+
+DOCUMENTS = (TOPOLOGY, PLAN, STATE, AUDIT, VALIDATION, VALIDATION_POLICY, H2D_PROBE, NVML_DUMP)
