@@ -184,8 +184,15 @@ def test_instance_unit_has_a_reachable_start_limit(node, tmp_path):
 
 
 def test_restart_settles_only_when_ready_else_rolls_back(node, tmp_path):
-    first = apply(node, tmp_path, [dict(SLEEPER, ready={"command": ["/bin/true"], "timeout": 5, "interval": 1})])
+    # The readiness command runs with the instance's account, never as root
+    # (a script the service account can write must not gain root).
+    node.sh("rm -f /tmp/gpunuma-ready-id")
+    first = apply(node, tmp_path, [dict(SLEEPER, ready={"command": ["/bin/sh", "-c", "id -un > /tmp/gpunuma-ready-id"],
+                                                        "timeout": 5, "interval": 1})])
     assert first.returncode == 0, first.stdout[-4000:]
+    user = node.sh("systemctl show -p User --value gpunuma-steady.service").strip()
+    assert user and user != "root"
+    assert node.sh("cat /tmp/gpunuma-ready-id").strip() == user
     good = node.sh("cat %s/gpunuma-steady.service" % UNIT_DIR)
     never = dict(SLEEPER, environment={"MODE": "new"},
                  ready={"command": ["/bin/sh", "-c", "echo warming up; exit 1"], "timeout": 3, "interval": 1})

@@ -827,3 +827,78 @@ def test_instance_that_never_answers_is_rolled_back(node):
     assert "not ready: http://127.0.0.1:8000/health after 6 s (connection refused)" in result["msg"]
     assert unit.read_text() == old
     assert not node.plan_path.exists()
+
+
+# ------------------------------------------------------------------ readiness runs as the unit's account
+
+def _command_ready_run(node, fake, spec, runner_answers):
+    """An apply whose readiness is a command; returns (result, argvs the command ran as)."""
+    ran = []
+
+    def runner(argv):
+        if argv[0] in ("systemctl", "journalctl"):
+            return fake(argv)
+        ran.append(list(argv))
+        return runner_answers.pop(0) if runner_answers else (1, "", "still starting")
+
+    apply = Apply(NodeFiles(FakeModule()), runner, fake.sleep)
+    result = apply.run(normalise_files([
+        node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"), unit="gpunuma-llm0.service")]),
+        units=dict(UNITS, services=["gpunuma-llm0.service"], readiness={"gpunuma-llm0.service": spec}),
+        after_success=node.after_success())
+    return result, ran
+
+
+def test_readiness_command_runs_as_the_units_user(node, monkeypatch):
+    import pwd
+    entry = pwd.struct_passwd(("gpunuma", "x", 990, 985, "", "/var/lib/gpunuma-instances", "/usr/sbin/nologin"))
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: entry if name == "gpunuma" else (_ for _ in ()).throw(KeyError(name)))
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    fake = FakeSystemd({"gpunuma-llm0.service": dict(running("a"), User="gpunuma", Group="")})
+    result, ran = _command_ready_run(node, fake, {"command": ["/usr/local/bin/ready", "--port", "8000"],
+                                                  "timeout": 10, "interval": 1}, [(0, "", "")])
+    assert not result.get("failed"), result.get("msg")
+    assert ran == [["setpriv", "--reuid=990", "--regid=985", "--init-groups", "--reset-env", "--",
+                    "/usr/local/bin/ready", "--port", "8000"]]
+
+
+def test_readiness_command_of_a_root_unit_runs_as_given(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    fake = FakeSystemd({"gpunuma-llm0.service": dict(running("a"), User="", Group="")})
+    result, ran = _command_ready_run(node, fake, {"command": ["/bin/true"], "timeout": 10, "interval": 1}, [(0, "", "")])
+    assert not result.get("failed"), result.get("msg")
+    assert ran == [["/bin/true"]]
+
+
+def test_readiness_command_of_an_unknown_account_never_runs_and_rolls_back(node, monkeypatch):
+    import pwd
+
+    def unknown(name):
+        raise KeyError(name)
+
+    monkeypatch.setattr(pwd, "getpwnam", unknown)
+    old = unit_text("llm0", "/usr/bin/old")
+    unit = node.put("gpunuma-llm0.service", old)
+    fake = FakeSystemd({"gpunuma-llm0.service": dict(running("a"), User="ghost", Group="")})
+    result, ran = _command_ready_run(node, fake, {"command": ["/bin/true"], "timeout": 10, "interval": 1}, [])
+    assert ran == []
+    assert result["failed"] is True
+    assert "User=ghost, which this node does not know; it is never run as root instead" in result["msg"]
+    assert unit.read_text() == old
+
+
+@pytest.mark.parametrize("user, group, expect", [
+    ("root", "", ["/bin/true"]),
+    ("0", "", ["/bin/true"]),
+    (None, None, ["/bin/true"]),
+    ("990", "", ["setpriv", "--reuid=990", "--regid=985", "--init-groups", "--reset-env", "--", "/bin/true"]),
+    ("gpunuma", "7", ["setpriv", "--reuid=990", "--regid=7", "--init-groups", "--reset-env", "--", "/bin/true"]),
+])
+def test_readiness_argv(user, group, expect, monkeypatch):
+    import pwd
+
+    from ansible.module_utils.gpunuma.node.apply import readiness_argv
+    entry = pwd.struct_passwd(("gpunuma", "x", 990, 985, "", "/", "/usr/sbin/nologin"))
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: entry)
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: entry)
+    assert readiness_argv(["/bin/true"], user, group) == expect

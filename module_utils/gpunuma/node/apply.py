@@ -45,7 +45,9 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import grp
 import os
+import pwd
 import stat
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -226,6 +228,41 @@ def _show(runner, unit, props):
 def _journal(runner, unit, lines):
     rc, out, err = runner(["journalctl", "--no-pager", "--output=short-iso", "--lines", str(lines), "--unit", unit])
     return (out or err or "").splitlines()
+
+
+# A readiness command runs with the account of the instance it checks (its
+# unit's User=/Group= as systemd reports them), never with more: anything the
+# service account can write must not run as root. util-linux's setpriv(1)
+# switches the ids and initialises the supplementary groups.
+SETPRIV = "setpriv"
+
+
+def readiness_argv(command, user, group):
+    """The argv that runs readiness ``command`` as the unit's ``user``/``group``.
+
+    ``user`` empty, ``root`` or ``0`` (the unit runs as root): the command as
+    given. Otherwise ``setpriv --reuid --regid --init-groups --reset-env``;
+    ``group`` empty means the user's primary group. An account the node does
+    not know raises ApplyError (never falls back to root).
+    """
+    command = list(command)
+    user = (user or "").strip()
+    if user in ("", "root", "0"):
+        return command
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except (KeyError, ValueError, OverflowError):
+        raise ApplyError("the readiness command runs as the unit's User=%s, which this node does not know; "
+                         "it is never run as root instead" % user)
+    gid = entry.pw_gid
+    group = (group or "").strip()
+    if group:
+        try:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+        except (KeyError, ValueError, OverflowError):
+            raise ApplyError("the readiness command runs as the unit's Group=%s, which this node does not know; "
+                             "it is never run as root instead" % group)
+    return [SETPRIV, "--reuid=%d" % entry.pw_uid, "--regid=%d" % gid, "--init-groups", "--reset-env", "--"] + command
 
 
 class Apply:
@@ -467,22 +504,32 @@ class Apply:
             spec = (units.get("readiness") or {}).get(unit)
             if unit in failed or not spec:
                 continue
-            answer = self._wait_ready(spec)
+            account = _show(self.runner, unit, ["User", "Group"]) if spec.get("command") else {}
+            answer = self._wait_ready(spec, account.get("User"), account.get("Group"))
             if answer is not None:
                 states[unit]["Refused"] = "not ready: %s" % answer
                 failed.append(unit)
         return failed, states
 
-    def _wait_ready(self, spec):
-        """None once the instance answers its readiness check, else the last answer after the timeout."""
+    def _wait_ready(self, spec, user=None, group=None):
+        """None once the instance answers its readiness check, else the last answer after the timeout.
+
+        A ``command`` runs as the unit's ``user``/``group`` (readiness_argv).
+        """
         timeout, interval = int(spec.get("timeout", 300)), int(spec.get("interval", 5))
         waited = 0
         last = "no answer"
+        argv = None
+        if not spec.get("url"):
+            try:
+                argv = readiness_argv(spec["command"], user, group)
+            except ApplyError as exc:
+                return str(exc)
         while True:
             if spec.get("url"):
                 ok, last = self.http_get(spec["url"], min(interval, 10))
             else:
-                rc, out, err = self.runner(list(spec["command"]))
+                rc, out, err = self.runner(argv)
                 ok = rc == 0
                 last = "%s exited %s%s" % (spec["command"][0], rc, (": " + (err or out).strip()[:200]) if (err or out) else "")
             if ok:
