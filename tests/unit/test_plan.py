@@ -1784,3 +1784,67 @@ def test_readiness_check_is_carried_into_the_plan_with_its_defaults():
     assert ready["b"] == {"command": ["/usr/bin/curl", "-sf", "http://127.0.0.1:8001/v1/models"],
                           "timeout": 900, "interval": 5}
     assert ready["c"] is None
+
+
+# ------------------------------------------------- MemTotal drift (ballooned or hot-plugged VM memory)
+
+def _with_total(topo_name, total):
+    topo = topology(topo_name)
+    topo["numa_nodes"][0]["memory_total_bytes"] = total
+    return topo
+
+
+DRIFT_INSTANCES = [
+    {"name": "fits", "gpus": [0], "command": ["/bin/a"], "memory": "2G"},
+    {"name": "huge", "numa_node": 0, "command": ["/bin/b"], "memory": "64T"},
+]
+
+
+def _plan_on(total, applied=None, instances=DRIFT_INSTANCES, **options):
+    return build_plan(_with_total("h200-1gpu-vm", total), profile("strict"), copy.deepcopy(instances),
+                      applied_plan=applied, **options)
+
+
+def test_memtotal_drift_that_decides_nothing_keeps_the_applied_plan_byte_for_byte():
+    applied = _plan_on(7 * GIB)
+    again = _plan_on(9 * GIB, applied=json.loads(json.dumps(applied)))
+    assert json.dumps(again, sort_keys=True) == json.dumps(applied, sort_keys=True)
+    assert again["instances"][1]["mem_policy"] == "preferred" and again["instances"][0]["mem_policy"] == "bind"
+
+
+def test_memtotal_drift_without_an_applied_plan_uses_todays_figures():
+    assert _plan_on(7 * GIB)["memory_capacity"] != _plan_on(9 * GIB)["memory_capacity"]
+
+
+def test_memtotal_drift_that_changes_a_fit_takes_todays_figures():
+    instances = [{"name": "edge", "gpus": [0], "command": ["/bin/a"], "memory": "6G"}]
+    applied = _plan_on(7 * GIB, instances=instances)
+    assert applied["instances"][0]["mem_policy"] == "preferred"
+    grown = _plan_on(9 * GIB, applied=applied, instances=instances)
+    assert grown["instances"][0]["mem_policy"] == "bind"
+    assert grown["memory_capacity"] == _plan_on(9 * GIB, instances=instances)["memory_capacity"]
+
+
+def test_applied_capacity_counts_only_for_the_same_topology_and_reserve():
+    applied = _plan_on(7 * GIB)
+    other = dict(copy.deepcopy(applied), topology_fingerprint="sha256:" + "0" * 64)
+    assert _plan_on(9 * GIB, applied=other)["memory_capacity"] == _plan_on(9 * GIB)["memory_capacity"]
+    reserved = _plan_on(9 * GIB, applied=applied, memory_reserve_per_node="1G")
+    assert reserved["memory_capacity"] == {"0": 8 * GIB}
+
+
+def test_kept_capacity_messages_match_the_applied_plan():
+    applied = _plan_on(7 * GIB)
+    kept = _plan_on(12 * GIB, applied=applied)
+    assert kept["instances"][1]["fallback"] == applied["instances"][1]["fallback"]
+    assert "MemTotal minus a" in kept["instances"][1]["fallback"]
+
+
+@pytest.mark.parametrize("total", [0, 100 << 20, 255 << 20, GIB - 1, GIB, 3 * GIB + 12345, 4 * GIB, 7 * GIB + 1,
+                                   16 * GIB, 200 * GIB + 7, 2048 * GIB])
+def test_total_for_inverts_the_auto_reserve(total):
+    from ansible.module_utils.gpunuma.plan.capacity import _total_for, auto_reserve
+
+    capacity = max(total - auto_reserve(total), 0)
+    back = _total_for(capacity, None)
+    assert max(back - auto_reserve(back), 0) == capacity

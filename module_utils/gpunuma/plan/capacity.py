@@ -14,9 +14,20 @@ a re-run would demote a strict instance to preferred (and restart it).
 Page cache is reclaimable and is counted as available. Messages name the
 capacity, which is fixed for the hardware and options, so a re-run on an
 unchanged node writes the same plan and restarts nothing.
+
+MemTotal itself drifts on some nodes: a VM whose hypervisor balloons or
+hot-plugs memory (virtio-balloon, virtio-mem), or memory onlined late. A
+drift that changes no decision must not rewrite the plan (and its backup)
+on every run, so :func:`stable_capacity` keeps the capacity of the plan the
+node runs (``applied_plan.memory_capacity``, same topology fingerprint and
+reserve option) as long as every fit it decides is the one today's MemTotal
+decides: the same instances bound, the same ones loosened to preferred,
+nothing refused. Any decision that differs takes today's figures.
 """
 
 from __future__ import annotations
+
+import copy
 
 from ansible.module_utils.gpunuma.common import sizes
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
@@ -70,8 +81,89 @@ def node_capacity(node, reserve):
     return max(node.total - kept, 0), kept
 
 
-def check_capacity(specs, topo, strict_capacity, problems, reserve=None):
-    """Fit declared memory under ``bind``; loosen or refuse what does not fit or cannot be checked."""
+def _total_for(capacity, reserve):
+    """The MemTotal whose capacity (MemTotal minus the reserve) is ``capacity``: the inverse of node_capacity."""
+    if reserve is not None:
+        return capacity + reserve
+    low, high = capacity, 2 * capacity + GIB
+    while low < high:
+        mid = (low + high) // 2
+        if mid - auto_reserve(mid) < capacity:
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
+def applied_capacities(applied_plan, topo, reserve_option):
+    """``{node id: (capacity, reserve, total)}`` from the plan the node runs, when it describes this topology.
+
+    Only a plan for the same topology fingerprint and the same
+    ``memory_reserve_per_node`` option, with a whole-byte capacity for every
+    CPU-bearing node, counts; otherwise None.
+    """
+    if not isinstance(applied_plan, dict) or applied_plan.get("topology_fingerprint") != topo.fingerprint:
+        return None
+    options = applied_plan.get("options") if isinstance(applied_plan.get("options"), dict) else {}
+    if options.get("memory_reserve_per_node", AUTO) != reserve_option:
+        return None
+    capacities = applied_plan.get("memory_capacity")
+    if not isinstance(capacities, dict) or set(capacities) != set(str(n) for n in topo.cpu_node_ids):
+        return None
+    out = {}
+    for node_id in topo.cpu_node_ids:
+        value = capacities[str(node_id)]
+        if value is None:
+            if is_int(topo.nodes[node_id].total):
+                return None
+            continue
+        if not is_int(value) or value < 0:
+            return None
+        kept = reserve_option if is_int(reserve_option) else None
+        total = _total_for(value, kept)
+        out[node_id] = (value, kept if kept is not None else total - value, total)
+    return out
+
+
+def _decisions(specs, problems):
+    return [(s.name, s.mem_policy, s.fallback is not None) for s in specs], bool(problems)
+
+
+def stable_capacity(specs, topo, strict_capacity, problems, reserve, applied_plan, reserve_option):
+    """check_capacity with the applied plan's capacities when they decide exactly as today's MemTotal does.
+
+    Returns ``{node id: capacity}`` of the figures used (for the plan's
+    ``memory_capacity``).
+    """
+    today = {n: node_capacity(topo.nodes[n], reserve)[0] for n in topo.cpu_node_ids}
+    kept = applied_capacities(applied_plan, topo, reserve_option)
+    if kept and any(kept[n][0] != today[n] for n in kept):
+        now_specs, now_problems = copy.deepcopy(specs), []
+        check_capacity(now_specs, topo, strict_capacity, now_problems, reserve)
+        old_specs, old_problems = copy.deepcopy(specs), []
+        check_capacity(old_specs, topo, strict_capacity, old_problems, reserve, kept)
+        if not now_problems and _decisions(now_specs, now_problems) == _decisions(old_specs, old_problems):
+            check_capacity(specs, topo, strict_capacity, problems, reserve, kept)
+            today.update((n, kept[n][0]) for n in kept)
+            return today
+    check_capacity(specs, topo, strict_capacity, problems, reserve)
+    return today
+
+
+def check_capacity(specs, topo, strict_capacity, problems, reserve=None, overrides=None):
+    """Fit declared memory under ``bind``; loosen or refuse what does not fit or cannot be checked.
+
+    ``overrides`` (``{node id: (capacity, reserve, total)}``) replaces a
+    node's MemTotal-based figures (stable_capacity).
+    """
+    overrides = overrides or {}
+
+    def figures(node_id):
+        if node_id in overrides:
+            return overrides[node_id]
+        capacity, kept = node_capacity(topo.nodes[node_id], reserve)
+        return capacity, kept, topo.nodes[node_id].total
+
     committed = {}
     for spec in specs:
         memory = spec.memory_bytes
@@ -82,22 +174,22 @@ def check_capacity(specs, topo, strict_capacity, problems, reserve=None):
                 _unsized_bind(spec, strict_capacity, problems)
             continue
         nodes_text = format_cpulist(spec.mem_nodes)
-        capacities = [node_capacity(topo.nodes[n], reserve) for n in spec.mem_nodes]
-        if any(cap is None for cap, _ in capacities):
+        capacities = [figures(n) for n in spec.mem_nodes]
+        if any(cap is None for cap, _, _ in capacities):
             spec.warnings.append(
                 "memory size of NUMA node %s is unknown; the %s declared for %s binding was not checked"
                 % (nodes_text, format_gib(memory), spec.mem_policy)
             )
             continue
         if spec.mem_policy != "bind":
-            if memory > sum(cap for cap, _ in capacities):
+            if memory > sum(cap for cap, _, _ in capacities):
                 spec.warnings.append(
                     "memory %s declared exceeds what NUMA node %s holds for instances; allocations will spill to other nodes"
                     % (format_gib(memory), nodes_text)
                 )
             continue
         node_id = spec.mem_nodes[0]
-        capacity, kept = capacities[0]
+        capacity, kept, total = capacities[0]
         earlier = committed.get(node_id, 0)
         if earlier + memory <= capacity:
             committed[node_id] = earlier + memory
@@ -109,7 +201,7 @@ def check_capacity(specs, topo, strict_capacity, problems, reserve=None):
         room = "the %s NUMA node %d holds for instances (%s MemTotal minus a %s reserve)" % (
             format_gib(capacity),
             node_id,
-            format_gib(topo.nodes[node_id].total),
+            format_gib(total),
             format_gib(kept),
         )
         if strict_capacity == "error":

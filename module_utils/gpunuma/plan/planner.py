@@ -39,7 +39,7 @@ from ansible.module_utils.gpunuma.plan.alloc import (  # noqa: F401 (choose_gpu_
     choose_gpu_group,
 )
 from ansible.module_utils.gpunuma.plan.engines import engine_arguments, split_worker_shares
-from ansible.module_utils.gpunuma.plan.capacity import check_capacity, node_capacity, parse_reserve
+from ansible.module_utils.gpunuma.plan.capacity import parse_reserve, stable_capacity
 from ansible.module_utils.gpunuma.plan.inputs import (  # noqa: F401 (constants are public here)
     BINDING_METHODS,
     INSTANCE_KEYS,
@@ -221,9 +221,10 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
     mapping (``profiles.load_profile``), ``instances`` the inventory's
     ``gpunuma_instances`` list. ``applied_plan`` is the plan the node runs
-    now (``/etc/gpunuma/plan.json``), if any; it is checked but no longer
-    changes the plan (capacity comes from MemTotal, not from what the running
-    instances use). ``memory_reserve_per_node`` is ``auto`` or a size kept
+    now (``/etc/gpunuma/plan.json``), if any; it is checked, and its
+    ``memory_capacity`` is kept while MemTotal drifts without changing any fit
+    (``capacity.stable_capacity``); what the running instances use never
+    counts. ``memory_reserve_per_node`` is ``auto`` or a size kept
     back on every node for the kernel and daemons. A plan that binds
     CPUs on a node whose hyperthread siblings are unknown (and cannot be
     inferred) is refused unless ``allow_unknown_siblings``. Raises
@@ -278,7 +279,8 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
         apply_profile(spec, topo, profile)
     allocate_cpus(specs, topo, problems)
     check_siblings_known(specs, topo, allow_unknown_siblings, problems)
-    check_capacity(specs, topo, strict_capacity, problems, reserve)
+    reserve_option = memory_reserve_per_node if reserve is None else reserve
+    capacity = stable_capacity(specs, topo, strict_capacity, problems, reserve, applied_plan, reserve_option)
     if problems:
         raise PlanError(problems)
     check_shares(specs, topo)
@@ -303,11 +305,9 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
             "housekeeping_cpus": format_cpulist(reserved_cpus) if reserved_cpus is not None else None,
             "strict_capacity": strict_capacity,
             "allow_unknown_siblings": bool(allow_unknown_siblings),
-            "memory_reserve_per_node": memory_reserve_per_node if reserve is None else reserve,
+            "memory_reserve_per_node": reserve_option,
         },
-        "memory_capacity": dict(
-            (str(n), node_capacity(topo.nodes[n], reserve)[0]) for n in topo.cpu_node_ids
-        ),
+        "memory_capacity": dict((str(n), capacity[n]) for n in topo.cpu_node_ids),
         "housekeeping": dict(
             (
                 str(n),
