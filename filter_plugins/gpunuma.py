@@ -15,6 +15,7 @@ module-level function of the same name.
 from __future__ import annotations
 
 import functools
+import json
 import re
 
 import ansible.module_utils
@@ -226,8 +227,15 @@ def gpu_validate_policy(data, source="policy"):
 
 
 @_filter
-def gpu_validate_report(probe, policy, hostname, profile=None, generated_at=None):
-    return h2d_report.build_report(probe, policy, hostname=hostname, profile=profile, generated_at=generated_at)
+def gpu_validate_report(probe, policy, hostname, profile=None, generated_at=None, previous=None):
+    """The host's validation report; ``previous`` is the text of its last report file ("" or damaged: none)."""
+    if isinstance(previous, str):
+        try:
+            previous = json.loads(previous) if previous.strip() else None
+        except ValueError:
+            previous = None
+    return h2d_report.build_report(probe, policy, hostname=hostname, profile=profile, generated_at=generated_at,
+                                   previous=previous)
 
 
 @_filter

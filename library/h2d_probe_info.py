@@ -59,6 +59,17 @@ options:
     description: Untimed copies before each timed series.
     type: int
     default: 3
+  rounds:
+    description:
+      - Rounds per placement, interleaved (local, remote, unbound; then remote, unbound, local; ...), each in
+        a fresh child process. Every round adds one figure per metric to the placement's C(rounds); the
+        verdict compares these (docs/probe.md). At least 4 are needed for a verdict at the default alpha 0.05.
+    type: int
+    default: 5
+  warmup_round:
+    description: Measure every placement once before the rounds and discard it (first-touch and clock ramp-up).
+    type: bool
+    default: true
   pinned_alloc:
     description:
       - How pinned host memory is made. C(register) maps anonymous memory, touches it under the
@@ -159,6 +170,8 @@ def main():
             repeats=dict(type="int", default=h2d.DEFAULTS["repeats"]),
             small_repeats=dict(type="int", default=h2d.DEFAULTS["small_repeats"]),
             warmup=dict(type="int", default=h2d.DEFAULTS["warmup"]),
+            rounds=dict(type="int", default=h2d.DEFAULTS["rounds"]),
+            warmup_round=dict(type="bool", default=h2d.DEFAULTS["warmup_round"]),
             pinned_alloc=dict(type="str", default="register", choices=list(h2d.PINNED_ALLOCS)),
             remote_node=dict(type="int"),
             timeout_s=dict(type="int", default=h2d.DEFAULTS["timeout_s"]),

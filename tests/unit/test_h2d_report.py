@@ -28,8 +28,23 @@ def policy():
         return h2d_report.load_policy(yaml.safe_load(fh), POLICY_FILE)
 
 
-def two_node(probe, local_gbps=55.4, remote_gbps=48.0, local_p99=5.8, remote_p99=7.9, unbound_gbps=None, unbound_p99=None):
-    """The recorded GPU as if on a two-socket host: a remote placement derived from the local one."""
+# Round-to-round jitter of a quiet node: bandwidth within 0.6 %, p99 within 5 %.
+BW_JITTER = (0.997, 1.004, 0.999, 1.006, 0.995, 1.002, 1.0, 0.998)
+P99_JITTER = (1.03, 0.97, 1.0, 1.05, 0.96, 1.01, 0.99, 1.02)
+
+
+def with_rounds(place, gbps, p99, rounds, shift=0):
+    place["rounds"] = [{"h2d_pinned_gbps": round(gbps * BW_JITTER[(i + shift) % 8], 3),
+                        "small_p99_us": round(p99 * P99_JITTER[(i + shift) % 8], 3),
+                        "small_p50_us": 4.6} for i in range(rounds)]
+
+
+def two_node(probe, local_gbps=55.4, remote_gbps=48.0, local_p99=5.8, remote_p99=7.9, unbound_gbps=None, unbound_p99=None,
+             rounds=0):
+    """The recorded GPU as if on a two-socket host: a remote placement derived from the local one.
+
+    ``rounds``: per-round figures around the given values (a quiet node's jitter), as the probe writes them.
+    """
     p = copy.deepcopy(probe)
     gpu = p["gpus"][0]
     local = gpu["placements"]["local"]
@@ -47,7 +62,20 @@ def two_node(probe, local_gbps=55.4, remote_gbps=48.0, local_p99=5.8, remote_p99
         unbound["h2d_pinned"]["gbps_median"] = unbound_gbps
     if unbound_p99 is not None:
         unbound["small_h2d_pinned"]["us_p99"] = unbound_p99
+    if rounds:
+        with_rounds(local, local_gbps, local_p99, rounds)
+        with_rounds(remote, remote_gbps, remote_p99, rounds, shift=3)
+        with_rounds(gpu["placements"]["unbound"], unbound["h2d_pinned"]["gbps_median"],
+                    unbound["small_h2d_pinned"]["us_p99"], rounds, shift=5)
     return p
+
+
+def hurt_before(report):
+    """A previous report of the same host whose every GPU said binding hurts."""
+    previous = copy.deepcopy(report)
+    for gpu in previous["gpus"]:
+        gpu["verdict"] = "binding hurts"
+    return previous
 
 
 def controls(report, gpu=0):
@@ -70,7 +98,9 @@ def test_recorded_h200_report(probe, policy):
     assert c["gpunuma-h2d-02"]["status"] == "not_applicable"
     assert "no other CPU-bearing NUMA node" in c["gpunuma-h2d-02"]["detail"]
     assert c["gpunuma-h2d-03"]["status"] == "pass" and c["gpunuma-h2d-04"]["status"] == "pass"
-    assert gpu["verdict"] == "binding does not matter here"
+    # One sample per placement: no verdict is drawn from it.
+    assert gpu["verdict"] == "no measurable difference"
+    assert "1 round(s) per placement cannot show a difference at alpha 0.05" in gpu["verdict_reason"]
 
 
 def test_link_fraction_uses_pinned_never_pageable(probe, policy):
@@ -85,31 +115,82 @@ def test_link_fraction_uses_pinned_never_pageable(probe, policy):
 
 
 def test_binding_pays_on_two_nodes(probe, policy):
-    report = h2d_report.build_report(two_node(probe, unbound_gbps=50.0, unbound_p99=7.0), policy, profile="strict")
+    report = h2d_report.build_report(two_node(probe, unbound_gbps=50.0, unbound_p99=7.0, rounds=6), policy,
+                                     profile="strict")
     gpu = report["gpus"][0]
     assert gpu["verdict"] == "binding pays" and gpu["suggested_rollback"] is None
+    assert "bound beats unbound and remote beyond the tolerance at alpha 0.05" in gpu["verdict_reason"]
+    assert gpu["comparisons"]["remote"]["bandwidth"]["outcome"] == "better"
+    assert gpu["comparisons"]["remote"]["bandwidth"]["p"] < 0.05
+    assert len(gpu["placements"]["local"]["rounds"]) == 6
     assert controls(report)["gpunuma-h2d-02"]["status"] == "pass"
 
 
-def test_binding_hurts_suggests_next_rung(probe, policy):
-    report = h2d_report.build_report(two_node(probe, local_gbps=45.0, remote_gbps=55.0, local_p99=9.0, remote_p99=5.0,
-                                              unbound_gbps=55.0, unbound_p99=5.5), policy, profile="strict")
-    gpu = report["gpus"][0]
-    assert gpu["verdict"] == "binding hurts" and gpu["suggested_rollback"] == "preferred"
-    assert controls(report)["gpunuma-h2d-02"]["status"] == "fail" and report["status"] == "failed"
-    table = "\n".join(h2d_report.fleet_table([report]))
-    assert "binding hurts (roll back to preferred)" in table and "fail: gpunuma-h2d-01,gpunuma-h2d-02" in table
-
-
-def test_hurts_at_bottom_of_ladder_has_no_rung(probe, policy):
-    report = h2d_report.build_report(two_node(probe, local_gbps=45.0, unbound_gbps=55.0), policy, profile="off")
+def test_one_sample_never_gives_a_verdict(probe, policy):
+    """The same gap as above, one sample per placement: a single batch cannot tell it from noise."""
+    report = h2d_report.build_report(two_node(probe, unbound_gbps=50.0, unbound_p99=7.0), policy, profile="strict")
+    assert report["gpus"][0]["verdict"] == "no measurable difference"
     assert report["gpus"][0]["suggested_rollback"] is None
 
 
+def test_binding_hurts_twice_suggests_next_rung(probe, policy):
+    hurting = two_node(probe, local_gbps=45.0, remote_gbps=55.0, local_p99=9.0, remote_p99=5.0,
+                       unbound_gbps=55.0, unbound_p99=5.5, rounds=6)
+    first = h2d_report.build_report(hurting, policy, profile="strict")
+    gpu = first["gpus"][0]
+    # One run never advises a rollback.
+    assert gpu["verdict"] == "binding hurts" and gpu["suggested_rollback"] is None
+    assert "no rollback is suggested yet: validate again" in gpu["verdict_reason"]
+    second = h2d_report.build_report(hurting, policy, profile="strict", previous=first)
+    gpu = second["gpus"][0]
+    assert gpu["verdict"] == "binding hurts" and gpu["suggested_rollback"] == "preferred"
+    assert controls(second)["gpunuma-h2d-02"]["status"] == "fail" and second["status"] == "failed"
+    table = "\n".join(h2d_report.fleet_table([second]))
+    assert "binding hurts (roll back to preferred)" in table and "fail: gpunuma-h2d-01,gpunuma-h2d-02" in table
+
+
+def test_hurts_after_a_different_verdict_suggests_nothing(probe, policy):
+    hurting = two_node(probe, local_gbps=45.0, remote_gbps=55.0, remote_p99=5.8, unbound_gbps=55.0, unbound_p99=5.8, rounds=6)
+    before = h2d_report.build_report(two_node(probe, rounds=6), policy, profile="strict")
+    assert before["gpus"][0]["verdict"] != "binding hurts"
+    report = h2d_report.build_report(hurting, policy, profile="strict", previous=before)
+    assert report["gpus"][0]["verdict"] == "binding hurts" and report["gpus"][0]["suggested_rollback"] is None
+
+
+def test_hurts_at_bottom_of_ladder_has_no_rung(probe, policy):
+    hurting = two_node(probe, local_gbps=45.0, remote_gbps=55.0, remote_p99=5.8, unbound_gbps=55.0, unbound_p99=5.8, rounds=6)
+    first = h2d_report.build_report(hurting, policy, profile="off")
+    report = h2d_report.build_report(hurting, policy, profile="off", previous=hurt_before(first))
+    assert report["gpus"][0]["verdict"] == "binding hurts" and report["gpus"][0]["suggested_rollback"] is None
+
+
 def test_within_tolerance_is_neutral(probe, policy):
-    report = h2d_report.build_report(two_node(probe, local_gbps=55.4, remote_gbps=55.0, local_p99=5.8, remote_p99=5.9),
-                                     policy)
-    assert report["gpus"][0]["verdict"] == "binding does not matter here"
+    report = h2d_report.build_report(two_node(probe, local_gbps=55.4, remote_gbps=55.0, local_p99=5.8, remote_p99=5.9,
+                                              rounds=6), policy)
+    assert report["gpus"][0]["verdict"] == "no measurable difference"
+
+
+def test_better_on_one_metric_worse_on_the_other_is_inconclusive(probe, policy):
+    report = h2d_report.build_report(two_node(probe, local_gbps=55.4, remote_gbps=48.0, local_p99=9.0, remote_p99=5.0,
+                                              unbound_gbps=55.4, unbound_p99=9.0, rounds=6), policy)
+    assert report["gpus"][0]["verdict"] == "inconclusive"
+    assert "better on one metric and worse on the other" in report["gpus"][0]["verdict_reason"]
+
+
+def test_rounds_that_disagree_are_inconclusive(probe, policy):
+    p = two_node(probe, unbound_gbps=50.0, unbound_p99=7.0, rounds=6)
+    p["gpus"][0]["placements"]["local"]["rounds"][2]["h2d_pinned_gbps"] = 30.0  # a busy round
+    gpu = h2d_report.build_report(p, policy)["gpus"][0]
+    assert gpu["verdict"] == "inconclusive" and "the node was not quiet" in gpu["verdict_reason"]
+
+
+def test_verdict_settings_default_and_are_checked(policy):
+    assert policy["verdict"]["alpha"] == 0.05 and policy["verdict"]["max_round_spread"] == 0.25
+    with open(POLICY_FILE) as fh:
+        data = yaml.safe_load(fh)
+    data["verdict"]["alpha"] = 0.9
+    with pytest.raises(h2d_report.PolicyError, match=r"verdict.alpha is 0.9; it must be a number from 0.001 to 0.5"):
+        h2d_report.load_policy(data, POLICY_FILE)
 
 
 def test_unverified_binding_fails(probe, policy):
@@ -175,7 +256,7 @@ def test_skipped_host_and_error_gpu(policy):
     lines = h2d_report.fleet_table([report, report2])
     assert lines[0].split()[:3] == ["host", "gpu", "node"]
     assert "no NVIDIA GPU on this node" in lines[1]
-    assert lines[2].split()[11:14] == ["error", "not", "measured:"] and lines[2].endswith("GPU 0 (GPU-x, 0000:01:00.0): out of memory")
+    assert lines[2].split()[11:15] == ["-", "error", "not", "measured:"] and lines[2].endswith("GPU 0 (GPU-x, 0000:01:00.0): out of memory")
 
 
 def test_fleet_table_columns(probe, policy):

@@ -79,7 +79,7 @@ def test_fleet_table_columns(fleet_dir, docs):
     assert a01["instances"] == len(docs["gpu-a01"]["plan"]["instances"])
     vm = report.host_summary(fleet["hosts"]["h200-vm"])
     assert vm["compliance"] == "ok"
-    assert vm["probe"] == "passed: binding does not matter here"
+    assert vm["probe"] == "passed: no measurable difference"
     assert report.host_summary(fleet["hosts"]["pcie-b03"])["probe"] == "no probe"
     # Drift and rollback history, per node.
     drift = page[page.index("<h2>Drift found</h2>"):page.index("<h2>Rollback history</h2>")]
@@ -260,7 +260,7 @@ def test_cli_writes_the_page_and_prints_a_summary(fleet_dir):
     assert lines[-1] == "open %s" % out
     assert "gpu-a01      profile strict (pinned by rollback), 8 instances, compliance drifted: 1 finding (1 error), " \
            "probe no probe" in lines
-    assert any(line.startswith("h200-vm ") and line.endswith("compliance ok, probe passed: binding does not matter here")
+    assert any(line.startswith("h200-vm ") and line.endswith("compliance ok, probe passed: no measurable difference")
                for line in lines)
     # Run again: its own page in DIR is not an artefact; -o elsewhere.
     proc = subprocess.run([sys.executable, SCRIPT, str(fleet_dir), "-o", str(fleet_dir / "x.html")],

@@ -44,6 +44,10 @@ DEFAULTS = {
     "repeats": 10,
     "small_repeats": 1000,
     "warmup": 3,
+    # Interleaved rounds per placement (A B C, B C A, ...), after one warm-up
+    # round that is measured and discarded (verify/stats.py).
+    "rounds": 5,
+    "warmup_round": True,
     "pinned_alloc": "register",
     "timeout_s": 120,
     "libcuda_path": "libcuda.so.1",
@@ -124,6 +128,9 @@ def check_options(opts):
     positive_int("small_repeats", 10, 1000000)
     positive_int("warmup", 0, 1000)
     positive_int("timeout_s", 1, 3600)
+    positive_int("rounds", 1, 50)
+    if not isinstance(out["warmup_round"], bool):
+        errors.append("warmup_round is %r; it must be true or false" % (out["warmup_round"],))
     if not errors and out["small_bytes"] > out["large_bytes"]:
         errors.append("small_bytes is %d, larger than large_bytes (%d); the small copies reuse the large device buffer"
                       % (out["small_bytes"], out["large_bytes"]))
@@ -779,13 +786,67 @@ def _cuda_error_message(gpu, placement, err):
         label, placement, err["call"], what, err["name"], err["code"], err["text"])
 
 
+def _round_figures(result):
+    """The figures one round contributes per placement: the medians its statistics compare."""
+    m = result.get("measurement") or {}
+    return {"h2d_pinned_gbps": (m.get("h2d_pinned") or {}).get("gbps_median"),
+            "small_p50_us": (m.get("small_h2d_pinned") or {}).get("us_p50"),
+            "small_p99_us": (m.get("small_h2d_pinned") or {}).get("us_p99")}
+
+
+def _measure_rounds(gpu, entry, targets, opts):
+    """Measure every placement of ``targets`` in interleaved rounds into ``entry["placements"]``.
+
+    One warm-up round first (measured, discarded: the first copies of a
+    process pay for page faults, TLB and clock ramp-up), then ``rounds``
+    rounds, each in rotated order (A B C, B C A, C A B, ...) so a drift of
+    the node over the run hits every placement alike. A placement's entry is
+    its first measured round in full (binding, every statistic) plus
+    ``rounds``: the figures of every measured round. A busy GPU or an error
+    stops the GPU's measurement, as a single round did.
+    """
+    order = list(targets)
+    schedule = ([("warmup", order)] if opts["warmup_round"] else []) + [
+        (r, order[r % len(order):] + order[:r % len(order)]) for r in range(opts["rounds"])] if order else []
+    for round_no, placements in schedule:
+        for placement in placements:
+            cpus, mems = targets[placement]
+            t0 = time.monotonic()
+            out = run_in_child(_child_measure, (gpu["index"], placement, cpus, mems, opts), opts["timeout_s"])
+            elapsed = round(time.monotonic() - t0, 3)
+            if "ok" in out:
+                if round_no == "warmup":
+                    continue
+                place = entry["placements"].get(placement)
+                if place is None:
+                    place = entry["placements"][placement] = dict(
+                        status="ok", reason=None, seconds=0.0, node=mems[0] if mems else None, rounds=[], **out["ok"])
+                place["seconds"] = round(place["seconds"] + elapsed, 3)
+                place["rounds"].append(_round_figures(out["ok"]))
+                continue
+            err = out.get("cuda_error")
+            if err and err["code"] in BUSY_CODES:
+                reason = "GPU %d (%s, %s) is busy: another process holds it (compute mode %s); %s failed with %s" % (
+                    gpu["index"], gpu["uuid"], gpu["pci_bus_id"], gpu.get("compute_mode"), err["call"], err["name"])
+                entry.update(status="skipped", reason=reason)
+                entry["placements"][placement] = {"status": "skipped", "reason": reason}
+                return
+            if err:
+                reason = _cuda_error_message(gpu, placement, err)
+            else:
+                reason = "GPU %d (%s, %s), placement %s: %s" % (gpu["index"], gpu["uuid"], gpu["pci_bus_id"], placement, out["error"])
+            entry["placements"][placement] = {"status": "error", "reason": reason}
+            entry.update(status="error", reason=reason)
+            return
+
+
 def probe(options, root="/", nvml=None, hostname=None):
     """Probe every selected GPU in every placement. Returns a ``gpunuma.h2d-probe/v1`` dict."""
     opts = check_options(options)
     started = time.time()
     report = {"schema": SCHEMA, "hostname": hostname or platform.node(), "status": "ok", "reason": None,
               "options": {k: opts[k] for k in ("placements", "large_bytes", "small_bytes", "repeats",
-                                                "small_repeats", "warmup", "pinned_alloc")},
+                                                "small_repeats", "warmup", "rounds", "warmup_round", "pinned_alloc")},
               "driver_version": None, "numa_nodes": {}, "gpus": []}
     nodes = read_numa_nodes(root)
     report["numa_nodes"] = {str(n): {"cpus": format_cpulist(nodes[n]["cpus"]), "distances": nodes[n]["distances"]}
@@ -822,6 +883,7 @@ def probe(options, root="/", nvml=None, hostname=None):
                          % (gpu["index"], gpu["uuid"], gpu["pci_bus_id"]))
             report["gpus"].append(entry)
             continue
+        targets = {}
         for placement in opts["placements"]:
             if placement == "local":
                 if node is None:
@@ -836,26 +898,8 @@ def probe(options, root="/", nvml=None, hostname=None):
                 cpus, mems = sorted(nodes[remote]["cpus"]), [remote]
             else:
                 cpus, mems = None, None
-            t0 = time.monotonic()
-            out = run_in_child(_child_measure, (gpu["index"], placement, cpus, mems, opts), opts["timeout_s"])
-            elapsed = round(time.monotonic() - t0, 3)
-            if "ok" in out:
-                entry["placements"][placement] = dict(status="ok", reason=None, seconds=elapsed, node=mems[0] if mems else None,
-                                                      **out["ok"])
-                continue
-            err = out.get("cuda_error")
-            if err and err["code"] in BUSY_CODES:
-                reason = "GPU %d (%s, %s) is busy: another process holds it (compute mode %s); %s failed with %s" % (
-                    gpu["index"], gpu["uuid"], gpu["pci_bus_id"], gpu.get("compute_mode"), err["call"], err["name"])
-                entry.update(status="skipped", reason=reason)
-                entry["placements"][placement] = {"status": "skipped", "reason": reason}
-                break
-            if err:
-                reason = _cuda_error_message(gpu, placement, err)
-            else:
-                reason = "GPU %d (%s, %s), placement %s: %s" % (gpu["index"], gpu["uuid"], gpu["pci_bus_id"], placement, out["error"])
-            entry["placements"][placement] = {"status": "error", "reason": reason}
-            entry.update(status="error", reason=reason)
+            targets[placement] = (cpus, mems)
+        _measure_rounds(gpu, entry, targets, opts)
         report["gpus"].append(entry)
     statuses = {g["status"] for g in report["gpus"]}
     if "error" in statuses:

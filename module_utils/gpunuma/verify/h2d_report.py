@@ -10,9 +10,11 @@ data out: no Ansible, no I/O.
 from __future__ import annotations
 
 import re
+import statistics
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.common import schemas
+from ansible.module_utils.gpunuma.verify import stats
 
 REPORT_SCHEMA = schemas.VALIDATION
 POLICY_SCHEMA = schemas.VALIDATION_POLICY
@@ -25,11 +27,17 @@ CHECKS = {
     "pageable_reported": {},
 }
 VERDICT_KEYS = {"bandwidth_tolerance": (float, 0.0, 1.0), "latency_tolerance": (float, 0.0, 10.0)}
+# Optional verdict keys and their defaults (docs/probe.md, "The verdict"):
+# alpha, the significance level of the rank test of per-round figures; and
+# max_round_spread, how far one placement's per-round bandwidths may spread
+# ((max - min) / median) before the run says the node was not quiet.
+VERDICT_OPTIONAL = {"alpha": ((float, 0.001, 0.5), 0.05), "max_round_spread": ((float, 0.0, 10.0), 0.25)}
 DEFAULT_LADDER = ["strict", "preferred", "interleave", "off"]
 
 VERDICT_PAYS = "binding pays"
-VERDICT_NEUTRAL = "binding does not matter here"
+VERDICT_NEUTRAL = "no measurable difference"
 VERDICT_HURTS = "binding hurts"
+VERDICT_INCONCLUSIVE = "inconclusive"
 VERDICT_UNKNOWN = "not measured"
 
 
@@ -95,9 +103,16 @@ def load_policy(data, source="policy"):
     for key, (kind, low, high) in VERDICT_KEYS.items():
         if not _number(verdict.get(key), kind, low, high):
             problems.append("%s: verdict.%s is %r; it must be a number from %s to %s" % (source, key, verdict.get(key), low, high))
+    verdict = dict(verdict)
+    for key, ((kind, low, high), default) in VERDICT_OPTIONAL.items():
+        if key not in verdict:
+            verdict[key] = default
+        elif not _number(verdict.get(key), kind, low, high):
+            problems.append("%s: verdict.%s is %r; it must be a number from %s to %s" % (source, key, verdict.get(key), low, high))
+    allowed = list(VERDICT_KEYS) + list(VERDICT_OPTIONAL)
     for key in verdict:
-        if key not in VERDICT_KEYS:
-            problems.append("%s: verdict has unknown key %r; allowed: %s" % (source, key, ", ".join(VERDICT_KEYS)))
+        if key not in allowed:
+            problems.append("%s: verdict has unknown key %r; allowed: %s" % (source, key, ", ".join(allowed)))
     waivers = data.get("waivers") or []
     if not isinstance(waivers, list):
         problems.append("%s: waivers is %r; it must be a list" % (source, waivers))
@@ -125,19 +140,41 @@ def _m(placement, key, sub):
     return (m.get(key) or {}).get(sub)
 
 
+def _rounds(placement):
+    """The per-round figures of a placement (``rounds`` of the probe), each with a bandwidth and a p99; [] for none."""
+    out = []
+    for item in placement.get("rounds") or []:
+        if not isinstance(item, dict):
+            raise ValueError("a round of placement %s is %r, not a mapping" % (placement.get("node"), item))
+        gbps, p99 = item.get("h2d_pinned_gbps"), item.get("small_p99_us")
+        if isinstance(gbps, (int, float)) and isinstance(p99, (int, float)) \
+                and not isinstance(gbps, bool) and not isinstance(p99, bool):
+            out.append({"h2d_pinned_gbps": gbps, "small_p99_us": p99, "small_p50_us": item.get("small_p50_us")})
+    return out
+
+
+def _median(rounds, key):
+    values = [r[key] for r in rounds if isinstance(r.get(key), (int, float))]
+    return round(statistics.median(values), 3) if values else None
+
+
 def _summarise_placement(name, placement, link_gbps):
     if not placement or placement.get("status") != "ok":
         return {"status": (placement or {}).get("status", "not_requested"), "reason": (placement or {}).get("reason")}
     binding = placement.get("binding") or {}
-    pinned = _m(placement, "h2d_pinned", "gbps_median")
+    rounds = _rounds(placement)
+    pinned = _median(rounds, "h2d_pinned_gbps") if rounds else _m(placement, "h2d_pinned", "gbps_median")
+    p50 = _median(rounds, "small_p50_us") if rounds else _m(placement, "small_h2d_pinned", "us_p50")
+    p99 = _median(rounds, "small_p99_us") if rounds else _m(placement, "small_h2d_pinned", "us_p99")
     return {
         "status": "ok",
         "node": placement.get("node"),
         "h2d_pinned_gbps": pinned,
         "d2h_pinned_gbps": _m(placement, "d2h_pinned", "gbps_median"),
         "h2d_pageable_gbps": _m(placement, "h2d_pageable", "gbps_median"),
-        "small_p50_us": _m(placement, "small_h2d_pinned", "us_p50"),
-        "small_p99_us": _m(placement, "small_h2d_pinned", "us_p99"),
+        "small_p50_us": p50,
+        "small_p99_us": p99,
+        "rounds": rounds,
         "small_max_us": _m(placement, "small_h2d_pinned", "us_max"),
         "small_loop_us_per_copy": _m(placement, "small_h2d_pinned", "loop_us_per_copy"),
         "link_fraction": round(pinned / link_gbps, 4) if pinned and link_gbps else None,
@@ -175,11 +212,19 @@ def _evaluate(control, gpu, places, hostname, policy):
             return "not_applicable", "local and remote were not both measured (%s)" % (
                 remote.get("reason") or local.get("reason") or "placement not requested")
         tol = control["tolerance"]
-        slow = local["h2d_pinned_gbps"] < remote["h2d_pinned_gbps"] * (1 - tol)
-        late = local["small_p99_us"] > remote["small_p99_us"] * (1 + tol)
         detail = "local %.2f GB/s p99 %.2f us, remote %.2f GB/s p99 %.2f us (tolerance %.0f%%)" % (
             local["h2d_pinned_gbps"], local["small_p99_us"], remote["h2d_pinned_gbps"], remote["small_p99_us"], tol * 100)
-        return ("fail" if slow or late else "pass"), detail
+        rules = _rules(policy["verdict"])
+        rounds = min(len(local.get("rounds") or []), len(remote.get("rounds") or []))
+        if rounds and stats.min_p_value(rounds, rounds) < rules["alpha"]:
+            # Per-round figures: slower only when significant and beyond the tolerance (as the verdict).
+            comparison = _compare(local, remote, dict(rules, bandwidth_tolerance=tol, latency_tolerance=tol))
+            worse = [m for m, c in comparison.items() if c["outcome"] == "worse"]
+            return ("fail" if worse else "pass"), "%s; %d rounds each, alpha %g: %s" % (
+                detail, rounds, rules["alpha"], ("worse on " + " and ".join(worse)) if worse else "not slower")
+        slow = local["h2d_pinned_gbps"] < remote["h2d_pinned_gbps"] * (1 - tol)
+        late = local["small_p99_us"] > remote["small_p99_us"] * (1 + tol)
+        return ("fail" if slow or late else "pass"), detail + "; one sample each, so noise can decide this"
     if check == "binding_verified":
         bad = [n for n, p in places.items() if p.get("status") == "ok" and not p["binding_verified"]]
         if not [p for p in places.values() if p.get("status") == "ok"]:
@@ -195,50 +240,120 @@ def _evaluate(control, gpu, places, hostname, policy):
     raise ReportError("unknown check %r" % check)
 
 
-def _verdict(places, tolerances, profile, ladder):
+def _series(place, key):
+    return [r[key] for r in place.get("rounds") or []]
+
+
+def _compare(local, ref, rules):
+    """Bandwidth and p99 of ``local`` against ``ref`` (stats.compare on their rounds)."""
+    return {
+        "bandwidth": stats.compare(_series(local, "h2d_pinned_gbps"), _series(ref, "h2d_pinned_gbps"), True,
+                                   rules["alpha"], rules["bandwidth_tolerance"]),
+        "p99": stats.compare(_series(local, "small_p99_us"), _series(ref, "small_p99_us"), False,
+                             rules["alpha"], rules["latency_tolerance"]),
+    }
+
+
+def _said(name, comparison):
+    bw, p99 = comparison["bandwidth"], comparison["p99"]
+    return "%s: bandwidth x%.3f (p=%.3g), p99 x%.3f (p=%.3g)" % (name, bw["ratio"], bw["p"], p99["ratio"], p99["p"])
+
+
+def _verdict(places, rules, profile, ladder, previous=None):
+    """(verdict, reason, suggested rung, comparisons) of the bound-to-local placement.
+
+    The rule (docs/probe.md, "The verdict"): per-round figures of local
+    against unbound and remote, each metric by the exact two-sided
+    Mann-Whitney U test at ``alpha`` and the practical tolerance together.
+    ``binding hurts``: worse than unbound on a metric and better on none.
+    ``binding pays``: better than unbound or remote on a metric and worse on
+    none. ``inconclusive``: better on one metric and worse on another, or a
+    placement whose rounds spread beyond ``max_round_spread``. Otherwise, or
+    with too few rounds to reach ``alpha``, ``no measurable difference``. A
+    rollback is suggested only when the previous validation of the same GPU
+    (``previous``, its verdict) also said ``binding hurts``.
+    """
     local, unbound, remote = places.get("local", {}), places.get("unbound", {}), places.get("remote", {})
     if local.get("status") != "ok":
-        return VERDICT_UNKNOWN, "the bound-to-local placement was not measured", None
-    bw_tol, lat_tol = tolerances["bandwidth_tolerance"], tolerances["latency_tolerance"]
+        return VERDICT_UNKNOWN, "the bound-to-local placement was not measured", None, {}
     refs = [(n, p) for n, p in (("unbound", unbound), ("remote", remote)) if p.get("status") == "ok"]
     if not refs:
-        return VERDICT_UNKNOWN, "nothing to compare the bound placement with", None
-
-    def better(a, b):
-        return a["h2d_pinned_gbps"] > b["h2d_pinned_gbps"] * (1 + bw_tol) or a["small_p99_us"] < b["small_p99_us"] * (1 - lat_tol)
-
-    def worse(a, b):
-        return a["h2d_pinned_gbps"] < b["h2d_pinned_gbps"] * (1 - bw_tol) or a["small_p99_us"] > b["small_p99_us"] * (1 + lat_tol)
-
-    if unbound.get("status") == "ok" and worse(local, unbound):
+        return VERDICT_UNKNOWN, "nothing to compare the bound placement with", None, {}
+    measured = [("local", local)] + refs
+    counts = {n: len(p.get("rounds") or []) for n, p in measured}
+    fewest = min(counts.values())
+    if fewest == 0 or stats.min_p_value(fewest, fewest) >= rules["alpha"]:
+        need = 1
+        while stats.min_p_value(need, need) >= rules["alpha"]:
+            need += 1
+        return VERDICT_NEUTRAL, ("%s round(s) per placement cannot show a difference at alpha %g (at least %d "
+                                 "needed: gpu_validate_rounds); no verdict is drawn from single samples"
+                                 % (max(fewest, 1), rules["alpha"], need)), None, {}
+    for name, place in measured:
+        spread = stats.spread(_series(place, "h2d_pinned_gbps"))
+        if spread > rules["max_round_spread"]:
+            return VERDICT_INCONCLUSIVE, ("the %d rounds of %s disagree: their bandwidths spread %.0f%% of the median "
+                                         "(more than %.0f%%), so the node was not quiet; validate again"
+                                         % (len(place["rounds"]), name, spread * 100,
+                                            rules["max_round_spread"] * 100)), None, {}
+    comparisons = {name: _compare(local, place, rules) for name, place in refs}
+    outcomes = {name: {c["outcome"] for c in comp.values()} for name, comp in comparisons.items()}
+    detail = "; ".join(_said(name, comp) for name, comp in comparisons.items())
+    if any({"better", "worse"} <= o for o in outcomes.values()):
+        return VERDICT_INCONCLUSIVE, "better on one metric and worse on the other: " + detail, None, comparisons
+    if "unbound" in outcomes and "worse" in outcomes["unbound"]:
         rung = None
-        if profile in ladder and ladder.index(profile) + 1 < len(ladder):
+        confirmed = previous == VERDICT_HURTS
+        if confirmed and profile in ladder and ladder.index(profile) + 1 < len(ladder):
             rung = ladder[ladder.index(profile) + 1]
-        why = "bound %.2f GB/s p99 %.2f us against unbound %.2f GB/s p99 %.2f us" % (
-            local["h2d_pinned_gbps"], local["small_p99_us"], unbound["h2d_pinned_gbps"], unbound["small_p99_us"])
-        return VERDICT_HURTS, why, rung
-    gains = [n for n, p in refs if better(local, p)]
+        why = "bound is worse than unbound beyond the tolerance at alpha %g: %s" % (rules["alpha"], detail)
+        if not confirmed:
+            why += "; the previous validation did not say so, so no rollback is suggested yet: validate again"
+        return VERDICT_HURTS, why, rung, comparisons
+    gains = [n for n, o in outcomes.items() if "better" in o and "worse" not in o]
     if gains:
-        return VERDICT_PAYS, "bound beats %s beyond %.0f%% bandwidth / %.0f%% p99 tolerance" % (
-            " and ".join(gains), bw_tol * 100, lat_tol * 100), None
-    return VERDICT_NEUTRAL, "bound within %.0f%% bandwidth and %.0f%% p99 of %s" % (
-        bw_tol * 100, lat_tol * 100, " and ".join(n for n, _ in refs)), None
+        return VERDICT_PAYS, "bound beats %s beyond the tolerance at alpha %g: %s" % (
+            " and ".join(gains), rules["alpha"], detail), None, comparisons
+    return VERDICT_NEUTRAL, "no difference both significant at alpha %g and beyond %.0f%% bandwidth / %.0f%% p99: %s" % (
+        rules["alpha"], rules["bandwidth_tolerance"] * 100, rules["latency_tolerance"] * 100, detail), None, comparisons
 
 
-def build_report(probe, policy, hostname=None, profile=None, ladder=None, generated_at=None):
+def _rules(verdict):
+    """The verdict settings of a loaded policy, with the optional keys' defaults."""
+    out = dict(verdict)
+    for key, (_, default) in VERDICT_OPTIONAL.items():
+        out.setdefault(key, default)
+    return out
+
+
+def _previous_verdicts(previous):
+    """``{GPU uuid or index: verdict}`` of a previous gpunuma.validation/v1 report (None or damaged: {})."""
+    out = {}
+    if not isinstance(previous, dict) or previous.get("schema") != REPORT_SCHEMA:
+        return out
+    for gpu in previous.get("gpus") or []:
+        if isinstance(gpu, dict) and isinstance(gpu.get("verdict"), str):
+            out[gpu.get("uuid") or gpu.get("index")] = gpu["verdict"]
+    return out
+
+
+def build_report(probe, policy, hostname=None, profile=None, ladder=None, generated_at=None, previous=None):
     """One host's ``gpunuma.validation/v1`` report from its probe result and a loaded policy.
+
+    ``previous`` is this host's previous report, if any: a rollback is
+    suggested only when it said ``binding hurts`` for the same GPU too.
 
     A damaged result (a replayed file edited by hand, a wrong type in a field) raises ReportError
     naming the host and what was wrong, never a bare TypeError.
     """
     try:
-        return _build_report(probe, policy, hostname, profile, ladder, generated_at)
+        return _build_report(probe, policy, hostname, profile, ladder, generated_at, previous)
     except (TypeError, KeyError, AttributeError, ValueError, ZeroDivisionError) as exc:
         raise ReportError("the probe result for %s is malformed (%s: %s); expected the fields of %s (docs/probe.md)"
                           % (hostname or "this host", type(exc).__name__, exc, PROBE_SCHEMA))
 
 
-def _build_report(probe, policy, hostname, profile, ladder, generated_at):
+def _build_report(probe, policy, hostname, profile, ladder, generated_at, previous=None):
     if profile is False:  # an unquoted `off` in YAML reaches Ansible as the boolean false
         profile = "off"
     if not isinstance(probe, dict) or probe.get("schema") != PROBE_SCHEMA:
@@ -251,6 +366,7 @@ def _build_report(probe, policy, hostname, profile, ladder, generated_at):
               "probe_reason": probe.get("reason"), "driver_version": probe.get("driver_version"),
               "probe_options": probe.get("options"), "gpus": []}
     counts = {"pass": 0, "fail": 0, "waived": 0, "not_applicable": 0}
+    before = _previous_verdicts(previous)
     for gpu in probe.get("gpus", []):
         pcie = gpu.get("pcie") or {}
         link = {"gen": pcie.get("gen_max"), "width": pcie.get("width_max"), "source": pcie.get("source"),
@@ -272,10 +388,12 @@ def _build_report(probe, policy, hostname, profile, ladder, generated_at):
                     status, detail = "waived", "%s; waived: %s" % (detail, justification)
                 counts[status] += 1
                 entry["controls"].append({"id": control["id"], "title": control["title"], "status": status, "detail": detail})
-            verdict, why, rung = _verdict(entry["placements"], policy["verdict"], profile, ladder)
+            verdict, why, rung, comparisons = _verdict(
+                entry["placements"], _rules(policy["verdict"]), profile, ladder,
+                before.get(gpu.get("uuid") or gpu.get("index")))
         else:
-            verdict, why, rung = VERDICT_UNKNOWN, gpu.get("reason") or "the GPU was not measured", None
-        entry.update(verdict=verdict, verdict_reason=why, suggested_rollback=rung)
+            verdict, why, rung, comparisons = VERDICT_UNKNOWN, gpu.get("reason") or "the GPU was not measured", None, {}
+        entry.update(verdict=verdict, verdict_reason=why, suggested_rollback=rung, comparisons=comparisons)
         report["gpus"].append(entry)
     report["summary"] = counts
     if probe.get("status") == "skipped" and not report["gpus"]:
@@ -294,11 +412,11 @@ def _fmt(value, pattern):
 def fleet_table(reports):
     """Lines of the fleet table: per GPU the local/remote/unbound pinned GB/s, p99 small-copy latency and verdict."""
     header = ("host", "gpu", "node", "link GB/s", "local GB/s", "remote GB/s", "unbound GB/s",
-              "local p99us", "remote p99us", "unbound p99us", "pageable GB/s", "controls", "verdict")
+              "local p99us", "remote p99us", "unbound p99us", "pageable GB/s", "rounds", "controls", "verdict")
     rows = []
     for report in reports:
         if not report.get("gpus"):
-            rows.append((str(report.get("hostname")), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
+            rows.append((str(report.get("hostname")), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
                          report.get("status", "-"), report.get("probe_reason") or "no GPU measured"))
             continue
         for gpu in report["gpus"]:
@@ -309,6 +427,8 @@ def fleet_table(reports):
                 verdict += ": %s" % gpu.get("reason")
             if gpu.get("suggested_rollback"):
                 verdict += " (roll back to %s)" % gpu["suggested_rollback"]
+            elif gpu["verdict"] == VERDICT_HURTS:
+                verdict += " (first time: validate again before rolling back)"
             rows.append((
                 str(report.get("hostname")), str(gpu["index"]), _fmt(gpu["numa_node"], "%d"),
                 _fmt(gpu["link"]["theoretical_gbps"], "%.1f"),
@@ -317,6 +437,7 @@ def fleet_table(reports):
                 _fmt(p["local"].get("small_p99_us"), "%.2f"), _fmt(p["remote"].get("small_p99_us"), "%.2f"),
                 _fmt(p["unbound"].get("small_p99_us"), "%.2f"),
                 _fmt(p["local"].get("h2d_pageable_gbps") or p["unbound"].get("h2d_pageable_gbps"), "%.2f"),
+                _fmt(len(p["local"].get("rounds") or []) or None, "%d"),
                 ("fail: " + ",".join(fails)) if fails else ("ok" if gpu.get("status") == "ok" else gpu.get("status")),
                 verdict))
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]

@@ -119,10 +119,12 @@ def test_report_verifies_every_binding_and_compares_all_three(report, gpu):
 
 
 def test_verdict_compares_with_unbound_and_remote(report):
-    # The fake's virtual clock gives every placement the same pinned figures,
-    # so the verdict is "does not matter"; what this shows is that it weighed
-    # both references measured on the two-node guest.
+    # The fake's virtual clock gives every placement the same pinned figures
+    # in every round, so the rank test finds no difference; what this shows is
+    # that it weighed the rounds of both references measured on the two-node
+    # guest.
     (entry,) = report["gpus"]
-    assert entry["verdict"] == "binding does not matter here", entry
-    assert entry["verdict_reason"].endswith("of unbound and remote"), entry["verdict_reason"]
+    assert entry["verdict"] == "no measurable difference", entry
+    assert "unbound: bandwidth" in entry["verdict_reason"] and "remote: bandwidth" in entry["verdict_reason"], entry
+    assert entry["comparisons"]["remote"]["bandwidth"]["rounds_x"] == 4, entry["comparisons"]
     assert entry["suggested_rollback"] is None
