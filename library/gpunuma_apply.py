@@ -90,6 +90,12 @@ options:
         (when running), so a run that died between a write and its restart is finished by the next one.
     type: path
     default: /var/lib/gpunuma/pending-restarts.json
+  backups_keep:
+    description:
+      - After a successful run, only the newest this many backups of each file in O(files) and O(after_success)
+        are kept (the rest are listed in C(pruned_backups)); a failed run prunes nothing. C(0) keeps every backup.
+    type: int
+    default: 5
   after_success:
     description: Files (as O(files), without validate) written only when every unit settled.
     type: list
@@ -138,9 +144,16 @@ rolled_back:
   description: Units whose files were restored (or removed when new) after they failed.
   returned: always
   type: list
+  elements: str
+pruned_backups:
+  description: Backups removed after a successful run, beyond O(backups_keep) per file (oldest first).
+  returned: always
+  type: list
+  elements: str
 """
 
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -242,6 +255,27 @@ class NodeFiles:
         except FileNotFoundError:
             pass
 
+    def prune_backups(self, path, keep):
+        """Remove all but the newest ``keep`` backups of path (``<path>.<pid>.<YYYY-mm-dd@HH:MM:SS>~``); their paths."""
+        directory, name = os.path.split(path)
+        pattern = re.compile(re.escape(name) + r"\.([0-9]+)\.([0-9]{4}-[0-9]{2}-[0-9]{2}@[0-9]{2}:[0-9]{2}:[0-9]{2})~$")
+        try:
+            entries = os.listdir(directory)
+        except OSError:
+            return []
+        backups = []
+        for entry in entries:
+            match = pattern.match(entry)
+            if match and os.path.isfile(os.path.join(directory, entry)) \
+                    and not os.path.islink(os.path.join(directory, entry)):
+                backups.append((match.group(2), int(match.group(1)), entry))
+        backups.sort()
+        removed = []
+        for _, _, entry in backups[:max(len(backups) - keep, 0)]:
+            self.remove(os.path.join(directory, entry))
+            removed.append(os.path.join(directory, entry))
+        return removed
+
     def restore(self, backup, path):
         with open(backup, "rb") as stream:
             data = stream.read()
@@ -286,6 +320,7 @@ def main():
                 readiness=dict(type="dict", default={}),
             )),
             pending_file=dict(type="path", default="/var/lib/gpunuma/pending-restarts.json"),
+            backups_keep=dict(type="int", default=5),
             after_success=dict(type="list", elements="dict", default=[], options=dict(
                 (k, v) for k, v in file_options.items() if k != "validate")),
         ),
@@ -303,7 +338,8 @@ def main():
     try:
         files = normalise_files(params["files"])
         result = apply.run(files, absent=params["absent"], prune=params["prune"], units=params["units"],
-                           after_success=params["after_success"], pending_path=params["pending_file"])
+                           after_success=params["after_success"], pending_path=params["pending_file"],
+                           backups_keep=params["backups_keep"])
     except ApplyError as exc:
         module.fail_json(msg=str(exc), **apply.result)
     except (OSError, KeyError) as exc:

@@ -902,3 +902,54 @@ def test_readiness_argv(user, group, expect, monkeypatch):
     monkeypatch.setattr(pwd, "getpwnam", lambda name: entry)
     monkeypatch.setattr(pwd, "getpwuid", lambda uid: entry)
     assert readiness_argv(["/bin/true"], user, group) == expect
+
+
+# ------------------------------------------------------------------ backups pruned after success
+
+def _old_backups(node, rel, count):
+    paths = []
+    for day in range(1, count + 1):
+        path = node.put("%s.%d.2026-11-%02d@03:00:00~" % (rel, 100 + day, day), "old %d\n" % day)
+        paths.append(str(path))
+    return paths
+
+
+def test_success_keeps_the_newest_backups_per_file(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    old = _old_backups(node, "gpunuma-llm0.service", 7)
+    unrelated = node.put("other.service.1.2026-11-01@03:00:00~", "not ours to prune\n")
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a")})
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
+                                         unit="gpunuma-llm0.service")],
+                       units=dict(UNITS, services=["gpunuma-llm0.service"]), after_success=node.after_success(),
+                       backups_keep=3)
+    assert not result.get("failed"), result.get("msg")
+    # This run's backup and the two newest before it stay; the five oldest go, oldest first.
+    assert result["pruned_backups"] == old[:5]
+    kept = [b for b in node.backups() if os.path.basename(b).startswith("gpunuma-llm0.service.")]
+    assert len(kept) == 3 and old[5] in kept and old[6] in kept
+    assert unrelated.exists()
+
+
+def test_failed_run_prunes_nothing(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    old = _old_backups(node, "gpunuma-llm0.service", 7)
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a")}, refuse={"gpunuma-llm0.service": "boom"})
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
+                                         unit="gpunuma-llm0.service")],
+                       units=dict(UNITS, services=["gpunuma-llm0.service"]), after_success=node.after_success(),
+                       backups_keep=3)
+    assert result["failed"] is True and result["pruned_backups"] == []
+    assert all(os.path.exists(p) for p in old)
+
+
+def test_backups_keep_zero_keeps_all_and_bad_values_are_refused(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    old = _old_backups(node, "gpunuma-llm0.service", 7)
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a")})
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
+                                         unit="gpunuma-llm0.service")],
+                       units=dict(UNITS, services=["gpunuma-llm0.service"]), backups_keep=0)
+    assert result["pruned_backups"] == [] and all(os.path.exists(p) for p in old)
+    with pytest.raises(ApplyError, match=r"backups_keep: -1 is not allowed; allowed: 0 \(keep every backup\)"):
+        apply_run(fake, [], backups_keep=-1)

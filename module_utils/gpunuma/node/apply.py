@@ -275,7 +275,8 @@ class Apply:
         self.check_mode = check_mode
         self.http_get = http_get or _http_get
         self.result = {"changed": False, "files": [], "removed": [], "restarted": [], "started": [],
-                       "enabled": [], "stopped": [], "failed_units": [], "rolled_back": [], "diff": []}
+                       "enabled": [], "stopped": [], "failed_units": [], "rolled_back": [], "diff": [],
+                       "pruned_backups": []}
 
     # ------------------------------------------------------------- files
     def _validate(self, decisions):
@@ -367,8 +368,12 @@ class Apply:
         if decision["changed"]:
             self.fs.write(decision)
 
-    def run(self, files, absent=(), prune=None, units=None, after_success=(), pending_path=None):
+    def run(self, files, absent=(), prune=None, units=None, after_success=(), pending_path=None, backups_keep=5):
+        """Reconcile; on success keep only the newest ``backups_keep`` backups of each file (0: keep all)."""
         units = units or {}
+        if isinstance(backups_keep, bool) or not isinstance(backups_keep, int) or backups_keep < 0:
+            raise ApplyError("backups_keep: %r is not allowed; allowed: 0 (keep every backup) or the number of "
+                             "backups kept per file" % (backups_keep,))
         decisions = plan_files(files, self.fs)
         self._validate(decisions)
         after = normalise_files(after_success, "after_success")
@@ -420,6 +425,11 @@ class Apply:
                 return self.result
         after_decisions = plan_files(after, self.fs)
         self._write(after_decisions)
+        # Only after success: a failed run's backups are what it rolled back from.
+        if backups_keep and not self.check_mode:
+            for entry in list(files) + after:
+                if entry.get("backup", True):
+                    self.result["pruned_backups"].extend(self.fs.prune_backups(entry["path"], backups_keep))
         return self.result
 
     def _start(self, decisions, units, unbound, pending=()):
