@@ -285,3 +285,39 @@ def test_malformed_replay_is_a_report_error(probe, policy, damage):
 def test_unquoted_off_profile_is_off(probe, policy):
     report = h2d_report.build_report(two_node(probe, local_gbps=45.0, unbound_gbps=55.0), policy, profile=False)
     assert report["profile"] == "off" and report["gpus"][0]["suggested_rollback"] is None
+
+
+ROUNDS_DIR = os.path.join(FIXTURES, "recorded", "h200-probe-rounds")
+
+
+def test_recorded_idle_runs_agree_and_never_say_hurts(policy):
+    """Five idle probes of one real H200 in a row (README in the fixture): one verdict for all, not "hurts"."""
+    verdicts = []
+    for run in range(1, 6):
+        with open(os.path.join(ROUNDS_DIR, "idle-%d.json" % run)) as fh:
+            probe = json.load(fh)
+        assert len(probe["gpus"][0]["placements"]["local"]["rounds"]) == 5
+        report = h2d_report.build_report(probe, policy, profile="strict")
+        gpu = report["gpus"][0]
+        assert report["status"] == "passed", report
+        assert gpu["suggested_rollback"] is None
+        verdicts.append(gpu["verdict"])
+    assert verdicts == ["no measurable difference"] * 5
+
+
+def test_recorded_idle_runs_flip_under_one_sample_per_placement(policy):
+    """The same runs judged on their first round alone, as a single batch was: the verdicts disagree."""
+    old = []
+    for run in range(1, 6):
+        with open(os.path.join(ROUNDS_DIR, "idle-%d.json" % run)) as fh:
+            probe = json.load(fh)
+        places = probe["gpus"][0]["placements"]
+        local, unbound = places["local"]["rounds"][0], places["unbound"]["rounds"][0]
+        tol = policy["verdict"]
+        if local["small_p99_us"] > unbound["small_p99_us"] * (1 + tol["latency_tolerance"]):
+            old.append("hurts")
+        elif local["small_p99_us"] < unbound["small_p99_us"] * (1 - tol["latency_tolerance"]):
+            old.append("pays")
+        else:
+            old.append("same")
+    assert "hurts" in old and len(set(old)) > 1

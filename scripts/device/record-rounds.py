@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Record validation probes back to back on a GPU node: ``record-rounds.py OUT RUNS ROUNDS``.
+
+Each run is ``h2d.probe({"rounds": ROUNDS})`` (the probe core, default sizes,
+every placement the node has), written to ``OUT/idle-N.json``, with a one-line
+summary of its per-round figures on stdout. Runs without Ansible installed
+(the core needs only the standard library and libcuda): ``ansible.module_utils``
+is stood in for by the repository's ``module_utils``.
+"""
+import json
+import os
+import sys
+import time
+import types
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODULE_UTILS = os.path.join(REPO, "module_utils")
+try:
+    import ansible.module_utils
+    ansible.module_utils.__path__.insert(0, MODULE_UTILS)
+except ImportError:
+    package = types.ModuleType("ansible")
+    package.__path__ = []
+    module_utils = types.ModuleType("ansible.module_utils")
+    module_utils.__path__ = [MODULE_UTILS]
+    sys.modules["ansible"], sys.modules["ansible.module_utils"] = package, module_utils
+
+from ansible.module_utils.gpunuma.verify import h2d  # noqa: E402
+
+
+def main(argv):
+    if len(argv) != 4:
+        sys.exit("usage: record-rounds.py OUT RUNS ROUNDS")
+    out, runs, rounds = argv[1], int(argv[2]), int(argv[3])
+    os.makedirs(out, exist_ok=True)
+    for run in range(1, runs + 1):
+        started = time.time()
+        result = h2d.probe({"rounds": rounds})
+        with open(os.path.join(out, "idle-%d.json" % run), "w") as handle:
+            json.dump(result, handle, indent=1, sort_keys=True)
+        gpu = result["gpus"][0] if result["gpus"] else {}
+        summary = {name: [(r["h2d_pinned_gbps"], r["small_p99_us"]) for r in place.get("rounds", [])]
+                   for name, place in gpu.get("placements", {}).items()}
+        print("run", run, result["status"], result.get("reason"), "%.1fs" % (time.time() - started),
+              json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
