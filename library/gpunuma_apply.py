@@ -160,7 +160,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.node.apply import TEMP_PREFIX, Apply, ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node.apply import BACKUP_SUFFIX_RE, TEMP_PREFIX, Apply, ApplyError, normalise_files
 
 
 def _uid(name):
@@ -255,10 +255,21 @@ class NodeFiles:
         except FileNotFoundError:
             pass
 
+    def remove_empty_dir(self, path):
+        """Remove directory path when it is empty (never a link); whether it was removed."""
+        if os.path.islink(path):
+            return False
+        try:
+            os.rmdir(path)
+        except OSError:
+            return False
+        return True
+
     def prune_backups(self, path, keep):
-        """Remove all but the newest ``keep`` backups of path (``<path>.<pid>.<YYYY-mm-dd@HH:MM:SS>~``); their paths."""
+        """Remove all but the newest ``keep`` backups of path (``<path>.<pid>.<YYYY-mm-dd@HH:MM:SS>~``; 0: all of
+        them); their paths."""
         directory, name = os.path.split(path)
-        pattern = re.compile(re.escape(name) + r"\.([0-9]+)\.([0-9]{4}-[0-9]{2}-[0-9]{2}@[0-9]{2}:[0-9]{2}:[0-9]{2})~$")
+        pattern = re.compile(re.escape(name) + BACKUP_SUFFIX_RE)
         try:
             entries = os.listdir(directory)
         except OSError:

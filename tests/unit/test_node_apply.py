@@ -953,3 +953,18 @@ def test_backups_keep_zero_keeps_all_and_bad_values_are_refused(node):
     assert result["pruned_backups"] == [] and all(os.path.exists(p) for p in old)
     with pytest.raises(ApplyError, match=r"backups_keep: -1 is not allowed; allowed: 0 \(keep every backup\)"):
         apply_run(fake, [], backups_keep=-1)
+
+
+def test_pruned_dropin_leaves_no_backups_and_no_empty_directory(node):
+    node.put("nginx.service.d/" + DROPIN_NAME, dropin_text("nginx.service"))
+    old = node.put("nginx.service.d/%s.100.2026-11-01@03:00:00~" % DROPIN_NAME, dropin_text("nginx.service", "0-1"))
+    node.put("redis.service.d/" + DROPIN_NAME, dropin_text("redis.service"))
+    theirs = node.put("redis.service.d/10-admin.conf", "[Service]\nNice=5\n")
+    fake = FakeSystemd({"nginx.service": running("n"), "redis.service": running("r")})
+    result = apply_run(fake, [], prune=node.prune(), units=dict(UNITS, services=[]))
+    assert not result.get("failed"), result.get("msg")
+    assert str(old) in result["pruned_backups"]
+    assert not (node.unit_dir / "nginx.service.d").exists()
+    assert node.path("nginx.service.d") in result["removed"]
+    # Someone else's drop-in keeps its directory.
+    assert theirs.exists() and not (node.unit_dir / "redis.service.d" / DROPIN_NAME).exists()

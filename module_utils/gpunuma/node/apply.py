@@ -48,12 +48,15 @@ import json
 import grp
 import os
 import pwd
+import re
 import stat
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # Name prefix of the temporary file of an atomic write (same directory as
 # the file); one left by an interrupted run is removed by the next.
 TEMP_PREFIX = ".gpunuma-"
+# What follows a file's name in its backups: ".<pid>.<YYYY-mm-dd@HH:MM:SS>~", as AnsibleModule.backup_local names them.
+BACKUP_SUFFIX_RE = r"\.([0-9]+)\.([0-9]{4}-[0-9]{2}-[0-9]{2}@[0-9]{2}:[0-9]{2}:[0-9]{2})~$"
 ACTIVE_STATES = ("active", "activating", "reloading")
 
 
@@ -430,6 +433,22 @@ class Apply:
             for entry in list(files) + after:
                 if entry.get("backup", True):
                     self.result["pruned_backups"].extend(self.fs.prune_backups(entry["path"], backups_keep))
+        # A pruned drop-in leaves no backups and, when nothing else is in it, no
+        # directory (check mode reports the same, touching nothing).
+        for unit in stale_dropins if prune else ():
+            directory = os.path.join(prune["unit_dir"], unit + ".d")
+            backup_re = re.compile(re.escape(prune["dropin_name"]) + BACKUP_SUFFIX_RE)
+            try:
+                others = [n for n in os.listdir(directory) if n != prune["dropin_name"] and not backup_re.match(n)]
+            except OSError:
+                continue
+            if self.check_mode:
+                if not others:
+                    self.result["removed"].append(directory)
+                continue
+            self.result["pruned_backups"].extend(self.fs.prune_backups(os.path.join(directory, prune["dropin_name"]), 0))
+            if not others and self.fs.remove_empty_dir(directory):
+                self.result["removed"].append(directory)
         return self.result
 
     def _start(self, decisions, units, unbound, pending=()):
