@@ -1,4 +1,7 @@
 #!/usr/bin/python
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Write a node's gpunuma files and (re)start its units in one round trip."""
 
 from __future__ import annotations
@@ -101,6 +104,15 @@ options:
     type: list
     elements: dict
     default: []
+    suboptions:
+      path: {description: Absolute path., type: str, required: true}
+      content: {description: The whole text of the file., type: str, required: true}
+      mode: {description: Octal mode., type: str, default: "0644"}
+      owner: {description: Owner (name); left as it is when omitted., type: str}
+      group: {description: Group (name); left as it is when omitted., type: str}
+      backup: {description: Keep a backup of a replaced file., type: bool, default: true}
+      dir_mode: {description: Mode of a parent directory this creates., type: str, default: "0755"}
+      unit: {description: The systemd unit this file configures., type: str}
 author: gpunuma
 """
 

@@ -1,4 +1,7 @@
 #!/usr/bin/python
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Read-only drift audit of one node against its applied plan (gpunuma.audit/v1)."""
 
 from __future__ import annotations

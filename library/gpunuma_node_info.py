@@ -1,4 +1,7 @@
 #!/usr/bin/python
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Read what gpunuma's roles need from a node, in one round trip."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
 #!/usr/bin/python
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Evaluate gpunuma's policy rules (policies/rules/) for one host, with its waivers."""
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ description:
     and inventory settings, or on a C(gpunuma.audit/v1) report (O(live)).
   - Waivers (O(waivers), the inventory's C(gpunuma_policy_waivers)) apply to a control id on named hosts or groups
     until their expiry date; an expired waiver no longer applies and is reported in C(expired_waivers).
-  - Fails (with O(fail_on_violation)) when a rule of severity C(error) fails without a valid waiver; the message
+  - "Fails (with O(fail_on_violation)) when a rule of severity C(error) fails without a valid waiver; the message
     names the host, the rule, why it fails and how to waive it. Never changes anything. Run it on the controller
-    (C(delegate_to: localhost)): rules are controller files and every input is a variable.
+    (C(delegate_to: localhost)): rules are controller files and every input is a variable."
 options:
   host: {description: The inventory name., type: str, required: true}
   groups: {description: The host's groups (for group waivers)., type: list, elements: str, default: []}

@@ -1,4 +1,7 @@
 #!/usr/bin/python
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Read or record the node's profile state (/etc/gpunuma/state.json)."""
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ gpunuma_state:
     exists: {description: The state file exists., type: bool}
     corrupt: {description: Why the state file cannot be read (it is corrupt), or null., type: str}
     backup: {description: Where a corrupt file was kept (record only), or null., type: str}
-    applied_profile: {description: The profile of the applied plan (its rung: a C(cpu-only) variant removed), or null., type: str}
+    applied_profile: {description: "The profile of the applied plan (its rung, a C(cpu-only) variant removed), or null.", type: str}
     current_profile: {description: The state's profile, else the applied plan's, else null (never provisioned)., type: str}
     provisioned: {description: The node has a state file or an applied plan., type: bool}
     pinned: {description: The node's profile is its own (a rollback put it there) and wins over the inventory., type: bool}
