@@ -99,3 +99,58 @@ def test_check_mode_reports_a_stale_doc(tmp_path, monkeypatch, capsys):
     assert gen.main([]) == 0
     assert gen.main(["--check"]) == 0
     assert "| `memlock_limit` |" in (tmp_path / "docs" / "role-variables.md").read_text()
+
+
+def _literal(value):
+    """A default that is data, not a template or null (those cannot be spelt in a spec)."""
+    return value is not None and not (isinstance(value, str) and "{{" in value)
+
+
+def _role_defaults():
+    out = {}
+    for role in sorted(os.listdir(ROLES)):
+        path = os.path.join(ROLES, role, "defaults", "main.yml")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                for name, value in (yaml.safe_load(handle) or {}).items():
+                    out[name] = (role, value)
+    return out
+
+
+def test_literal_role_defaults_are_the_argument_specs_defaults():
+    """What docs/role-variables.md shows as a default is what the role uses."""
+    specs = {}
+    for role, entry_points in gen.load_specs(ROLES):
+        for spec in entry_points.values():
+            for name, option in (spec.get("options") or {}).items():
+                specs[name] = option
+    wrong = []
+    for name, (role, value) in sorted(_role_defaults().items()):
+        if not _literal(value) or name.startswith("__"):
+            continue
+        option = specs.get(name)
+        if option is None or option.get("default", "<none>") != value:
+            wrong.append("%s/%s: defaults/main.yml has %r, the argument spec %r"
+                         % (role, name, value, None if option is None else option.get("default", "<none>")))
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_example_knobs_are_commented_out_at_their_defaults():
+    """inventory/group_vars/all.yml says every commented knob shows its default: hold it to that."""
+    defaults = _role_defaults()
+    wrong = []
+    with open(os.path.join(REPO_ROOT, "inventory", "group_vars", "all.yml"), encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.startswith("# ") or ":" not in line:
+                continue
+            name, _, text = line[2:].partition(":")
+            if name not in defaults or not text.strip():
+                continue
+            try:
+                shown = yaml.safe_load(text)
+            except yaml.YAMLError:
+                continue
+            role, value = defaults[name]
+            if _literal(value) and shown != value:
+                wrong.append("line %d: %s shows %r, the %s default is %r" % (number, name, shown, role, value))
+    assert wrong == [], "\n".join(wrong)
