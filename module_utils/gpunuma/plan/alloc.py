@@ -13,6 +13,7 @@ import itertools
 import math
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
+from ansible.module_utils.gpunuma.plan import partition
 from ansible.module_utils.gpunuma.plan.model import INSTANCES_VAR, PlanError
 
 # Above this many candidate GPU groups the planner grows groups greedily
@@ -247,21 +248,23 @@ def allocate_node(node, members, problems):
         spec.allocated_cpus.update(mine)
 
     free = [g for g in node.worker_cores if g.isdisjoint(taken)]
-    spans = {}
-    need_total = 0
-    pos = 0
+    rest = list(free)
     shortfall = False
     for spec in counted:
         want = -(-spec.requested_cpu_count // len(spec.numa_nodes))
-        got = []
-        while sum(len(g) for g in got) < want and pos < len(free):
-            got.append(free[pos])
-            pos += 1
-        spans[spec.name] = len(got)
-        need_total += len(got)
-        if sum(len(g) for g in got) < want:
+        # Whole cores (sibling groups) covering want CPUs, as few L3 domains as the count allows.
+        cores_needed, cpus = 0, 0
+        for group in rest:
+            if cpus >= want:
+                break
+            cpus += len(group)
+            cores_needed += 1
+        if cpus < want:
             shortfall = True
+            rest = []
             continue
+        got, _ = partition.take(rest, node.l3_groups, cores_needed)
+        rest = [g for g in rest if g not in got]
         have = sum(len(g) for g in got)
         if have > want:
             spec.warnings.append(
@@ -270,7 +273,6 @@ def allocate_node(node, members, problems):
             )
         for group in got:
             spec.allocated_cpus.update(group)
-    rest = free[pos:]
     if auto and len(rest) < len(auto):
         shortfall = True
     if shortfall:
@@ -298,15 +300,8 @@ def allocate_node(node, members, problems):
         )
         return
     if auto:
-        parts = split_along_l3(node, rest, len(auto))
-        if parts is None:
-            base, extra = divmod(len(rest), len(auto))
-            parts = []
-            start = 0
-            for rank in range(len(auto)):
-                size = base + (1 if rank < extra else 0)
-                parts.append(rest[start : start + size])
-                start += size
+        parts, aligned = partition.split(rest, node.l3_groups, len(auto))
+        if not aligned:
             if node.l3_groups and len(auto) > 1:
                 for spec in auto:
                     spec.warnings.append(
@@ -327,57 +322,6 @@ def allocate_node(node, members, problems):
                 spec.allocated_cpus.update(spec.requested_cpu_list & node.worker_cpus)
             else:
                 spec.allocated_cpus.update(node.worker_cpus)
-
-
-def split_along_l3(node, cores, count):
-    """``cores`` split into ``count`` contiguous parts of whole L3 groups, or None when that cannot be done.
-
-    The free cores are grouped by L3 domain (in core order); the groups are
-    cut into ``count`` contiguous runs minimising the largest run (the
-    classic linear partition), so each instance gets whole L3 domains, as
-    PyTorch's core-complex binding, Slurm's l3cache_as_socket and the
-    Kubernetes CPU Manager's uncore-cache alignment do. None when the node
-    has no L3 groups, fewer groups than instances, or a split that leaves a
-    part more than one group's worth of cores behind an even split.
-    """
-    if not node.l3_groups or count < 2:
-        return None
-    runs = []
-    for l3 in node.l3_groups:
-        mine = [core for core in cores if core <= l3]
-        if mine:
-            runs.append(mine)
-    if sum(len(r) for r in runs) != len(cores) or len(runs) < count:
-        return None
-    sizes = [len(r) for r in runs]
-    n = len(sizes)
-    prefix = [0]
-    for size in sizes:
-        prefix.append(prefix[-1] + size)
-    # best[k][i]: smallest possible largest part when the first i runs form k parts
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(count + 1)]
-    cut = [[0] * (n + 1) for _ in range(count + 1)]
-    best[0][0] = 0
-    for k in range(1, count + 1):
-        for i in range(k, n + 1):
-            for j in range(k - 1, i):
-                value = max(best[k - 1][j], prefix[i] - prefix[j])
-                if value < best[k][i]:
-                    best[k][i] = value
-                    cut[k][i] = j
-    bounds = []
-    i = n
-    for k in range(count, 0, -1):
-        j = cut[k][i]
-        bounds.append((j, i))
-        i = j
-    bounds.reverse()
-    parts = [[core for run in runs[a:b] for core in run] for a, b in bounds]
-    even = -(-len(cores) // count)
-    if max(len(p) for p in parts) - even >= max(sizes):
-        return None
-    return parts
 
 
 def check_siblings_known(specs, topo, allow_unknown_siblings, problems):

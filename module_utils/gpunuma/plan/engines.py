@@ -13,6 +13,7 @@ command. ``engine: generic`` keeps the instance-wide binding.
 from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
+from ansible.module_utils.gpunuma.plan import partition
 
 ENGINES = ("generic", "vllm", "sglang")
 # Flags gpunuma writes; a command that already has one is refused, so the
@@ -41,12 +42,14 @@ def split_worker_shares(spec, topo):
                 "share the instance's CPUs instead of one core set each" % (spec.engine, len(cores), node_id, len(gpus_here))
             )
             return
-        base, extra = divmod(len(cores), len(gpus_here))
-        start = 0
-        for rank, gpu in enumerate(gpus_here):
-            size = base + (1 if rank < extra else 0)
-            shares[gpu] = frozenset().union(*cores[start:start + size])
-            start += size
+        slices, aligned = partition.rank_slices(cores, topo.nodes[node_id].l3_groups, len(gpus_here))
+        if aligned and sum(len(s) for s in slices) < len(cores):
+            spec.warnings.append(
+                "engine %s: the %d GPU workers on NUMA node %d get L3-aligned slices of %d cores each; the other %d "
+                "cores of the instance stay for the API server and engine core"
+                % (spec.engine, len(gpus_here), node_id, len(slices[0]), len(cores) - sum(len(s) for s in slices)))
+        for gpu, cores_of_rank in zip(gpus_here, slices):
+            shares[gpu] = frozenset().union(*cores_of_rank)
     spec.worker_cpus = [shares[g] for g in spec.gpus]
 
 
