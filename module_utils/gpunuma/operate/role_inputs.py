@@ -72,6 +72,11 @@ def _is_int(value):
     return isinstance(value, str) and _INT_RE.fullmatch(value.strip()) is not None
 
 
+def _as_int(value):
+    """The whole number of a value _is_int accepted (2, 2.0, " 2 ")."""
+    return int(value) if isinstance(value, (int, float)) else int(value.strip())
+
+
 def _is_bool(value):
     if isinstance(value, bool):
         return True
@@ -84,6 +89,20 @@ def _is_str(value):
     # Ansible would turn numbers into strings; a boolean turned into 'True'
     # is never what was meant.
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+# Text that reaches a rendered file (a unit, a drop-in, limits.d, sysctl.d) or a
+# command line must be one line: a newline in a path or name would start a
+# new directive ("[Service]\nExecStartPre=+/bin/sh -c ...") in what gpunuma
+# writes as root. C0 control characters and DEL are refused in every text
+# value of a spec, list items included.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _control_problem(value):
+    if isinstance(value, str) and _CONTROL_RE.search(value):
+        return "holds a control character (newline, tab, ...); allowed: one line of printable text"
+    return None
 
 
 def _type_problem(kind, value, elements=None):
@@ -100,7 +119,7 @@ def _type_problem(kind, value, elements=None):
         return "is not a boolean; allowed: true or false"
     if kind in ("str", "path"):
         if _is_str(value) and (kind == "str" or str(value) != ""):
-            return None
+            return _control_problem(value)
         if isinstance(value, bool):
             return "is a boolean, not text (%s; quote it)" % _YAML_BOOL_HINT
         return "is not %s" % ("a path" if kind == "path" else "text")
@@ -181,6 +200,8 @@ def input_problems(options, values, aliases=None):
             problem += "; allowed: %s" % ", ".join(
                 shown(c) if c is None or not isinstance(c, str) else c for c in spec["choices"]
             )
+        if problem is None and kind == "int" and option in MINIMUMS and _as_int(value) < MINIMUMS[option]:
+            problem = "is below %d; allowed: a whole number %d or more" % (MINIMUMS[option], MINIMUMS[option])
         if problem is None and option in VALUE_CHECKS:
             problem = VALUE_CHECKS[option](value)
         if problem:
@@ -236,6 +257,17 @@ def size_or_auto_problem(value):
         return "is not a size (%s); allowed: auto, bytes as an integer, or a size like 16G" % exc
     return None
 
+
+# The smallest value of whole-number options (a spec type cannot say it):
+# a negative settle time or restart batch, a zero start-limit burst.
+MINIMUMS = {
+    "numa_binding_settle_seconds": 0,
+    "numa_binding_journal_lines": 0,
+    "numa_binding_start_limit_interval_sec": 0,
+    "numa_binding_start_limit_burst": 1,
+    "numa_binding_restart_batch": 1,
+    "numa_binding_backups_keep": 0,
+}
 
 VALUE_CHECKS = {
     "numa_binding_housekeeping_cores_per_node": count_or_auto_problem,

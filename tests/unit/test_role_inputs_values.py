@@ -1,0 +1,68 @@
+"""Role inputs that would reach a rendered file or a command line are one line, and counts are in range.
+
+A newline in numa_binding_plan_path once became "[Service]\\nExecStartPre=+/bin/sh -c ..." in a unit that
+systemd ran as root. Every text option (str, path, list of str) of every role whose inputs site.yml checks
+first is refused with a control character, naming the variable; whole-number options have a floor.
+"""
+
+import os
+
+import pytest
+import yaml
+
+from ansible.module_utils.gpunuma.operate import role_inputs
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.unit
+
+CHECKED_ROLES = ("autonuma", "gpu_topology", "memlock", "numa_binding")
+
+
+def _options(role):
+    with open(os.path.join(REPO_ROOT, "roles", role, "meta", "argument_specs.yml"), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+
+
+def _text_options():
+    for role in CHECKED_ROLES:
+        options = _options(role)
+        for name, spec in sorted(options.items()):
+            kind = spec.get("type", "str")
+            if kind in ("str", "path") or (kind == "list" and spec.get("elements", "str") in ("str", "path")):
+                yield role, name, spec, options
+
+
+@pytest.mark.parametrize("role, name, spec, options", list(_text_options()),
+                         ids=[n for _, n, _, _ in _text_options()])
+@pytest.mark.parametrize("bad", ["x\n[Service]\nExecStartPre=+/bin/sh -c id", "x\r", "a\tb", "x\x00", "x\x7f"])
+def test_control_characters_are_refused_in_every_text_option(role, name, spec, options, bad):
+    value = [bad] if spec.get("type") == "list" else bad
+    problems = role_inputs.input_problems(options, {name: value})
+    assert len(problems) == 1 and problems[0].startswith(name + ": "), problems
+    assert "control character" in problems[0] and "allowed: one line of printable text" in problems[0]
+
+
+@pytest.mark.parametrize("name, value, floor", [
+    ("numa_binding_settle_seconds", -1, 0),
+    ("numa_binding_start_limit_burst", 0, 1),
+    ("numa_binding_restart_batch", 0, 1),
+    ("numa_binding_journal_lines", -5, 0),
+    ("numa_binding_backups_keep", -1, 0),
+    ("numa_binding_start_limit_interval_sec", "-3", 0),
+])
+def test_whole_numbers_have_a_floor(name, value, floor):
+    problems = role_inputs.input_problems(_options("numa_binding"), {name: value})
+    assert problems == ["%s: %s is below %d; allowed: a whole number %d or more"
+                        % (name, role_inputs.shown(value), floor, floor)]
+
+
+def test_every_floor_names_a_whole_number_option():
+    options = _options("numa_binding")
+    assert all(options[name]["type"] == "int" for name in role_inputs.MINIMUMS)
+
+
+@pytest.mark.parametrize("name, value", [("numa_binding_settle_seconds", 0), ("numa_binding_start_limit_burst", 1),
+                                         ("numa_binding_plan_path", "/etc/gpunuma/plan.json"),
+                                         ("numa_binding_slice", "gpunuma.slice")])
+def test_ordinary_values_pass(name, value):
+    assert role_inputs.input_problems(_options("numa_binding"), {name: value}) == []
