@@ -65,7 +65,9 @@ def test_each_file_runs_whole_on_one_worker_container_files_first(tmp_path):
                                 ("test_c_unit.py", "unit", 6), ("test_z_container.py", "container", 3)):
         (suite / name).write_text(SUITE_FILE.format(marker=marker, count=count))
     log = tmp_path / "sched.jsonl"
-    env = dict(os.environ, SCHED_LOG=str(log), PYTHONDONTWRITEBYTECODE="1")
+    # The copied conftest imports gpunuma_controller from the repository root.
+    env = dict(os.environ, SCHED_LOG=str(log), PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p))
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
