@@ -136,7 +136,7 @@ AUTONUMA_SYSCTL_FILE_PATTERN = r"/[^\x00-\x1f\x7f]*[^/\x00-\x1f\x7f]\.conf"
 
 def autonuma_input_problems(options, values, aliases=None):
     """Every problem of the AutoNUMA inputs (argument spec, then the sysctl file name)."""
-    problems = role_inputs.input_problems(options, values, aliases)
+    problems = role_inputs.input_problems(options, values, aliases, refined=("autonuma_sysctl_file",))
     named = set(p.split(":", 1)[0] for p in problems)
     balancing = values.get("autonuma_numa_balancing")
     if (
@@ -348,7 +348,7 @@ def memlock_limit_problem(value, variable="memlock_limit"):
 
 def memlock_input_problems(options, values, aliases=None):
     """Every problem of the memlock inputs (argument spec, then the size and the names)."""
-    problems = role_inputs.input_problems(options, values, aliases)
+    problems = role_inputs.input_problems(options, values, aliases, refined=("memlock_users", "memlock_groups"))
     named = set(p.split(":", 1)[0] for p in problems)
     if "memlock_limit" not in named:
         problem = memlock_limit_problem(values.get("memlock_limit"))

@@ -66,3 +66,11 @@ def test_every_floor_names_a_whole_number_option():
                                          ("numa_binding_slice", "gpunuma.slice")])
 def test_ordinary_values_pass(name, value):
     assert role_inputs.input_problems(_options("numa_binding"), {name: value}) == []
+
+
+def test_a_stricter_rule_of_the_role_keeps_its_own_sentence():
+    """memlock_users' name rule and autonuma_sysctl_file's pattern refuse newlines in words of their own."""
+    assert role_inputs.input_problems(_options("memlock"), {"memlock_users": ["svc\n"]},
+                                      refined=("memlock_users",)) == []
+    assert role_inputs.input_problems(_options("autonuma"), {"autonuma_sysctl_file": "/etc/sysctl.d/x.conf\n"},
+                                      refined=("autonuma_sysctl_file",)) == []

@@ -161,12 +161,15 @@ def aliases_of(options):
     return names
 
 
-def input_problems(options, values, aliases=None):
+def input_problems(options, values, aliases=None, refined=()):
     """One sentence per option whose value the argument spec would refuse.
 
     ``options``: an entry point's ``options`` from ``meta/argument_specs.yml``;
     ``values``: the options' values (templated); ``aliases``: the values of the
     ``gpunuma_*`` variables (:func:`aliases_of`), ``UNDEFINED`` where unset.
+    ``refined``: options whose text a stricter rule of the role checks next
+    (a name or file pattern that already refuses control characters): their
+    control characters are left to that rule's own sentence.
     """
     aliases = aliases or {}
     problems = []
@@ -180,6 +183,8 @@ def input_problems(options, values, aliases=None):
         name = user_variable(option, spec, values, aliases)
         kind = spec.get("type", "str")
         problem = _type_problem(kind, value, spec.get("elements", "str") if kind == "list" else None)
+        if problem and option in refined and "control character" in problem:
+            problem = None
         if problem is None and "choices" in spec:
             choices = spec["choices"]
             items = value if kind == "list" else [value]
