@@ -165,14 +165,13 @@ pruned_backups:
 """
 
 import os
-import re
 import shutil
 import stat
 import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.node.apply import BACKUP_SUFFIX_RE, TEMP_PREFIX, Apply, ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node.apply import TEMP_PREFIX, Apply, ApplyError, backup_stamp, normalise_files
 
 
 def _uid(name):
@@ -281,22 +280,20 @@ class NodeFiles:
         """Remove all but the newest ``keep`` backups of path (``<path>.<pid>.<YYYY-mm-dd@HH:MM:SS>~``; 0: all of
         them); their paths."""
         directory, name = os.path.split(path)
-        pattern = re.compile(re.escape(name) + BACKUP_SUFFIX_RE)
         try:
             entries = os.listdir(directory)
         except OSError:
             return []
         backups = []
         for entry in entries:
-            match = pattern.match(entry)
-            if match and os.path.isfile(os.path.join(directory, entry)) \
-                    and not os.path.islink(os.path.join(directory, entry)):
-                backups.append((match.group(2), int(match.group(1)), entry))
+            stamp = backup_stamp(name, entry)
+            full = os.path.join(directory, entry)
+            if stamp is not None and os.path.isfile(full) and not os.path.islink(full):
+                backups.append((stamp, full))
         backups.sort()
-        removed = []
-        for _, _, entry in backups[:max(len(backups) - keep, 0)]:
-            self.remove(os.path.join(directory, entry))
-            removed.append(os.path.join(directory, entry))
+        removed = [full for _, full in backups[:max(len(backups) - keep, 0)]]
+        for full in removed:
+            self.remove(full)
         return removed
 
     def restore(self, backup, path):

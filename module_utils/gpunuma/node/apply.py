@@ -44,8 +44,8 @@ err)`` and the clock through ``sleep``, so the logic is tested without a node.
 from __future__ import annotations
 
 import fnmatch
-import json
 import grp
+import json
 import os
 import pwd
 import re
@@ -58,6 +58,12 @@ TEMP_PREFIX = ".gpunuma-"
 # What follows a file's name in its backups: ".<pid>.<YYYY-mm-dd@HH:MM:SS>~", as AnsibleModule.backup_local names them.
 BACKUP_SUFFIX_RE = r"\.([0-9]+)\.([0-9]{4}-[0-9]{2}-[0-9]{2}@[0-9]{2}:[0-9]{2}:[0-9]{2})~$"
 ACTIVE_STATES = ("active", "activating", "reloading")
+
+
+def backup_stamp(name, entry):
+    """``(time, pid)`` when directory entry ``entry`` is a backup of file ``name``, else None (a sort key)."""
+    match = re.match(re.escape(name) + BACKUP_SUFFIX_RE, entry)
+    return (match.group(2), int(match.group(1))) if match else None
 
 
 class ApplyError(Exception):
@@ -435,11 +441,11 @@ class Apply:
                     self.result["pruned_backups"].extend(self.fs.prune_backups(entry["path"], backups_keep))
         # A pruned drop-in leaves no backups and, when nothing else is in it, no
         # directory (check mode reports the same, touching nothing).
-        for unit in stale_dropins if prune else ():
+        for unit in stale_dropins:
             directory = os.path.join(prune["unit_dir"], unit + ".d")
-            backup_re = re.compile(re.escape(prune["dropin_name"]) + BACKUP_SUFFIX_RE)
+            name = prune["dropin_name"]
             try:
-                others = [n for n in os.listdir(directory) if n != prune["dropin_name"] and not backup_re.match(n)]
+                others = [n for n in os.listdir(directory) if n != name and backup_stamp(name, n) is None]
             except OSError:
                 continue
             if self.check_mode:
@@ -522,7 +528,9 @@ class Apply:
             self.sleep(settle)
         failed, states = [], {}
         for unit in batch:
-            props = _show(self.runner, unit, ["ActiveState", "SubState", "Result", "InvocationID", "NRestarts"])
+            # User/Group: the account a readiness command runs as (readiness_argv), read in the same call.
+            props = _show(self.runner, unit, ["ActiveState", "SubState", "Result", "InvocationID", "NRestarts",
+                                              "User", "Group"])
             states[unit] = props
             if unit in refused:
                 props["Refused"] = refused[unit]
@@ -533,8 +541,7 @@ class Apply:
             spec = (units.get("readiness") or {}).get(unit)
             if unit in failed or not spec:
                 continue
-            account = _show(self.runner, unit, ["User", "Group"]) if spec.get("command") else {}
-            answer = self._wait_ready(spec, account.get("User"), account.get("Group"))
+            answer = self._wait_ready(spec, states[unit].get("User"), states[unit].get("Group"))
             if answer is not None:
                 states[unit]["Refused"] = "not ready: %s" % answer
                 failed.append(unit)

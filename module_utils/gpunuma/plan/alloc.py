@@ -263,7 +263,7 @@ def allocate_node(node, members, problems):
             shortfall = True
             rest = []
             continue
-        got, _ = partition.take(rest, node.l3_groups, cores_needed)
+        got = partition.take(rest, node.l3_groups, cores_needed)
         rest = [g for g in rest if g not in got]
         have = sum(len(g) for g in got)
         if have > want:

@@ -125,8 +125,8 @@ def applied_capacities(applied_plan, topo, reserve_option):
     return out
 
 
-def _decisions(specs, problems):
-    return [(s.name, s.mem_policy, s.fallback is not None) for s in specs], bool(problems)
+def _decisions(specs):
+    return [(s.name, s.mem_policy, s.fallback is not None) for s in specs]
 
 
 def stable_capacity(specs, topo, strict_capacity, problems, reserve, applied_plan, reserve_option):
@@ -142,7 +142,7 @@ def stable_capacity(specs, topo, strict_capacity, problems, reserve, applied_pla
         check_capacity(now_specs, topo, strict_capacity, now_problems, reserve)
         old_specs, old_problems = copy.deepcopy(specs), []
         check_capacity(old_specs, topo, strict_capacity, old_problems, reserve, kept)
-        if not now_problems and _decisions(now_specs, now_problems) == _decisions(old_specs, old_problems):
+        if not now_problems and not old_problems and _decisions(now_specs) == _decisions(old_specs):
             check_capacity(specs, topo, strict_capacity, problems, reserve, kept)
             today.update((n, kept[n][0]) for n in kept)
             return today

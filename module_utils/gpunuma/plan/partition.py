@@ -92,21 +92,19 @@ def split(cores, l3_groups, count):
 
 
 def take(free, l3_groups, want):
-    """``(cores, domains)``: ``want`` cores of ``free`` touching as few L3 domains as possible.
+    """``want`` cores of ``free`` touching as few L3 domains as possible.
 
     Whole free domains first (largest first, then in order), while the
     remainder is at least a domain; then the remainder from the domain whose
     free cores fit it best (the fewest that still hold it), else from the
-    largest. ``domains`` is how many L3 domains the cores touch (None without
-    L3 information). Fewer than ``want`` free cores: the first ``want`` (the
-    caller reports the shortfall).
+    largest. Without L3 information, or with fewer than ``want`` free cores:
+    the first ``want`` (the caller reports a shortfall).
     """
     if want <= 0:
-        return [], 0
+        return []
     runs = _runs(free, l3_groups)
     if not runs or len(runs) < 2 or len(free) < want:
-        chosen = list(free[:want])
-        return chosen, (len(_runs(chosen, l3_groups)) if runs else None)
+        return list(free[:want])
     pools = [list(r) for r in runs]
     chosen_runs = []
     need = want
@@ -122,8 +120,7 @@ def take(free, l3_groups, want):
         chosen_runs.append(list(pool))
         need -= len(pool)
         del pool[:]
-    chosen = sorted((core for run in chosen_runs for core in run), key=lambda c: min(c))
-    return chosen, len(chosen_runs)
+    return sorted((core for run in chosen_runs for core in run), key=min)
 
 
 def rank_slices(cores, l3_groups, count):

@@ -806,8 +806,10 @@ def _measure_rounds(gpu, entry, targets, opts):
     stops the GPU's measurement, as a single round did.
     """
     order = list(targets)
-    schedule = ([("warmup", order)] if opts["warmup_round"] else []) + [
-        (r, order[r % len(order):] + order[:r % len(order)]) for r in range(opts["rounds"])] if order else []
+    if not order:
+        return
+    schedule = [("warmup", order)] if opts["warmup_round"] else []
+    schedule += [(r, order[r % len(order):] + order[:r % len(order)]) for r in range(opts["rounds"])]
     for round_no, placements in schedule:
         for placement in placements:
             cpus, mems = targets[placement]
