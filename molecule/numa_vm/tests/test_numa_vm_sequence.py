@@ -1,4 +1,10 @@
-"""Housekeeping confinement and irqbalance's ban on the guest, where cgroups are real.
+"""Housekeeping confinement, irqbalance's ban, IRQ pinning and the rollback ladder on the guest.
+
+One test, one sequence of playbook runs on the same guest, each run proving
+the next step from the state the last one left (a playbook run is the
+expensive part of this scenario: about a minute under TCG).
+
+Housekeeping, where cgroups are real:
 
 site.yml (the real playbook, molecule's inventory) with
 numa_binding_housekeeping_confine and numa_binding_irqbalance_ban on and node
@@ -18,10 +24,21 @@ numa_binding_settle_seconds later); with 2 they restart together.
 IRQ pinning, the alternative to the ban, with irqbalance stopped: the
 interrupts of llm0's NIC (the vmxnet3 behind node 1's bridge) go to the
 housekeeping CPUs (node 1 keeps none, so all of them), and back to the
-kernel's default when the option is turned off.
+kernel's default when the option is turned off. The run that turns it off
+is the ladder's first step.
 
-pytest collects files in name order: this runs after test_numa_vm.py and ends
-on the converged settings, before test_numa_vm_rollback.py and the reboot.
+The rollback ladder, where the binding is real: strict -> down -> previous
+-> off -> strict with playbooks/rollback.yml (the real playbook, molecule's
+inventory), checking after every step the live binding of llm0 (memory
+policy from /proc/<pid>/numa_maps, CPUs from /proc/<pid>/status), the
+node's state history, and that spill, whose binding is the same under
+strict and preferred (its declared memory exceeds node 1, so strict plans it
+preferred), kept its PID. rollback.yml applies with site.yml and the
+inventory's settings, so its first step also turns IRQ pinning off.
+
+pytest collects files in name order: this runs after test_numa_vm.py and
+ends on strict with the converged settings, so the reboot checks
+(test_reboot.py) see the converged bindings.
 """
 
 import json
@@ -43,15 +60,36 @@ SETTLE = 8
 pytestmark = pytest.mark.skipif(INVENTORY is None, reason="run by molecule (MOLECULE_INVENTORY_FILE)")
 
 
-def site(**extra):
-    cmd = ["ansible-playbook", "-i", os.path.dirname(INVENTORY), str(REPO / "playbooks" / "site.yml"),
-           "--limit", "numa-vm", "-e", json.dumps(extra)]
+def playbook(name, *extra, env_extra=None):
+    cmd = ["ansible-playbook", "-i", os.path.dirname(INVENTORY), str(REPO / "playbooks" / name), "--limit", "numa-vm"]
+    for item in extra:
+        cmd += ["-e", json.dumps(item)]
     env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO / "library"), ANSIBLE_MODULE_UTILS=str(REPO / "module_utils"),
                ANSIBLE_FILTER_PLUGINS=str(REPO / "filter_plugins"), ANSIBLE_ROLES_PATH=str(REPO / "roles"),
-               ANSIBLE_NOCOLOR="1")
+               ANSIBLE_NOCOLOR="1", **(env_extra or {}))
     proc = subprocess.run(cmd, cwd=str(REPO), capture_output=True, text=True, timeout=1200, env=env)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return proc.stdout
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def site(**extra):
+    rc, out = playbook("site.yml", extra)
+    assert rc == 0, out[-6000:]
+    return out
+
+
+def rollback(*extra):
+    return playbook("rollback.yml", *extra, env_extra={"SUDO_USER": "oncall"})
+
+
+def live(host, name):
+    pid = probe.main_pid(host, name)
+    policy = probe.read(host, f"/proc/{pid}/numa_maps").splitlines()[0].split()[1]
+    return pid, policy, probe.status_field(host, pid, "Cpus_allowed_list")
+
+
+def history(host):
+    state = probe.load_json(host, "/etc/gpunuma/state.json")
+    return state, [(h["from"], h["to"], h["action"]) for h in state["history"]]
 
 
 def effective(host, cgroup):
@@ -85,7 +123,7 @@ def irqbalance_env(host):
     return dict(line.split("=", 1) for line in raw.splitlines() if "=" in line)
 
 
-def test_housekeeping_confinement_irqbalance_ban_and_irq_pinning(host):
+def test_housekeeping_irq_pinning_and_the_rollback_ladder(host):
     housekeeping = probe.node_cpulist(host, probe.OTHER_NODE)
     workers = probe.node_cpulist(host, probe.NODE)
     every = probe.read(host, "/sys/devices/system/cpu/online").strip()
@@ -136,14 +174,49 @@ def test_housekeeping_confinement_irqbalance_ban_and_irq_pinning(host):
         assert host.check_output("systemctl is-active gpunuma-irq-affinity.service") == "active"
         assert set(nic_irqs(host).values()) == {housekeeping}
 
-        # 3. Everything off: the pinning unit stops and the interrupts get the default back.
-        site()
+        # 3. The ladder's first step (rollback.yml, the inventory's settings):
+        # IRQ pinning is off, so its unit stops and the interrupts get the
+        # default back.
+        ladder = rollback_ladder(host, workers, every)
+        next(ladder)
         assert not host.file(f"{UNIT_DIR}/gpunuma-irq-affinity.service").exists
         assert not host.file("/usr/local/libexec/gpunuma/irq-affinity").exists
         assert set(nic_irqs(host).values()) == {every}
     finally:
         host.check_output("systemctl start irqbalance.service")
     assert "IRQBALANCE_BANNED_CPULIST" not in irqbalance_env(host)
+
+    # 4. The rest of the ladder, with irqbalance running again.
+    for _ in ladder:
+        pass
+
+
+def rollback_ladder(host, cpus, every):
+    """Run the ladder strict -> down -> previous -> off -> strict, checking each step; yields after each."""
+    assert live(host, "llm0")[1:] == (f"bind:{probe.NODE}", cpus)
+    spill_pid = live(host, "spill")[0]
+    _, start = history(host)
+    steps = [
+        ({"gpunuma_rollback": "down", "gpunuma_reason": "P99 spike"}, (f"prefer:{probe.NODE}", cpus),
+         ("strict", "preferred", "down")),
+        ({"gpunuma_rollback": "previous"}, (f"bind:{probe.NODE}", cpus), ("preferred", "strict", "previous")),
+        ({"gpunuma_profile": "off"}, ("default", every), ("strict", "off", "profile")),
+        ({"gpunuma_profile": "strict"}, (f"bind:{probe.NODE}", cpus), ("off", "strict", "profile")),
+    ]
+    for count, (extra, want, entry) in enumerate(steps, start=len(start) + 1):
+        rc, out = rollback(extra)
+        assert rc == 0, out[-4000:]
+        assert live(host, "llm0")[1:] == want, (extra, live(host, "llm0"))
+        state, hist = history(host)
+        assert len(hist) == count and hist[-1] == entry, hist
+        assert state["profile"] == entry[1] and state["pinned"] is True
+        assert state["history"][-1]["user"] == "oncall"
+        if entry[0] in ("strict", "preferred") and entry[1] in ("strict", "preferred"):
+            assert live(host, "spill")[0] == spill_pid, "spill's binding did not change: it must not restart"
+        else:
+            spill_pid = live(host, "spill")[0]
+        yield entry
+    assert history(host)[0]["history"][len(start)]["reason"] == "P99 spike"
 
 
 def nic_irqs(host):
