@@ -113,6 +113,27 @@ options:
       backup: {description: Keep a backup of a replaced file., type: bool, default: true}
       dir_mode: {description: Mode of a parent directory this creates., type: str, default: "0755"}
       unit: {description: The systemd unit this file configures., type: str}
+  lock:
+    description:
+      - The node lock (module_utils/gpunuma/operate/lock.py; C(gpunuma_lock)). The whole step runs under an exclusive
+        flock of the lease file, holding the run's lease (O(lock.token)) or, without a token, a lease of its own
+        for the step only. Another run's live lease makes the step wait up to O(lock.timeout) seconds, then fail
+        naming its holder, before anything is written. Not taken in check mode.
+    type: dict
+    default: {}
+    suboptions:
+      path: {description: The lease file., type: path, default: /run/gpunuma/lock}
+      token: {description: The run's token (C(gpunuma_lock)); none for a step of its own., type: str}
+      timeout: {description: Seconds to wait for another run., type: int, default: 300}
+      ttl: {description: Seconds after which an unrenewed lease is stale., type: int, default: 3600}
+      holder:
+        description: Who takes the lease, for the message a waiting run prints.
+        type: dict
+        default: {}
+        suboptions:
+          controller: {description: The controller's host name., type: str}
+          user: {description: The user running the playbook., type: str}
+          playbook: {description: The playbook., type: str}
 author: gpunuma
 """
 
@@ -172,6 +193,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.node.apply import TEMP_PREFIX, Apply, ApplyError, backup_stamp, normalise_files
+from ansible.module_utils.gpunuma.operate import lock as locklib
 
 
 def _uid(name):
@@ -341,6 +363,7 @@ def main():
             )),
             pending_file=dict(type="path", default="/var/lib/gpunuma/pending-restarts.json"),
             backups_keep=dict(type="int", default=5),
+            lock=dict(type="dict", default={}, options=locklib.module_options()),
             after_success=dict(type="list", elements="dict", default=[], options=dict(
                 (k, v) for k, v in file_options.items() if k != "validate")),
         ),
@@ -357,9 +380,12 @@ def main():
     apply = Apply(NodeFiles(module), runner, time.sleep, check_mode=module.check_mode)
     try:
         files = normalise_files(params["files"])
-        result = apply.run(files, absent=params["absent"], prune=params["prune"], units=params["units"],
-                           after_success=params["after_success"], pending_path=params["pending_file"],
-                           backups_keep=params["backups_keep"])
+        with locklib.for_module(module):
+            result = apply.run(files, absent=params["absent"], prune=params["prune"], units=params["units"],
+                               after_success=params["after_success"], pending_path=params["pending_file"],
+                               backups_keep=params["backups_keep"])
+    except locklib.LockError as exc:
+        module.fail_json(msg=str(exc), changed=False)
     except ApplyError as exc:
         module.fail_json(msg=str(exc), **apply.result)
     except (OSError, KeyError) as exc:

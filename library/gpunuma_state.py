@@ -57,6 +57,25 @@ options:
     description: How many switches the history keeps (the oldest are dropped).
     type: int
     default: 50
+  lock:
+    description:
+      - The node lock, as C(gpunuma_apply) takes it; a switch is recorded (read, changed, written) under it. Not
+        taken to read, nor in check mode.
+    type: dict
+    default: {}
+    suboptions:
+      path: {description: The lease file., type: path, default: /run/gpunuma/lock}
+      token: {description: The run's token (C(gpunuma_lock)); none for a step of its own., type: str}
+      timeout: {description: Seconds to wait for another run., type: int, default: 300}
+      ttl: {description: Seconds after which an unrenewed lease is stale., type: int, default: 3600}
+      holder:
+        description: Who takes the lease, for the message a waiting run prints.
+        type: dict
+        default: {}
+        suboptions:
+          controller: {description: The controller's host name., type: str}
+          user: {description: The user running the playbook., type: str}
+          playbook: {description: The playbook., type: str}
 author: gpunuma
 """
 
@@ -92,12 +111,14 @@ gpunuma_state:
     pinned: {description: The node's profile is its own (a rollback put it there) and wins over the inventory., type: bool}
 """
 
+import contextlib
 import json
 import os
 import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 
@@ -135,10 +156,20 @@ def main():
             reason=dict(type="str"),
             user=dict(type="str"),
             history_limit=dict(type="int", default=statelib.DEFAULT_HISTORY_LIMIT),
+            lock=dict(type="dict", default={}, options=locklib.module_options()),
         ),
         required_if=[("state", "record", ["profile"])],
         supports_check_mode=True,
     )
+    guard = locklib.for_module(module) if module.params["state"] == "record" else contextlib.nullcontext()
+    try:
+        with guard:
+            _run(module)
+    except locklib.LockError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+
+
+def _run(module):
     p = module.params
     path = p["path"]
     text = _read(path)

@@ -1,0 +1,291 @@
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The node lock: one gpunuma run changes a node at a time.
+
+A run takes a lease on the node (``/run/gpunuma/lock`` by default): a small
+JSON record naming its holder (controller host, user, playbook, when it was
+taken) and a token only that run knows. Every step that changes the node
+(``gpunuma_apply``, ``gpunuma_state`` recording a switch, ``gpunuma_lock``
+itself) takes the lease under an exclusive ``flock`` of the same file, so
+two runs cannot interleave: the second waits up to its timeout, then stops
+naming the holder.
+
+* A step given the run's token finds the lease its own and goes on.
+* A step given no token (a role used alone) takes the lease for itself and
+  gives it back when it ends.
+* A lease whose ``expires`` has passed is stale (the run that took it died
+  with its controller): the next run takes it over and says so. A step's
+  own lease is also stale once its process is gone (killed mid-step).
+* The lease lives under ``/run``, so a reboot clears it.
+
+Only the standard library; the modules pass ``now`` and ``sleep`` so the
+tests drive the clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import stat
+import time
+
+from ansible.module_utils.gpunuma.common import schemas
+
+SCHEMA = schemas.LOCK
+DEFAULT_PATH = "/run/gpunuma/lock"
+DEFAULT_TIMEOUT_S = 300
+DEFAULT_TTL_S = 3600
+POLL_S = 1.0
+# A lease is a few hundred bytes; anything larger is not gpunuma's.
+MAX_LEASE_BYTES = 64 * 1024
+HOLDER_KEYS = ("controller", "user", "playbook", "pid")
+
+
+class LockError(Exception):
+    """The lease could not be taken: held by another run past the timeout, or the file is unusable."""
+
+
+def describe(lease, now):
+    """One line naming a lease's holder, for messages."""
+    holder = lease.get("holder") or {}
+    words = []
+    for key in HOLDER_KEYS:
+        if holder.get(key) not in (None, ""):
+            words.append("%s %s" % (key, holder[key]))
+    acquired = lease.get("acquired")
+    if isinstance(acquired, (int, float)):
+        words.append("since %s (%d s ago)" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(acquired)),
+                                              max(0, int(now - acquired))))
+    expires = lease.get("expires")
+    if isinstance(expires, (int, float)):
+        words.append("expires in %d s" % max(0, int(expires - now)))
+    return ", ".join(words) or "an unnamed holder"
+
+
+def held_message(lease, now, since, busy=False):
+    """Why a step cannot go on: who holds the node, how long it waited, what to do."""
+    return ("another gpunuma run holds this node%s (%s): waited %d s (gpunuma_lock_timeout); run again when it has "
+            "finished, or, if that run is gone, wait until its lease expires or pass -e gpunuma_lock_break=true"
+            % (" and is changing it now" if busy else "", describe(lease, now) if lease else "no lease recorded",
+               max(0, int(now - since))))
+
+
+def _parse(raw, path):
+    """The lease in ``raw`` (bytes), or None when the file is empty or not a lease."""
+    if not raw.strip():
+        return None
+    try:
+        lease = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(lease, dict) or lease.get("schema") != SCHEMA or not isinstance(lease.get("token"), str):
+        return None
+    return lease
+
+
+class _Flock:
+    """An exclusive flock of the lease file, taken within a deadline."""
+
+    def __init__(self, path, deadline, now, sleep, waited_from=None):
+        self.path, self.deadline, self.now, self.sleep = path, deadline, now, sleep
+        self.waited_from = now() if waited_from is None else waited_from
+        self.fd = None
+
+    def __enter__(self):
+        directory = os.path.dirname(self.path) or "."
+        try:
+            os.makedirs(directory, mode=0o755, exist_ok=True)
+            # O_NOFOLLOW: never a link somebody planted; a regular file only.
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+        except OSError as exc:
+            raise LockError("%s: cannot open the node lock: %s" % (self.path, os.strerror(exc.errno) if exc.errno
+                                                                      else exc))
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            os.close(self.fd)
+            raise LockError("%s: the node lock is not a regular file" % self.path)
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(self.fd)
+                    raise LockError("%s: cannot lock: %s" % (self.path, os.strerror(exc.errno)))
+            if self.now() >= self.deadline:
+                lease = self.read()
+                os.close(self.fd)
+                raise LockError(held_message(lease, self.now(), self.waited_from, busy=True))
+            self.sleep(POLL_S)
+
+    def read(self):
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        raw = os.read(self.fd, MAX_LEASE_BYTES + 1)
+        return _parse(raw, self.path) if len(raw) <= MAX_LEASE_BYTES else None
+
+    def write(self, lease):
+        data = b"" if lease is None else (json.dumps(lease, sort_keys=True) + "\n").encode("utf-8")
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        os.ftruncate(self.fd, 0)
+        if data:
+            os.write(self.fd, data)
+        os.fsync(self.fd)
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+                self.fd = None
+        return False
+
+
+def _new_lease(token, holder, now, ttl_s, kind="run"):
+    return {"schema": SCHEMA, "token": token, "kind": kind,
+            "holder": {k: holder.get(k) for k in HOLDER_KEYS if holder.get(k)},
+            "acquired": now, "expires": now + ttl_s}
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def is_stale(lease, now):
+    """A lease past its expiry, or a step's lease whose process is gone."""
+    expires = lease.get("expires")
+    if not (isinstance(expires, (int, float)) and expires > now):
+        return True
+    pid = (lease.get("holder") or {}).get("pid")
+    if lease.get("kind") == "step" and isinstance(pid, int) and not isinstance(pid, bool):
+        return not _pid_alive(pid)
+    return False
+
+
+def acquire(path, token, holder, timeout_s=DEFAULT_TIMEOUT_S, ttl_s=DEFAULT_TTL_S, break_lock=False,
+            now=time.time, sleep=time.sleep, kind="run"):
+    """Take the lease for ``token``, waiting up to ``timeout_s`` for another holder.
+
+    Returns {"acquired": bool (false when the token held it already),
+    "previous": the stale or broken lease taken over, or None,
+    "waited_s": seconds spent waiting}. Raises LockError naming the holder.
+    """
+    start = now()
+    deadline = start + max(0, timeout_s)
+    while True:
+        with _Flock(path, deadline, now, sleep, waited_from=start) as lock:
+            lease = lock.read()
+            current = now()
+            if lease is not None and lease["token"] == token:
+                lease["expires"] = current + ttl_s
+                lock.write(lease)
+                return {"acquired": False, "previous": None, "waited_s": round(current - start, 3)}
+            if lease is None or is_stale(lease, current) or break_lock:
+                lock.write(_new_lease(token, holder, current, ttl_s, kind))
+                return {"acquired": True, "previous": lease, "waited_s": round(current - start, 3)}
+            if current >= deadline:
+                raise LockError(held_message(lease, current, start))
+        sleep(POLL_S)
+
+
+def release(path, token, now=time.time, sleep=time.sleep):
+    """Give the lease back if ``token`` holds it; returns True when it did."""
+    if not os.path.exists(path):
+        return False
+    with _Flock(path, now() + DEFAULT_TIMEOUT_S, now, sleep) as lock:
+        lease = lock.read()
+        if lease is None or lease["token"] != token:
+            return False
+        lock.write(None)
+        return True
+
+
+def peek(path, now=time.time):
+    """The current lease (None when free or stale), without taking anything: for check mode."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        raw = os.read(fd, MAX_LEASE_BYTES + 1)
+    finally:
+        os.close(fd)
+    lease = _parse(raw, path) if len(raw) <= MAX_LEASE_BYTES else None
+    if lease is None or is_stale(lease, now()):
+        return None
+    return lease
+
+
+class Held:
+    """Hold the lease for one module's work: ``with Held(...) as info:``.
+
+    With the run's token the lease stays after the block (the run gives it
+    back at its end); without one, a private token takes it for the block
+    only. The flock itself is held for the whole block, so two steps never
+    change the node at once even between runs that share nothing else.
+    """
+
+    def __init__(self, path, token=None, holder=None, timeout_s=DEFAULT_TIMEOUT_S, ttl_s=DEFAULT_TTL_S,
+                 now=time.time, sleep=time.sleep):
+        self.path, self.token, self.holder = path, token, holder or {}
+        self.timeout_s, self.ttl_s, self.now, self.sleep = timeout_s, ttl_s, now, sleep
+        self.private = token is None
+        self._flock = None
+
+    def __enter__(self):
+        if self.private:
+            self.token = "step-%d-%d" % (os.getpid(), int(self.now() * 1000))
+        holder = dict(self.holder, pid=self.holder.get("pid") or os.getpid())
+        info = acquire(self.path, self.token, holder, self.timeout_s, self.ttl_s, now=self.now, sleep=self.sleep,
+                       kind="step" if self.private else "run")
+        self._flock = _Flock(self.path, self.now() + self.timeout_s, self.now, self.sleep).__enter__()
+        lease = self._flock.read()
+        if lease is None or lease["token"] != self.token:
+            # Taken over between the two flocks: only a break by another run can do that.
+            self._flock.__exit__(None, None, None)
+            raise LockError("%s: the node lock was taken over by another run (%s)"
+                            % (self.path, describe(lease, self.now()) if lease else "no lease"))
+        return info
+
+    def __exit__(self, *exc):
+        if self._flock is not None:
+            if self.private:
+                self._flock.write(None)
+            self._flock.__exit__(*exc)
+        return False
+
+
+def module_options():
+    """The ``lock`` option of the modules that change a node (argument spec)."""
+    return dict(
+        path=dict(type="path", default=DEFAULT_PATH),
+        token=dict(type="str", no_log=True),
+        timeout=dict(type="int", default=DEFAULT_TIMEOUT_S),
+        ttl=dict(type="int", default=DEFAULT_TTL_S),
+        holder=dict(type="dict", default={}, options=dict(
+            controller=dict(type="str"), user=dict(type="str"), playbook=dict(type="str"))),
+    )
+
+
+def for_module(module):
+    """The node lock for a module's step, from its ``lock`` option; nothing in check mode, which writes nothing."""
+    spec = module.params.get("lock") or {}
+    if module.check_mode:
+        return contextlib.nullcontext()
+    timeout = DEFAULT_TIMEOUT_S if spec.get("timeout") is None else spec["timeout"]
+    ttl = DEFAULT_TTL_S if spec.get("ttl") is None else spec["ttl"]
+    if timeout < 0:
+        module.fail_json(msg="lock.timeout: %r is not allowed; allowed: 0 or more seconds" % timeout)
+    if ttl < 1:
+        module.fail_json(msg="lock.ttl: %r is not allowed; allowed: 1 or more seconds" % ttl)
+    return Held(spec.get("path") or DEFAULT_PATH, spec.get("token") or None, dict(spec.get("holder") or {}),
+                timeout, ttl)

@@ -1,0 +1,135 @@
+"""Two runs against one node, on a systemd container: the node lock serialises them.
+
+Run A (instances w1 and w2, profile preferred, a long settle) is started in
+the background. While it holds the node:
+
+- run B (w1 and w3, profile strict) with ``gpunuma_lock_timeout: 1`` stops
+  naming A's holder (controller, user, playbook) and changes nothing (no w3
+  unit, A's files as A wrote them);
+- run B again with the default timeout: it waits for A, then applies. The
+  node ends on B's plan in every place: the unit files, plan.json,
+  state.json (both switches in the history, A's then B's), and the running
+  units; w2 is pruned, and the lease is given back.
+
+The lease logic itself (expiry, break, a step's own lease, links) is in
+tests/unit/test_node_lock.py.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from ansible_run import BINDIR, ansible_env
+from conftest import REPO_ROOT
+from containers import Node, needs_docker
+
+pytestmark = [pytest.mark.container, needs_docker]
+
+LOCK = "/run/gpunuma/lock"
+
+
+def _instance(name):
+    return {"name": name, "numa_node": 0, "share_cpus": True, "command": ["/bin/sleep", "infinity"]}
+
+
+@pytest.fixture(scope="module")
+def node():
+    created = Node()
+    yield created
+    created.remove()
+
+
+def _site(tmp_path, node, tag, instances, profile, **extra):
+    host = {
+        "ansible_connection": "community.docker.docker",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "gpu_topology_controller_dir": str(tmp_path / ("topology-" + tag)),
+        "gpunuma_profile": profile,
+        "memlock_limit": "4M",
+        "autonuma_numa_balancing": None,
+        "gpunuma_instances": [_instance(name) for name in instances],
+    }
+    host.update(extra)
+    inventory = tmp_path / ("inventory-%s.yml" % tag)
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {node.name: host}}}))
+    return [os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), "playbooks/site.yml"]
+
+
+def _start(cmd, log_path):
+    log = open(log_path, "w+")
+    return subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            env=ansible_env(USER="oncall")), log
+
+
+def _finish(proc, log, timeout=600):
+    proc.wait(timeout=timeout)
+    log.seek(0)
+    return proc.returncode, log.read()
+
+
+def _lease(node):
+    text = node.sh("cat %s 2>/dev/null || true" % LOCK).strip()
+    return json.loads(text) if text else None
+
+
+def _units(node):
+    out = node.sh("ls /etc/systemd/system/ | grep '^gpunuma-w.*\\.service$' || true")
+    return sorted(out.split())
+
+
+def test_a_second_run_waits_for_the_first_and_the_node_ends_on_one_plan(node, tmp_path):
+    run_a, log_a = _start(_site(tmp_path, node, "a", ["w1", "w2"], "preferred", numa_binding_settle_seconds=15),
+                          tmp_path / "a.log")
+    try:
+        deadline = time.time() + 300
+        while not (_lease(node) or {}).get("holder"):
+            assert run_a.poll() is None, "run A ended before it took the lease:\n" + open(log_a.name).read()[-4000:]
+            assert time.time() < deadline, "run A never took the node lock"
+            time.sleep(0.3)
+        lease = _lease(node)
+        assert lease["holder"]["playbook"] == "site.yml" and lease["holder"]["user"] == "oncall"
+
+        # B with a short wait: refused, naming A, and nothing of B's on the node.
+        cmd_b = _site(tmp_path, node, "b", ["w1", "w3"], "strict")
+        short = subprocess.run(cmd_b + ["-e", "gpunuma_lock_timeout=1"], cwd=REPO_ROOT, capture_output=True,
+                               text=True, timeout=600, env=ansible_env())
+        out = short.stdout + short.stderr
+        assert short.returncode != 0, out[-4000:]
+        assert "another gpunuma run holds this node" in out, out[-4000:]
+        for needle in ("controller %s" % lease["holder"]["controller"], "user oncall", "playbook site.yml"):
+            assert needle in out, (needle, out[-4000:])
+        assert run_a.poll() is None, "run A had finished: B's refusal proves nothing"
+        assert "gpunuma-w3.service" not in _units(node)
+
+        # B with the default wait: it applies once A gave the node back.
+        run_b, log_b = _start(cmd_b, tmp_path / "b.log")
+        rc_a, out_a = _finish(run_a, log_a)
+        rc_b, out_b = _finish(run_b, log_b)
+    finally:
+        for proc in (run_a,) + ((run_b,) if "run_b" in locals() else ()):
+            if proc.poll() is None:
+                proc.kill()
+    assert rc_a == 0, out_a[-6000:]
+    assert rc_b == 0, out_b[-6000:]
+
+    plan = json.loads(node.sh("cat /etc/gpunuma/plan.json"))
+    assert plan["profile"].startswith("strict")
+    assert sorted(i["name"] for i in plan["instances"]) == ["w1", "w3"]
+    assert _units(node) == ["gpunuma-w1.service", "gpunuma-w3.service"]
+    for item in plan["instances"]:
+        unit = node.sh("cat /etc/systemd/system/%s" % item["unit"])
+        assert "# gpunuma instance %s" % item["name"] in unit
+        for word in item.get("numactl_args") or []:
+            assert word in unit, (item["name"], word)
+        assert node.sh("systemctl is-active %s" % item["unit"], check=False).strip() == "active"
+    assert node.sh("systemctl is-active gpunuma-w2.service", check=False).strip() != "active"
+
+    state = json.loads(node.sh("cat /etc/gpunuma/state.json"))
+    switches = [(h["to"], h["action"]) for h in state["history"]]
+    assert switches[-2:] == [("preferred", "site"), ("strict", "site")], switches
+    assert state["profile"] == "strict"
+    assert _lease(node) is None, "the lease was not given back"
