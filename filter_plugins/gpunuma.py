@@ -34,6 +34,7 @@ from ansible.module_utils.gpunuma.node import limits, sysctl_owners  # noqa: E40
 from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib  # noqa: E402
 from ansible.module_utils.gpunuma.node import housekeeping as housekeepinglib  # noqa: E402
+from ansible.module_utils.gpunuma.node import programs as programslib  # noqa: E402
 from ansible.module_utils.gpunuma.operate import state as statelib  # noqa: E402
 from ansible.module_utils.gpunuma.common import schemas  # noqa: E402
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
@@ -420,6 +421,17 @@ def numa_binding_missing_targets(plan, units, host):
     return problems
 
 
+def numa_binding_program_requests(instances):
+    """What gpunuma_node_info's ``programs`` section reads: each instance's command[0] and account."""
+    return programslib.program_requests(instances)
+
+
+def numa_binding_program_problems(plan, states, host, start=True):
+    """One message per started instance whose program is missing, not executable by its account, or (run as
+    root) replaceable by another account."""
+    return programslib.program_problems(plan, states, host, start)
+
+
 def numa_binding_dropin_hazards(plan, inspected, host):
     """One message per drop-in instance whose unit a drop-in cannot bind safely.
 
@@ -578,6 +590,8 @@ FILTERS = (
     "numa_binding_environment",
     "numa_binding_missing_targets",
     "numa_binding_dropin_hazards",
+    "numa_binding_program_requests",
+    "numa_binding_program_problems",
     "numa_binding_housekeeping",
 )
 

@@ -56,6 +56,17 @@ options:
       sysctl_dirs: {description: sysctl.d directories., type: list, elements: str, default: []}
       sysctl_conf: {description: The sysctl.conf file., type: str, default: /etc/sysctl.conf}
       tuned_dirs: {description: tuned profile directories., type: list, elements: str, default: []}
+  programs:
+    description:
+      - Programs instances run, each with the account it runs as; returns C(programs.<path>) with C(exists),
+        C(regular), C(executable.<user>) (every directory searchable and the file executable by that account) and,
+        for programs run as root, C(other_writers) (why an account other than root could replace it, or null)
+        (module_utils/gpunuma/node/programs.py).
+    type: list
+    elements: dict
+    suboptions:
+      path: {description: Absolute path of the program., type: str, required: true}
+      user: {description: The account the program runs as., type: str, default: gpunuma}
   accounts:
     description: Which user accounts (with the groups they are a member of) and groups exist on the node; numeric
       ids count as existing.
@@ -77,7 +88,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 gpunuma_node:
-  description: The sections asked for (files, paths, units, commands, pid1, autonuma, accounts).
+  description: The sections asked for (files, paths, units, commands, pid1, autonuma, accounts, programs).
   returned: always
   type: dict
 """
@@ -95,6 +106,10 @@ def main():
             inspect_units=dict(type="list", elements="str"),
             commands=dict(type="dict"),
             pid1_proc_dir=dict(type="str"),
+            programs=dict(type="list", elements="dict", options=dict(
+                path=dict(type="str", required=True),
+                user=dict(type="str", default="gpunuma"),
+            )),
             accounts=dict(type="dict", options=dict(
                 users=dict(type="list", elements="str", default=[]),
                 groups=dict(type="list", elements="str", default=[]),
@@ -122,7 +137,8 @@ def main():
         return rc, out, err
 
     result = probe(runner, files=p["files"], paths=p["paths"], units=p["units"], commands=p["commands"],
-                   pid1_proc_dir=p["pid1_proc_dir"], autonuma=p["autonuma"], inspect=p["inspect_units"], accounts=p["accounts"])
+                   pid1_proc_dir=p["pid1_proc_dir"], autonuma=p["autonuma"], inspect=p["inspect_units"], accounts=p["accounts"],
+                   programs=p["programs"])
     module.exit_json(changed=False, gpunuma_node=result)
 
 

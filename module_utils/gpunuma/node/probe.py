@@ -19,6 +19,7 @@ import fnmatch
 import os
 import re
 
+from ansible.module_utils.gpunuma.node.programs import program_states
 from ansible.module_utils.gpunuma.discovery.sysfs import read_bounded
 from ansible.module_utils.gpunuma.node import autonuma
 
@@ -266,8 +267,10 @@ def account_states(users=(), groups=()):
 
 
 def probe(runner, files=None, paths=None, units=None, commands=None, pid1_proc_dir=None, autonuma=None,
-          inspect=None, accounts=None):
+          inspect=None, accounts=None, programs=None):
     out = {}
+    if programs:
+        out["programs"] = program_states(programs)
     if accounts:
         out["accounts"] = account_states(accounts.get("users"), accounts.get("groups"))
     if inspect:

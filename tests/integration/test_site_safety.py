@@ -1,4 +1,6 @@
-"""Two runs against one node, on a systemd container: the node lock serialises them.
+"""site.yml's safety on a systemd container: the node lock, and programs checked before anything is written.
+
+The node lock: two runs against one node are serialised.
 
 Run A (instances w1 and w2, profile preferred, a long settle) is started in
 the background. While it holds the node:
@@ -13,6 +15,13 @@ the background. While it holds the node:
 
 The lease logic itself (expiry, break, a step's own lease, links) is in
 tests/unit/test_node_lock.py.
+
+Programs: on the node B left, an inventory adding an instance whose
+command[0] does not exist is refused by the validation play, naming the
+instance and the path; nothing is written and the running instances keep
+their processes (systemd-analyze verify alone sees only numactl, so the
+unit would have been written, started, failed and rolled back). The
+permission and root-safety rules are in tests/unit/test_programs.py.
 """
 
 import json
@@ -133,3 +142,26 @@ def test_a_second_run_waits_for_the_first_and_the_node_ends_on_one_plan(node, tm
     assert switches[-2:] == [("preferred", "site"), ("strict", "site")], switches
     assert state["profile"] == "strict"
     assert _lease(node) is None, "the lease was not given back"
+
+
+def test_a_missing_program_is_refused_before_anything_changes(node, tmp_path):
+    # Runs after the lock test, on the node it left: w1 and w3 running.
+    before = {unit: node.main_pid(unit) for unit in ("gpunuma-w1.service", "gpunuma-w3.service")}
+    assert all(before.values()), before
+    units_before = node.sh("cat /etc/systemd/system/gpunuma-w1.service /etc/gpunuma/plan.json")
+    cmd = _site(tmp_path, node, "c", ["w1", "w3"], "strict")
+    inventory = yaml.safe_load(open(cmd[2]))
+    host = inventory["all"]["hosts"][node.name]
+    host["gpunuma_instances"].append({"name": "server", "numa_node": 0, "share_cpus": True,
+                                      "command": ["/opt/nowhere/bin/server", "--port", "8000"]})
+    with open(cmd[2], "w") as handle:
+        yaml.safe_dump(inventory, handle)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=ansible_env())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert ("gpunuma_instances entry 'server' runs /opt/nowhere/bin/server, which does not exist on the node"
+            in out), out[-4000:]
+    assert "Provision the GPU nodes" not in out
+    assert node.sh("ls /etc/systemd/system/gpunuma-server.service 2>/dev/null || true").strip() == ""
+    assert node.sh("cat /etc/systemd/system/gpunuma-w1.service /etc/gpunuma/plan.json") == units_before
+    assert {unit: node.main_pid(unit) for unit in before} == before
