@@ -37,6 +37,7 @@ from ansible.module_utils.gpunuma.node import housekeeping as housekeepinglib  #
 from ansible.module_utils.gpunuma.node import programs as programslib  # noqa: E402
 from ansible.module_utils.gpunuma.operate import state as statelib  # noqa: E402
 from ansible.module_utils.gpunuma.common import schemas  # noqa: E402
+from ansible.module_utils.gpunuma.common import secrets as secretslib  # noqa: E402
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.plan.planner import systemd_environment_assignment, systemd_exec_line  # noqa: E402
 from ansible.module_utils.gpunuma.plan.profiles import (  # noqa: E402
@@ -421,6 +422,22 @@ def numa_binding_missing_targets(plan, units, host):
     return problems
 
 
+def numa_binding_redact_secrets(instances, patterns):
+    """The inventory's instances with every secret environment value replaced by <secret> (before planning)."""
+    return secretslib.redact_instances(instances, patterns)
+
+
+@_filter
+def numa_binding_env_files(plan, instances, env_dir, header=""):
+    """The environment files (secret values, 0600) of the planned instances: gpunuma_apply secret_files."""
+    return secretslib.env_files(plan, instances, env_dir, header)
+
+
+def numa_binding_stale_env_files(applied, plan, env_dir):
+    """Environment files of the applied plan this plan no longer wants: gpunuma_apply secret_absent."""
+    return secretslib.stale_env_files(applied, plan, env_dir)
+
+
 def numa_binding_program_requests(instances):
     """What gpunuma_node_info's ``programs`` section reads: each instance's command[0] and account."""
     return programslib.program_requests(instances)
@@ -591,6 +608,9 @@ FILTERS = (
     "numa_binding_missing_targets",
     "numa_binding_dropin_hazards",
     "numa_binding_program_requests",
+    "numa_binding_redact_secrets",
+    "numa_binding_env_files",
+    "numa_binding_stale_env_files",
     "numa_binding_program_problems",
     "numa_binding_housekeeping",
 )

@@ -63,7 +63,7 @@ options:
         the planner groups GPUs of one NUMA node with the best links) or C(numa_node) (a CPU-only
         service such as a tokenizer).
       - C(command) (list of strings) is required unless C(unit) names an existing unit to bind via a
-        drop-in. Optional C(user), C(group), C(environment), C(memory) (bytes or C(32G)), C(cpus)
+        drop-in. Optional C(user), C(group), C(environment), C(secret_environment) (names of C(environment) whose values are secret), C(memory) (bytes or C(32G)), C(cpus)
         (a count, or a CPU list string), C(share_cpus), C(binding_method) (C(numactl) or C(systemd)),
         C(memlock), C(nic_environment) (a list of C(UCX_NET_DEVICES), C(NCCL_IB_HCA) to set to the
         instance's nearest NICs), C(engine) (C(generic), C(vllm) or C(sglang); for the last two a
@@ -108,6 +108,14 @@ options:
       - "Free memory (MemFree) is never used: it counts page cache as used and moves at run time."
     type: raw
     default: auto
+  secret_patterns:
+    description:
+      - Shell globs (any case) naming the C(environment) variables whose values are secret; an instance marks
+        others with C(secret_environment). The plan keeps only their names, in each instance's
+        C(secret_environment); the values never appear in it (module_utils/gpunuma/common/secrets.py).
+    type: list
+    elements: str
+    default: ["*TOKEN*", "*PASSWORD*", "*PASSWD*", "*SECRET*", "*KEY*", "*CREDENTIAL*"]
   allow_unknown_siblings:
     description:
       - Whether a plan may bind CPUs on a NUMA node whose hyperthread siblings are unknown.
@@ -236,7 +244,7 @@ plan:
         One entry per instance, in input order: C(name), C(unit), C(mode) (service or dropin),
         C(binding_method), C(gpus), C(gpu_uuids), C(numa_nodes), C(numa_bind_nodes), C(cpus),
         C(share_cpus), C(mem_policy), C(mem_nodes), C(profile), C(fallback), C(numactl_args),
-        C(exec_prefix), C(systemd), C(environment), C(command), C(user), C(group), C(memory_bytes),
+        C(exec_prefix), C(systemd), C(environment) (without secret values), C(secret_environment), C(command), C(user), C(group), C(memory_bytes),
         C(memlock), C(nics), C(gpu_nics), C(engine), C(engine_args), C(worker_cpus), C(warnings).
       type: list
       elements: dict
@@ -272,6 +280,7 @@ problems:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import secrets
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.inputs import count_or_word
 from ansible.module_utils.gpunuma.plan.planner import build_plan
@@ -303,6 +312,7 @@ def main():
             applied_plan=dict(type="raw"),
             allow_unknown_siblings=dict(type="bool", default=False),
             memory_reserve_per_node=dict(type="raw", default="auto"),
+            secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS)),
         ),
         mutually_exclusive=[("topology", "topology_path")],
         required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],
@@ -332,6 +342,7 @@ def main():
             allow_unknown_siblings=params["allow_unknown_siblings"],
             memory_reserve_per_node=params["memory_reserve_per_node"],
             housekeeping_cpus=params["housekeeping_cpus"],
+            secret_patterns=params["secret_patterns"],
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))

@@ -113,6 +113,28 @@ options:
       backup: {description: Keep a backup of a replaced file., type: bool, default: true}
       dir_mode: {description: Mode of a parent directory this creates., type: str, default: "0755"}
       unit: {description: The systemd unit this file configures., type: str}
+  secret_files:
+    description:
+      - Files that hold secrets (an instance's environment file, module_utils/gpunuma/common/secrets.py). Handled
+        as O(files), but their content is a no_log argument (never printed, in any verbosity), their diff shows
+        C(<secret>) and its size only, and they are written 0600 unless O(secret_files[].mode) says otherwise.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path: {description: Absolute path., type: str, required: true}
+      content: {description: The whole text of the file., type: str, required: true}
+      mode: {description: Octal mode., type: str, default: "0600"}
+      owner: {description: Owner., type: str}
+      group: {description: Group., type: str}
+      backup: {description: Keep a backup (same mode) of the file replaced; pruned as O(backups_keep) says., type: bool, default: true}
+      dir_mode: {description: Mode of a directory created for it., type: str, default: "0700"}
+      unit: {description: The unit that reads the file; restarted (or started) when it changes., type: str}
+  secret_absent:
+    description: Files holding secrets that must not exist; removed with every backup of them, their diff redacted.
+    type: list
+    elements: str
+    default: []
   lock:
     description:
       - The node lock (module_utils/gpunuma/operate/lock.py; C(gpunuma_lock)). The whole step runs under an exclusive
@@ -363,6 +385,17 @@ def main():
             )),
             pending_file=dict(type="path", default="/var/lib/gpunuma/pending-restarts.json"),
             backups_keep=dict(type="int", default=5),
+            secret_files=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="str", required=True),
+                content=dict(type="str", required=True, no_log=True),
+                mode=dict(type="str", default="0600"),
+                owner=dict(type="str"),
+                group=dict(type="str"),
+                backup=dict(type="bool", default=True),
+                dir_mode=dict(type="str", default="0700"),
+                unit=dict(type="str"),
+            )),
+            secret_absent=dict(type="list", elements="str", default=[]),
             lock=dict(type="dict", default={}, options=locklib.module_options()),
             after_success=dict(type="list", elements="dict", default=[], options=dict(
                 (k, v) for k, v in file_options.items() if k != "validate")),
@@ -370,20 +403,22 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    for index, path in enumerate(params["absent"]):
-        if not os.path.isabs(path):
-            module.fail_json(msg="absent[%d] must be an absolute path, got %r" % (index, path))
+    for field in ("absent", "secret_absent"):
+        for index, path in enumerate(params[field]):
+            if not os.path.isabs(path):
+                module.fail_json(msg="%s[%d] must be an absolute path, got %r" % (field, index, path))
 
     def runner(argv):
         return module.run_command(argv)
 
     apply = Apply(NodeFiles(module), runner, time.sleep, check_mode=module.check_mode)
     try:
-        files = normalise_files(params["files"])
+        files = normalise_files(params["files"]) + normalise_files(
+            [dict(entry, secret=True) for entry in params["secret_files"]], "secret_files")
         with locklib.for_module(module):
             result = apply.run(files, absent=params["absent"], prune=params["prune"], units=params["units"],
                                after_success=params["after_success"], pending_path=params["pending_file"],
-                               backups_keep=params["backups_keep"])
+                               backups_keep=params["backups_keep"], secret_absent=params["secret_absent"])
     except locklib.LockError as exc:
         module.fail_json(msg=str(exc), changed=False)
     except ApplyError as exc:

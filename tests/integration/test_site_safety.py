@@ -22,10 +22,20 @@ instance and the path; nothing is written and the running instances keep
 their processes (systemd-analyze verify alone sees only numactl, so the
 unit would have been written, started, failed and rolled back). The
 permission and root-safety rules are in tests/unit/test_programs.py.
+
+Secrets: an instance with HF_TOKEN in its environment, applied with -v and
+--diff. The value is in the process's environment and in
+/etc/gpunuma/env/<name>.env (0600 root) only: not in any other file under
+/etc or /var/lib/gpunuma (units, plan.json, backups), not in the
+controller's plan copy, not in `systemctl show -p Environment`, not in the
+playbook's output. A changed secret restarts the instance; its old value
+survives only in the 0600 backup; removing the instance removes the file and
+every backup. The quoting and redaction rules are in tests/unit/test_secrets.py.
 """
 
 import json
 import os
+import uuid
 import subprocess
 import time
 
@@ -52,7 +62,7 @@ def node():
     created.remove()
 
 
-def _site(tmp_path, node, tag, instances, profile, **extra):
+def _site(tmp_path, node, tag, instances, profile, more=(), **extra):
     host = {
         "ansible_connection": "community.docker.docker",
         "ansible_python_interpreter": "/usr/bin/python3",
@@ -60,7 +70,7 @@ def _site(tmp_path, node, tag, instances, profile, **extra):
         "gpunuma_profile": profile,
         "memlock_limit": "4M",
         "autonuma_numa_balancing": None,
-        "gpunuma_instances": [_instance(name) for name in instances],
+        "gpunuma_instances": [_instance(name) for name in instances] + list(more),
     }
     host.update(extra)
     inventory = tmp_path / ("inventory-%s.yml" % tag)
@@ -165,3 +175,63 @@ def test_a_missing_program_is_refused_before_anything_changes(node, tmp_path):
     assert node.sh("ls /etc/systemd/system/gpunuma-server.service 2>/dev/null || true").strip() == ""
     assert node.sh("cat /etc/systemd/system/gpunuma-w1.service /etc/gpunuma/plan.json") == units_before
     assert {unit: node.main_pid(unit) for unit in before} == before
+
+
+def _grep(node, needle):
+    """Files under /etc and /var/lib/gpunuma holding needle."""
+    out = node.sh("grep -rlF -- %s /etc /var/lib/gpunuma 2>/dev/null || true" % needle)
+    return sorted(out.split())
+
+
+def _environ(node, unit):
+    pid = node.main_pid(unit)
+    raw = node.sh("cat /proc/%d/environ | tr '\\0' '\\n'" % pid)
+    return pid, dict(line.split("=", 1) for line in raw.splitlines() if "=" in line)
+
+
+def test_secret_environment_stays_out_of_units_plans_and_output(node, tmp_path):
+    first, second = uuid.uuid4().hex, uuid.uuid4().hex
+    value = 'hf_%s "q" $HOME \\x' % first
+
+    def secret_instance(token):
+        return {"name": "sec", "numa_node": 0, "share_cpus": True, "command": ["/bin/sleep", "infinity"],
+                "environment": {"HF_TOKEN": token, "MODEL": "llama"}}
+
+    cmd = _site(tmp_path, node, "s1", ["w1", "w3"], "strict", more=[secret_instance(value)])
+    proc = subprocess.run(cmd + ["-v", "--diff"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                          env=ansible_env())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert first not in out, "the secret is in the playbook's output"
+    assert "<secret>" in out, "the environment file's diff is not shown redacted"
+    assert _grep(node, first) == ["/etc/gpunuma/env/sec.env"]
+    assert node.sh("stat -c '%a %U %G' /etc/gpunuma/env/sec.env").split() == ["600", "root", "root"]
+    pid, environ = _environ(node, "gpunuma-sec.service")
+    assert environ["HF_TOKEN"] == value and environ["MODEL"] == "llama"
+    assert first not in node.sh("systemctl show -p Environment gpunuma-sec.service")
+    unit = node.sh("cat /etc/systemd/system/gpunuma-sec.service")
+    assert "EnvironmentFile=/etc/gpunuma/env/sec.env" in unit and "MODEL=llama" in unit
+    controller = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "topology-s1") for f in fs]
+    assert controller and not any(first in open(f).read() for f in controller)
+    plan = json.loads(node.sh("cat /etc/gpunuma/plan.json"))
+    [sec] = [i for i in plan["instances"] if i["name"] == "sec"]
+    assert sec["secret_environment"] == ["HF_TOKEN"] and "HF_TOKEN" not in sec["environment"]
+
+    # A new secret: the instance restarts with it; the old value only in the 0600 backup.
+    cmd = _site(tmp_path, node, "s2", ["w1", "w3"], "strict", more=[secret_instance("hf_" + second)])
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=ansible_env())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert first not in out and second not in out
+    new_pid, environ = _environ(node, "gpunuma-sec.service")
+    assert new_pid != pid and environ["HF_TOKEN"] == "hf_" + second
+    [backup] = _grep(node, first)
+    assert backup.startswith("/etc/gpunuma/env/sec.env.") and backup.endswith("~")
+    assert node.sh("stat -c '%a' " + backup).strip() == "600"
+
+    # The instance goes: so do its environment file and every backup of it.
+    cmd = _site(tmp_path, node, "s3", ["w1", "w3"], "strict")
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=ansible_env())
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert _grep(node, first) == [] and _grep(node, second) == []
+    assert node.sh("ls -A /etc/gpunuma/env 2>/dev/null || true").strip() == ""

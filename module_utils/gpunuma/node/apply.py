@@ -51,6 +51,8 @@ import pwd
 import re
 import stat
 
+from ansible.module_utils.gpunuma.common.secrets import REDACTED
+
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # Name prefix of the temporary file of an atomic write (same directory as
 # the file); one left by an interrupted run is removed by the next.
@@ -139,14 +141,18 @@ def normalise_files(files, field="files"):
             "validate": validate,
             "unit": entry.get("unit"),
             "restart": entry.get("restart", "changed"),
+            # A file holding secrets: its diff shows REDACTED, never the text (common/secrets.py).
+            "secret": bool(entry.get("secret", False)),
         })
     return out
 
 
-def _diff(path, before, after):
+def _diff(path, before, after, secret=False):
     def text(data):
         if data is None:
             return ""
+        if secret:
+            return "%s (%d bytes)\n" % (REDACTED, len(data))
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
@@ -306,7 +312,7 @@ class Apply:
             if entry["changed"]:
                 self.result["changed"] = True
                 if entry["content_changed"]:
-                    self.result["diff"].append(_diff(entry["path"], entry["before"], entry["data"]))
+                    self.result["diff"].append(_diff(entry["path"], entry["before"], entry["data"], entry["secret"]))
                 if not self.check_mode:
                     backup = self.fs.write(entry)
                     if backup:
@@ -314,7 +320,7 @@ class Apply:
             entry["record"] = record
             self.result["files"].append(record)
 
-    def _remove(self, paths):
+    def _remove(self, paths, secret=()):
         removed = []
         for path in paths:
             before = _read(path)
@@ -322,7 +328,7 @@ class Apply:
                 continue
             removed.append(path)
             self.result["changed"] = True
-            self.result["diff"].append(_diff(path, before, None))
+            self.result["diff"].append(_diff(path, before, None, path in secret))
             if not self.check_mode:
                 self.fs.remove(path)
         self.result["removed"].extend(removed)
@@ -377,8 +383,11 @@ class Apply:
         if decision["changed"]:
             self.fs.write(decision)
 
-    def run(self, files, absent=(), prune=None, units=None, after_success=(), pending_path=None, backups_keep=5):
-        """Reconcile; on success keep only the newest ``backups_keep`` backups of each file (0: keep all)."""
+    def run(self, files, absent=(), prune=None, units=None, after_success=(), pending_path=None, backups_keep=5,
+            secret_absent=()):
+        """Reconcile; on success keep only the newest ``backups_keep`` backups of each file (0: keep all).
+
+        ``secret_absent``: files holding secrets that must go, with every backup of them."""
         units = units or {}
         if isinstance(backups_keep, bool) or not isinstance(backups_keep, int) or backups_keep < 0:
             raise ApplyError("backups_keep: %r is not allowed; allowed: 0 (keep every backup) or the number of "
@@ -416,7 +425,7 @@ class Apply:
         if prune:
             stale_paths = ([os.path.join(prune["unit_dir"], u) for u in stale_units]
                            + [os.path.join(prune["unit_dir"], u + ".d", prune["dropin_name"]) for u in stale_dropins])
-        removed = self._remove(list(absent) + stale_paths)
+        removed = self._remove(list(absent) + stale_paths + list(secret_absent), secret=set(secret_absent))
         unit_files_changed = any(d["changed"] and d["unit"] for d in decisions)
         if (unit_files_changed or pending or any(is_systemd_path(p) for p in removed)) \
                 and units.get("daemon_reload", True):
@@ -439,6 +448,10 @@ class Apply:
             for entry in list(files) + after:
                 if entry.get("backup", True):
                     self.result["pruned_backups"].extend(self.fs.prune_backups(entry["path"], backups_keep))
+        # A secret that goes leaves no copy behind.
+        for path in secret_absent:
+            if not self.check_mode:
+                self.result["pruned_backups"].extend(self.fs.prune_backups(path, 0))
         # A pruned drop-in leaves no backups and, when nothing else is in it, no
         # directory (check mode reports the same, touching nothing).
         for unit in stale_dropins:

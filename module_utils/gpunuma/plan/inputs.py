@@ -43,6 +43,7 @@ INSTANCE_KEYS = (
     "user",
     "group",
     "environment",
+    "secret_environment",
     "memory",
     "cpus",
     "share_cpus",
@@ -390,6 +391,22 @@ def _check_cpus(raw, spec, topo, problems):
         )
 
 
+def _check_secret_environment(raw, spec, topo, problems):
+    names = raw.get("secret_environment")
+    if names is None:
+        return
+    where = "%s.secret_environment" % spec.path
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        problems.append("%s: %r is not a list of variable names; allowed: names of this instance's environment "
+                        "whose values are secret" % (where, names))
+        return
+    for pos, name in enumerate(names):
+        if name not in spec.environment:
+            problems.append("%s[%d]: %r is not a variable of this instance's environment; allowed: one of %s"
+                            % (where, pos, name, ", ".join(sorted(spec.environment)) or "(none: environment is empty)"))
+    spec.secret_environment = list(names)
+
+
 def _check_nic_environment(raw, spec, topo, problems):
     names = raw.get("nic_environment")
     if names is None:
@@ -444,6 +461,7 @@ INSTANCE_CHECKS = (
     _check_binding_method,
     _check_accounts,
     _check_environment,
+    _check_secret_environment,
     _check_memory,
     _check_memlock,
     _check_ready,

@@ -22,7 +22,7 @@ SCHEMA = schemas.PLAN
 # do not know. 1: siblings, memory_capacity, options.allow_unknown_siblings,
 # options.memory_reserve_per_node, options.housekeeping_cpus, instance nics,
 # gpu_nics, engine, worker_cpus, engine_args (docs/plan-v1.md, Versions).
-SCHEMA_MINOR = 1
+SCHEMA_MINOR = 2
 TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 INSTANCES_VAR = "gpunuma_instances"
 APPLIED_PLAN_SOURCE = "/etc/gpunuma/plan.json"
@@ -72,6 +72,8 @@ class InstanceSpec:
     user: Optional[str] = None
     group: Optional[str] = None
     environment: dict = field(default_factory=dict)
+    secret_environment: List[str] = field(default_factory=list)  # names the instance marks secret
+    secret_names: List[str] = field(default_factory=list)  # every secret name: marked or matching a pattern
     memory_bytes: Optional[int] = None
     memlock: object = None  # "infinity", bytes, or None
     ready: Optional[dict] = None  # {url|command, timeout, interval}

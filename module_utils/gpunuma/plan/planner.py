@@ -28,7 +28,7 @@ imports from it (``build_plan``, ``PlanError``, ``parse_size``,
 
 from __future__ import annotations
 
-from ansible.module_utils.gpunuma.common import sizes
+from ansible.module_utils.gpunuma.common import secrets, sizes
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.plan.alloc import (  # noqa: F401 (choose_gpu_group is public here)
     allocate_cpus,
@@ -132,7 +132,8 @@ def render_instance(spec, topo, profile):
     elif args:
         exec_prefix = ["numactl"] + args
 
-    environment = dict(spec.environment)
+    # Secret values never reach the plan (common/secrets.py): only their names.
+    environment = {k: v for k, v in spec.environment.items() if k not in spec.secret_names}
     if gpus:
         mig = [g for g in gpus if topo.gpus[g].mig]
         if "CUDA_VISIBLE_DEVICES" in environment:
@@ -194,6 +195,7 @@ def render_instance(spec, topo, profile):
         "exec_prefix": exec_prefix,
         "systemd": systemd,
         "environment": dict(sorted(environment.items())),
+        "secret_environment": list(spec.secret_names),
         "command": list(spec.command) + list(spec.engine_args) if spec.command is not None else None,
         "engine": spec.engine,
         "engine_args": list(spec.engine_args),
@@ -215,7 +217,7 @@ def render_instance(spec, topo, profile):
 
 def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto", strict_capacity="fallback",
                applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto",
-               housekeeping_cpus=None):
+               housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
@@ -233,6 +235,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     problems = []
     warnings = []
     validate_options(housekeeping_cores_per_node, strict_capacity, problems)
+    problems.extend(secrets.pattern_problems(secret_patterns, "secret_patterns"))
     reserve = parse_reserve(memory_reserve_per_node, problems)
     try:
         profile = validate_profile(profile)
@@ -277,6 +280,9 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     check_gpu_environment(specs, topo, problems)
     for spec in specs:
         apply_profile(spec, topo, profile)
+        spec.secret_names = sorted(k for k in spec.environment
+                                   if secrets.is_secret(k, secret_patterns if isinstance(secret_patterns, (list, tuple))
+                                                        else (), spec.secret_environment))
     allocate_cpus(specs, topo, problems)
     check_siblings_known(specs, topo, allow_unknown_siblings, problems)
     reserve_option = memory_reserve_per_node if reserve is None else reserve

@@ -1,0 +1,139 @@
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Secret environment values of instances: which they are, and where they go.
+
+An instance's ``environment`` variable is secret when its name matches one
+of the patterns (``DEFAULT_PATTERNS``, case-insensitive shell globs; the
+role's ``numa_binding_secret_patterns``) or the instance lists it in
+``secret_environment``. A secret value never reaches the unit file (0644,
+and ``systemctl show -p Environment`` prints it to every user), the plan
+(``/etc/gpunuma/plan.json``, the controller's copy), a module's arguments
+or a diff:
+
+* the controller replaces it with ``REDACTED`` before planning
+  (:func:`redact_instances`), so the plan keeps only the names
+  (``secret_environment`` of each instance);
+* the values go to ``<env dir>/<instance>.env`` (0600, root), rendered by
+  :func:`env_file_text` and written by ``gpunuma_apply``'s ``secret_files``
+  (its content a ``no_log`` argument; diffs show ``REDACTED``); the unit
+  reads it with ``EnvironmentFile=``, which systemd opens as root before it
+  drops to the instance's account (systemd.exec(5)).
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import os
+import re
+
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+
+DEFAULT_PATTERNS = ("*TOKEN*", "*PASSWORD*", "*PASSWD*", "*SECRET*", "*KEY*", "*CREDENTIAL*")
+REDACTED = "<secret>"
+DEFAULT_ENV_DIR = "/etc/gpunuma/env"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SecretError(GpunumaError):
+    """A secret value that cannot be written to an environment file."""
+
+
+def pattern_problems(patterns, field="numa_binding_secret_patterns"):
+    """Messages for a bad pattern list (naming ``field``)."""
+    if not isinstance(patterns, (list, tuple)):
+        return ["%s: %r is not allowed; allowed: a list of shell globs such as '*TOKEN*'" % (field, patterns)]
+    return ["%s[%d]: %r is not allowed; allowed: a non-empty glob of letters, digits, _, * and ?" % (field, i, p)
+            for i, p in enumerate(patterns)
+            if not isinstance(p, str) or not re.match(r"^[A-Za-z0-9_*?\[\]!-]+$", p)]
+
+
+def is_secret(name, patterns=DEFAULT_PATTERNS, marked=()):
+    """Whether variable ``name`` holds a secret: listed in ``marked``, or matching a pattern (any case)."""
+    if name in (marked or ()):
+        return True
+    upper = str(name).upper()
+    return any(fnmatch.fnmatchcase(upper, str(p).upper()) for p in patterns or ())
+
+
+def marked_names(instance):
+    """The names an instance marks secret itself (``secret_environment``), ignoring junk the planner reports."""
+    marked = instance.get("secret_environment") if isinstance(instance, dict) else None
+    return [n for n in marked if isinstance(n, str)] if isinstance(marked, list) else []
+
+
+def redact_instances(instances, patterns=DEFAULT_PATTERNS):
+    """A copy of the inventory's instances with every secret value replaced by ``REDACTED``."""
+    if not isinstance(instances, list):
+        return instances
+    out = copy.deepcopy(instances)
+    for instance in out:
+        if not isinstance(instance, dict) or not isinstance(instance.get("environment"), dict):
+            continue
+        marked = marked_names(instance)
+        for name in instance["environment"]:
+            if isinstance(name, str) and is_secret(name, patterns, marked):
+                instance["environment"][name] = REDACTED
+    return out
+
+
+def _quote(value):
+    return '"%s"' % "".join("\\" + c if c in '"\\`$' else c for c in value)
+
+
+def env_file_text(header, instance_name, names, instances):
+    """The environment file of ``instance_name``: its secret ``names`` with their values from the inventory's
+    ``instances``, one ``NAME="value"`` a line (systemd's EnvironmentFile= quoting, no expansion)."""
+    source = None
+    for instance in instances if isinstance(instances, list) else ():
+        if isinstance(instance, dict) and instance.get("name") == instance_name:
+            source = instance
+    environment = (source or {}).get("environment")
+    if not isinstance(environment, dict):
+        raise SecretError("gpunuma_instances entry '%s': no environment to take secrets %s from"
+                          % (instance_name, ", ".join(names)))
+    lines = [header.rstrip("\n")] if header else []
+    for name in sorted(names):
+        if not _NAME.match(str(name)):
+            raise SecretError("gpunuma_instances entry '%s'.environment: %r is not a variable name" % (instance_name, name))
+        value = environment.get(name)
+        if not isinstance(value, str):
+            raise SecretError("gpunuma_instances entry '%s'.environment.%s: the value is not text; allowed: a string"
+                              % (instance_name, name))
+        if any(c in value for c in "\n\r\0"):
+            raise SecretError("gpunuma_instances entry '%s'.environment.%s: the secret holds a line break or NUL; "
+                              "allowed: one line of text" % (instance_name, name))
+        lines.append("%s=%s" % (name, _quote(value)))
+    return "\n".join(lines) + "\n"
+
+
+def env_file_path(env_dir, instance_name):
+    return os.path.join(env_dir or DEFAULT_ENV_DIR, "%s.env" % instance_name)
+
+
+def env_files(plan, instances, env_dir, header=""):
+    """gpunuma_apply ``secret_files`` entries: one environment file per planned instance with secrets."""
+    out = []
+    for item in (plan or {}).get("instances") or []:
+        names = item.get("secret_environment") or []
+        if names:
+            out.append({"path": env_file_path(env_dir, item["name"]),
+                        "content": env_file_text(header, item["name"], names, instances),
+                        "owner": "root", "group": "root", "mode": "0600", "unit": item.get("unit")})
+    return out
+
+
+def stale_env_files(applied, plan, env_dir):
+    """Environment files the applied plan had that this plan no longer wants (an instance gone, or without
+    secrets now): gpunuma_apply's ``secret_absent``."""
+    wanted = {env_file_path(env_dir, i["name"]) for i in (plan or {}).get("instances") or []
+              if i.get("secret_environment")}
+    old = applied.get("instances") if isinstance(applied, dict) else None
+    stale = []
+    for item in old if isinstance(old, list) else ():
+        if isinstance(item, dict) and item.get("secret_environment") and isinstance(item.get("name"), str):
+            path = env_file_path(env_dir, item["name"])
+            if path not in wanted and path not in stale:
+                stale.append(path)
+    return stale

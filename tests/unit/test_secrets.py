@@ -1,0 +1,156 @@
+"""Secret environment values (module_utils/gpunuma/common/secrets.py): out of the plan, into a 0600 file."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from ansible.module_utils.gpunuma.common import secrets
+from ansible.module_utils.gpunuma.node.apply import normalise_files
+from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
+from test_node_apply import FakeModule, FakeSystemd, NodeFiles, Apply
+from test_plan import profile, topology
+
+pytestmark = pytest.mark.unit
+
+TOKEN = "hf_Zq9 \"quoted\" $HOME `cmd` \\back"
+
+
+def _instances():
+    return [
+        {"name": "llm0", "gpus": [0], "command": ["/opt/vllm/bin/vllm", "serve"],
+         "environment": {"HF_TOKEN": TOKEN, "db_password": "pw1", "MODEL": "llama", "S3_BUCKET": "b1",
+                         "AWS_ACCESS_KEY_ID": "AKIA1"},
+         "secret_environment": ["S3_BUCKET"]},
+        {"name": "tok", "numa_node": 0, "command": ["/opt/tok"], "environment": {"PORT": "8081"}},
+    ]
+
+
+@pytest.mark.parametrize("name, secret", [
+    ("HF_TOKEN", True), ("hf_token", True), ("DB_PASSWORD", True), ("MYSQL_PASSWD", True), ("API_SECRET", True),
+    ("OPENAI_API_KEY", True), ("GOOGLE_APPLICATION_CREDENTIALS", True),
+    ("MODEL", False), ("CUDA_VISIBLE_DEVICES", False), ("PORT", False), ("NCCL_IB_HCA", False),
+])
+def test_default_patterns(name, secret):
+    assert secrets.is_secret(name) is secret
+
+
+def test_marked_names_and_own_patterns():
+    assert secrets.is_secret("S3_BUCKET", secrets.DEFAULT_PATTERNS, ["S3_BUCKET"])
+    assert secrets.is_secret("LICENSE_SERVER", ["LICENSE_*"]) and not secrets.is_secret("HF_TOKEN", ["LICENSE_*"])
+    assert secrets.pattern_problems(["*TOKEN*", "A?B"]) == []
+    assert len(secrets.pattern_problems(["*TOKEN*", "", 5, "x\ny"])) == 3
+    assert secrets.pattern_problems("*TOKEN*")
+
+
+def test_redaction_replaces_values_of_secret_names_only_and_leaves_the_input_alone():
+    instances = _instances()
+    before = json.dumps(instances, sort_keys=True)
+    out = secrets.redact_instances(instances)
+    assert json.dumps(instances, sort_keys=True) == before
+    env = out[0]["environment"]
+    assert env == {"HF_TOKEN": secrets.REDACTED, "db_password": secrets.REDACTED, "MODEL": "llama",
+                   "S3_BUCKET": secrets.REDACTED, "AWS_ACCESS_KEY_ID": secrets.REDACTED}
+    assert out[1]["environment"] == {"PORT": "8081"}
+    assert secrets.redact_instances("junk") == "junk"
+
+
+def test_the_plan_keeps_names_never_values():
+    plan = build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"),
+                      secrets.redact_instances(_instances()), housekeeping_cores_per_node=1)
+    llm0, tok = plan["instances"]
+    assert llm0["secret_environment"] == ["AWS_ACCESS_KEY_ID", "HF_TOKEN", "S3_BUCKET", "db_password"]
+    assert set(llm0["environment"]) == {"MODEL", "CUDA_VISIBLE_DEVICES"}
+    assert tok["secret_environment"] == [] and tok["environment"] == {"PORT": "8081"}
+    text = json.dumps(plan)
+    for value in (TOKEN, "pw1", "b1", "AKIA1", secrets.REDACTED):
+        assert value not in text
+    # Given the values (no redaction), the plan still leaves them out.
+    text = json.dumps(build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), _instances(),
+                                 housekeeping_cores_per_node=1))
+    for value in (TOKEN, "pw1", "b1", "AKIA1"):
+        assert value not in text
+
+
+def test_secret_environment_must_name_variables_of_the_instance():
+    instances = _instances()
+    instances[0]["secret_environment"] = ["NOT_THERE"]
+    instances[1]["secret_environment"] = "PORT"
+    with pytest.raises(PlanError) as err:
+        build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), instances, housekeeping_cores_per_node=1)
+    text = str(err.value)
+    assert "gpunuma_instances[0].secret_environment[0]: 'NOT_THERE' is not a variable of this instance's environment" in text
+    assert "gpunuma_instances[1].secret_environment: 'PORT' is not a list of variable names" in text
+
+
+def test_bad_patterns_are_refused_naming_the_field():
+    with pytest.raises(PlanError, match=r"secret_patterns\[0\]"):
+        build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), [], secret_patterns=[""])
+
+
+def test_env_file_round_trips_through_systemds_quoting(tmp_path):
+    """The file's quoting read back the way systemd reads EnvironmentFile= (double quotes, \\ escapes "\\`$),
+    checked against a POSIX shell, whose double-quote rules these are."""
+    text = secrets.env_file_text("# managed", "llm0", ["HF_TOKEN", "db_password"], _instances())
+    assert text.splitlines()[0] == "# managed"
+    path = tmp_path / "llm0.env"
+    path.write_text(text)
+    shell = "set -a; . %s; printf '%%s\\0%%s' \"$HF_TOKEN\" \"$db_password\"" % path
+    token, password = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, check=True,
+                                     env={"PATH": os.environ["PATH"]}).stdout.split("\0")
+    assert token == TOKEN and password == "pw1"
+
+
+@pytest.mark.parametrize("value, needle", [("a\nb", "line break"), ("a\rb", "line break"), ("a\0b", "line break"),
+                                           (5, "not text")])
+def test_env_file_refuses_what_one_line_cannot_hold(value, needle):
+    instances = [{"name": "x", "environment": {"API_TOKEN": value}}]
+    with pytest.raises(secrets.SecretError) as err:
+        secrets.env_file_text("", "x", ["API_TOKEN"], instances)
+    assert needle in str(err.value) and "'x'.environment.API_TOKEN" in str(err.value)
+    assert "a\nb" not in str(err.value)
+
+
+def test_env_files_and_stale_ones():
+    plan = {"instances": [{"name": "llm0", "unit": "gpunuma-llm0.service", "secret_environment": ["HF_TOKEN"]},
+                          {"name": "tok", "unit": "gpunuma-tok.service", "secret_environment": []}]}
+    [entry] = secrets.env_files(plan, _instances(), "/etc/gpunuma/env")
+    assert entry["path"] == "/etc/gpunuma/env/llm0.env" and entry["mode"] == "0600"
+    assert entry["unit"] == "gpunuma-llm0.service"
+    assert entry["content"].splitlines()[-1] == 'HF_TOKEN="hf_Zq9 \\"quoted\\" \\$HOME \\`cmd\\` \\\\back"'
+    applied = {"instances": [{"name": "llm0", "secret_environment": ["HF_TOKEN"]},
+                             {"name": "old", "secret_environment": ["X_TOKEN"]},
+                             {"name": "tok", "secret_environment": ["Y_KEY"]}]}
+    assert secrets.stale_env_files(applied, plan, "/etc/gpunuma/env") == ["/etc/gpunuma/env/old.env",
+                                                                           "/etc/gpunuma/env/tok.env"]
+    assert secrets.stale_env_files(None, plan, "/e") == [] and secrets.stale_env_files({"instances": 5}, plan, "/e") == []
+
+
+def test_apply_writes_secret_files_0600_and_redacts_their_diff(tmp_path):
+    path = str(tmp_path / "env" / "llm0.env")
+    fake = FakeSystemd()
+    apply = Apply(NodeFiles(FakeModule()), fake, fake.sleep)
+    files = normalise_files([{"path": path, "content": "HF_TOKEN=\"first-secret\"\n", "mode": "0600",
+                              "dir_mode": "0700", "secret": True}])
+    result = apply.run(files)
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(os.path.dirname(path)).st_mode & 0o777) == "0o700"
+    assert "first-secret" not in json.dumps(result)
+    [diff] = result["diff"]
+    assert diff["after"].startswith(secrets.REDACTED) and diff["before"] == ""
+
+    apply = Apply(NodeFiles(FakeModule()), fake, fake.sleep)
+    files = normalise_files([{"path": path, "content": "HF_TOKEN=\"second-secret\"\n", "mode": "0600", "secret": True}])
+    result = apply.run(files, backups_keep=5)
+    text = json.dumps(result)
+    assert "first-secret" not in text and "second-secret" not in text
+    [backup] = [os.path.join(os.path.dirname(path), f) for f in os.listdir(os.path.dirname(path)) if f.endswith("~")]
+    assert oct(os.stat(backup).st_mode & 0o777) == "0o600"
+
+    # Gone: the file and every backup of it, the diff redacted.
+    apply = Apply(NodeFiles(FakeModule()), fake, fake.sleep)
+    result = apply.run([], secret_absent=[path])
+    assert result["removed"] == [path] and sorted(result["pruned_backups"]) == [backup]
+    assert os.listdir(os.path.dirname(path)) == []
+    assert "first-secret" not in json.dumps(result) and "second-secret" not in json.dumps(result)
