@@ -528,6 +528,12 @@ def numa_binding_input_problems(options, values, aliases, profiles_dir):
         problem = numa_binding_limit_problem(memlock, "numa_binding_limit_memlock")
         if problem and not any(p.startswith("numa_binding_limit_memlock:") for p in problems):
             problems.append(problem)
+    instances_variable = role_inputs.user_variable(
+        "numa_binding_instances", options.get("numa_binding_instances", {}), values, aliases)
+    patterns = values.get("numa_binding_secret_patterns")
+    problems.extend(secretslib.value_problems(values.get("numa_binding_instances"),
+                                              patterns if isinstance(patterns, list) else secretslib.DEFAULT_PATTERNS,
+                                              instances_variable))
     return problems
 
 

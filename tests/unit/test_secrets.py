@@ -154,3 +154,15 @@ def test_apply_writes_secret_files_0600_and_redacts_their_diff(tmp_path):
     assert result["removed"] == [path] and sorted(result["pruned_backups"]) == [backup]
     assert os.listdir(os.path.dirname(path)) == []
     assert "first-secret" not in json.dumps(result) and "second-secret" not in json.dumps(result)
+
+
+def test_problems_name_the_entry_and_variable_never_the_value():
+    instances = [{"name": "x", "environment": {"API_TOKEN": "line1-hunter2\nline2", "PLAIN": "a\nb"}},
+                 {"name": "y", "environment": {"S3_BUCKET": "b\r"}, "secret_environment": ["S3_BUCKET"]}, "junk"]
+    problems = secrets.value_problems(instances, secrets.DEFAULT_PATTERNS)
+    assert problems == [
+        "gpunuma_instances[0].environment.API_TOKEN: the secret holds a line break or NUL; allowed: one line of text "
+        "(the value is not shown)",
+        "gpunuma_instances[1].environment.S3_BUCKET: the secret holds a line break or NUL; allowed: one line of text "
+        "(the value is not shown)"]
+    assert secrets.value_problems([{"name": "x", "environment": {"API_TOKEN": "ok"}}], secrets.DEFAULT_PATTERNS) == []

@@ -124,6 +124,26 @@ def env_files(plan, instances, env_dir, header=""):
     return out
 
 
+def value_problems(instances, patterns, variable="gpunuma_instances"):
+    """Why a secret value cannot go to an environment file, naming ``variable``'s entry and the name, never the
+    value: checked with the role's inputs, before any host is contacted."""
+    problems = []
+    if not isinstance(instances, list) or not isinstance(patterns, (list, tuple)):
+        return problems
+    for pos, instance in enumerate(instances):
+        environment = instance.get("environment") if isinstance(instance, dict) else None
+        if not isinstance(environment, dict):
+            continue
+        marked = marked_names(instance)
+        for name in sorted(environment, key=str):
+            value = environment[name]
+            if isinstance(name, str) and is_secret(name, patterns, marked) and isinstance(value, str) \
+                    and any(c in value for c in "\n\r\0"):
+                problems.append("%s[%d].environment.%s: the secret holds a line break or NUL; allowed: one line of "
+                                "text (the value is not shown)" % (variable, pos, name))
+    return problems
+
+
 def stale_env_files(applied, plan, env_dir):
     """Environment files the applied plan had that this plan no longer wants (an instance gone, or without
     secrets now): gpunuma_apply's ``secret_absent``."""
