@@ -537,3 +537,59 @@ def test_a_pending_list_that_is_not_gpunuma_s_stops_the_run_before_any_change(tm
     with pytest.raises(ApplyError, match="pending-restarts.json is not gpunuma's list of pending restarts"):
         scene.run(fake, steps)
     assert steps.done == [] and scene.tree() == before
+
+
+# ------------------------------------------------------- a write that fails
+
+class FullDisk:
+    """NodeFiles whose write fails with ENOSPC from the n-th unit file on (the pending list is written as before)."""
+
+    def __init__(self, files, fail_at, error=28):
+        self.files, self.fail_at, self.error, self.writes = files, fail_at, error, 0
+
+    def __getattr__(self, name):
+        return getattr(self.files, name)
+
+    def write(self, entry):
+        if not entry["path"].endswith(".service"):
+            return self.files.write(entry)
+        self.writes += 1
+        if self.writes >= self.fail_at:
+            raise OSError(self.error, os.strerror(self.error))
+        return self.files.write(entry)
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 3])
+def test_a_failed_write_puts_back_what_was_written_and_changes_nothing_live(tmp_path, fail_at):
+    from test_node_apply import FakeModule, FakeSystemd, NodeFiles
+
+    unit_dir = tmp_path / "units"
+    unit_dir.mkdir()
+    (unit_dir / "gpunuma-a.service").write_text("# gpunuma instance a\nold a\n")
+    (unit_dir / "gpunuma-b.service").write_text("# gpunuma instance b\nold b\n")
+    before = {p.name: p.read_text() for p in unit_dir.iterdir()}
+    fake = FakeSystemd({"gpunuma-a.service": {"ActiveState": "active"}, "gpunuma-b.service": {"ActiveState": "active"}})
+    pending = tmp_path / "pending.json"
+    files = normalise_files([
+        {"path": str(unit_dir / "gpunuma-a.service"), "content": "# gpunuma instance a\nnew a\n", "unit": "gpunuma-a.service"},
+        {"path": str(unit_dir / "gpunuma-b.service"), "content": "# gpunuma instance b\nnew b\n", "unit": "gpunuma-b.service"},
+        {"path": str(unit_dir / "gpunuma-c.service"), "content": "# gpunuma instance c\nnew c\n", "unit": "gpunuma-c.service"},
+    ])
+    apply = Apply(FullDisk(NodeFiles(FakeModule()), fail_at), fake, fake.sleep)
+    with pytest.raises(ApplyError) as err:
+        apply.run(files, units={"start": True, "services": ["gpunuma-a.service", "gpunuma-b.service",
+                                                               "gpunuma-c.service"]},
+                  pending_path=str(pending))
+    message = str(err.value)
+    failed = ["gpunuma-a.service", "gpunuma-b.service", "gpunuma-c.service"][fail_at - 1]
+    assert "cannot write %s: [Errno 28] ENOSPC: No space left on device" % (unit_dir / failed) in message
+    assert "nothing was stopped, reloaded or restarted" in message
+    assert ("the %d file(s) written before it were put back" % (fail_at - 1)) in message if fail_at > 1 \
+        else "no file had been written" in message
+    # Every unit file as it was, nothing new, no temporary file; systemd never asked to change anything.
+    left = {p.name: p.read_text() for p in unit_dir.iterdir() if not p.name.endswith("~")}
+    assert left == before
+    assert not [p for p in unit_dir.iterdir() if p.name.startswith(TEMP_PREFIX)]
+    assert [c for c in fake.calls if c[:1] != ["show"] and "show" not in c] == []
+    # Nothing is left pending for the next run to restart.
+    assert not pending.exists()

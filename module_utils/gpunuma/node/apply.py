@@ -43,6 +43,7 @@ err)`` and the clock through ``sleep``, so the logic is tested without a node.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import grp
 import json
@@ -145,6 +146,13 @@ def normalise_files(files, field="files"):
             "secret": bool(entry.get("secret", False)),
         })
     return out
+
+
+def _os_error(exc):
+    """``cannot write <path>: [Errno 28] ENOSPC: No space left on device`` from an OSError."""
+    name = errno.errorcode.get(exc.errno, "") if exc.errno else ""
+    path = exc.filename or "a file"
+    return "cannot write %s: [Errno %s] %s%s" % (path, exc.errno, (name + ": ") if name else "", exc.strerror or exc)
 
 
 def _diff(path, before, after, secret=False):
@@ -314,11 +322,35 @@ class Apply:
                 if entry["content_changed"]:
                     self.result["diff"].append(_diff(entry["path"], entry["before"], entry["data"], entry["secret"]))
                 if not self.check_mode:
-                    backup = self.fs.write(entry)
+                    try:
+                        backup = self.fs.write(entry)
+                    except OSError as exc:
+                        # Named by the file gpunuma meant to write, not a temporary one.
+                        raise OSError(exc.errno, exc.strerror or str(exc), entry["path"]) from exc
                     if backup:
                         record["backup"] = backup
             entry["record"] = record
             self.result["files"].append(record)
+
+    def _undo_writes(self, decisions):
+        """Put back what ``_write`` wrote of ``decisions`` (backups, the bytes read before, or removal of what was
+        new); the number of files put back."""
+        undone = 0
+        for d in reversed(decisions):
+            record = d.get("record")
+            if not record or not d["changed"] or self.check_mode:
+                continue
+            try:
+                if record.get("backup"):
+                    self.fs.restore(record["backup"], d["path"])
+                elif d["existed"]:
+                    self.fs.write(dict(d, data=d["before"], before=d["data"], backup=False))
+                else:
+                    self.fs.remove(d["path"])
+                undone += 1
+            except OSError:
+                continue
+        return undone
 
     def _remove(self, paths, secret=()):
         removed = []
@@ -413,14 +445,24 @@ class Apply:
         touching = [d["unit"] for d in decisions if d["content_changed"] and d["unit"]] + stale_dropins
         if pending_path and set(touching) - set(pending):
             self._write_pending(pending_path, pending + touching)
+        # Every file first: a write that fails (a full disk, a read-only
+        # directory) puts back what this run wrote and stops before anything
+        # live changes: no unit stopped, reloaded or restarted.
+        try:
+            self._write(decisions)
+        except OSError as exc:
+            undone = self._undo_writes(decisions)
+            if pending_path and set(touching) - set(pending):
+                self._write_pending(pending_path, pending)
+            raise ApplyError("%s; %s, nothing was stopped, reloaded or restarted" % (
+                _os_error(exc), "the %d file(s) written before it were put back" % undone if undone
+                else "no file had been written"))
         # Stale instance units stop before their file goes.
         for unit in stale_units:
             self.result["stopped"].append(unit)
             self.result["changed"] = True
             if not self.check_mode:
                 self._systemctl("disable", "--now", "--", unit)
-
-        self._write(decisions)
         stale_paths = []
         if prune:
             stale_paths = ([os.path.join(prune["unit_dir"], u) for u in stale_units]
@@ -442,7 +484,13 @@ class Apply:
             if not ok:
                 return self.result
         after_decisions = plan_files(after, self.fs)
-        self._write(after_decisions)
+        try:
+            self._write(after_decisions)
+        except OSError as exc:
+            self._undo_writes(after_decisions)
+            raise ApplyError("%s; the units run the new files, and the applied plan on the node is still the "
+                             "previous one: free the space (or fix the directory) and run again, which records it"
+                             % _os_error(exc))
         # Only after success: a failed run's backups are what it rolled back from.
         if backups_keep and not self.check_mode:
             for entry in list(files) + after:
