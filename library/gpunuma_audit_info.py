@@ -94,11 +94,11 @@ applied_plan: {description: The applied plan read (for the policy rules)., retur
 persisted_topology: {description: The persisted topology read (for the policy rules)., returned: always, type: dict}
 """
 
-import json
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 from ansible.module_utils.gpunuma.verify import audit as auditlib
@@ -107,11 +107,14 @@ from ansible.module_utils.gpunuma.common import schemas
 
 BINDING_KEYS = ("ExecStart", "CPUAffinity", "NUMAPolicy", "NUMAMask", "LimitMEMLOCK", "AllowedCPUs")
 
+MAX_READ_BYTES = 16 * 1024 * 1024
+
 
 def _read(path):
+    """A file's text (a regular file of at most 16 MiB), or None when absent or unreadable."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        return bounded.read_bounded(path, MAX_READ_BYTES, follow_symlinks=True,
+                                    what="a file the audit reads").decode("utf-8", "replace")
     except OSError:
         return None
 
@@ -121,7 +124,7 @@ def _json(path):
     if text is None:
         return None, None
     try:
-        return json.loads(text), None
+        return bounded.loads_json(text), None
     except ValueError as exc:
         return None, "%s: not valid JSON (%s)" % (path, exc)
 

@@ -112,22 +112,25 @@ gpunuma_state:
 """
 
 import contextlib
-import json
 import os
 import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 
+MAX_READ_BYTES = 16 * 1024 * 1024
+
 
 def _read(path):
+    """The text of a state or plan file (a regular file of at most 16 MiB), None when absent, else the error."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
+        return bounded.read_bounded(path, MAX_READ_BYTES, follow_symlinks=True,
+                                    what="a gpunuma state file").decode("utf-8")
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, UnicodeDecodeError) as exc:
         return exc
@@ -138,7 +141,7 @@ def _applied_profile(plan_path):
     if not isinstance(text, str):
         return None
     try:
-        plan = json.loads(text)
+        plan = bounded.loads_json(text)
     except ValueError:
         return None
     return base_profile(plan.get("profile")) if isinstance(plan, dict) else None

@@ -17,6 +17,7 @@ import copy
 import json
 import re
 
+from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.common.errors import NvmlError
 from ansible.module_utils.gpunuma.discovery.sysfs import read_bounded
 from ansible.module_utils.gpunuma.common import schemas
@@ -193,7 +194,7 @@ def load_dump(path):
     except (IOError, OSError) as exc:
         raise NvmlError("nvml_dump %s cannot be read: %s" % (path, exc.strerror or exc))
     try:
-        data = json.loads(raw)
+        data = bounded.loads_json(raw)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, too many digits
         raise NvmlError("nvml_dump %s is not valid JSON: %s" % (path, _clip(str(exc))))
     except RecursionError:

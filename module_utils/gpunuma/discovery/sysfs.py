@@ -82,6 +82,9 @@ import re
 import stat
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist, parse_cpumask
+from ansible.module_utils.gpunuma.common import bounded
+from ansible.module_utils.gpunuma.common.bounded import file_kind as _file_kind
+from ansible.module_utils.gpunuma.common.bounded import read_bounded  # noqa: F401 (public here too)
 from ansible.module_utils.gpunuma.common.errors import CpuListError, SysfsError
 
 NVIDIA_VENDOR = "0x10de"
@@ -122,52 +125,15 @@ _MISSING = object()
 # Grace hosts), and the CPU list and mask files that became binary attributes
 # in Linux 5.14 stay below CPULIST_FILE_MAX_BYTES = NR_CPUS * 7 / 2 (28 KiB
 # for NR_CPUS = 8192). proc/meminfo is about 1.5 KiB. One cap covers them all.
-MAX_ATTRIBUTE_BYTES = 65536
+MAX_ATTRIBUTE_BYTES = bounded.MAX_ATTRIBUTE_BYTES
 # How much of an unexpected value a warning or error quotes.
 _QUOTE_CHARS = 60
-
-_FILE_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISLNK, "a symbolic link"),
-)
-
-
-def _file_kind(mode):
-    for test, name in _FILE_KINDS:
-        if test(mode):
-            return name
-    return "not a regular file"
-
 
 def quote(value, limit=_QUOTE_CHARS):
     """``repr`` of a value read from a file, cut to ``limit`` characters with its full length."""
     if isinstance(value, (str, bytes)) and len(value) > limit:
         return "%r... (%d characters)" % (value[:limit], len(value))
     return repr(value)
-
-
-_S_ISREG = stat.S_ISREG
-# O_NONBLOCK: a FIFO swapped in after the type check still cannot block.
-_FOLLOW_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-_ATTRIBUTE_FLAGS = _FOLLOW_FLAGS | getattr(os, "O_NOFOLLOW", 0)
-
-
-def _refuse(path, mode, follow_symlinks, what):
-    if stat.S_ISLNK(mode):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
-        raise OSError(errno.ELOOP, "it is a symbolic link (to %s); %s is read only as a regular file"
-                      % (target, what))
-    raise OSError(errno.EINVAL, "it is %s%s; %s is read only as a regular file"
-                  % (_file_kind(mode),
-                     " (%s)" % os.path.realpath(path) if follow_symlinks and os.path.islink(path) else "",
-                     what))
 
 
 def _lkind(path):
@@ -189,56 +155,6 @@ def _clip(message, limit=600):
     if len(message) > limit:
         return "%s... (%d characters in all)" % (message[:limit], len(message))
     return message
-
-
-def read_bounded(path, limit=MAX_ATTRIBUTE_BYTES, follow_symlinks=False, what="a sysfs or procfs attribute"):
-    """The bytes of the regular file ``path``, at most ``limit`` of them.
-
-    Only regular files are opened: a FIFO, socket, directory or device node
-    (a link to ``/dev/zero``) is refused before ``open()``, so nothing can
-    block or stream forever, and nothing under ``/dev`` is opened (opening
-    some devices, such as a watchdog, has effects). With
-    ``follow_symlinks=False`` (sysfs and procfs attributes, which are never
-    links) a symbolic link is refused too, which also stops symlink loops;
-    with ``True`` (files a user names) the link's target must be a regular
-    file outside ``/dev``. The file is opened ``O_NONBLOCK``, checked again
-    with ``fstat`` and read up to ``limit + 1`` bytes.
-
-    Raises ``OSError``: ``ENOENT``/``ENOTDIR`` when absent (as ``open``
-    would), otherwise with a ``strerror`` that says what the file is and
-    what is allowed (``ELOOP`` for a link, ``EINVAL`` for a file of the wrong
-    type, ``EFBIG`` when larger than ``limit``).
-    """
-    mode = (os.stat if follow_symlinks else os.lstat)(path).st_mode
-    if not _S_ISREG(mode):
-        _refuse(path, mode, follow_symlinks, what)
-    if follow_symlinks:
-        real = os.path.realpath(path)
-        if real == "/dev" or real.startswith("/dev/"):
-            raise OSError(errno.EINVAL, "it resolves to %s, under /dev; %s is read only from a regular file"
-                          % (real, what))
-    flags = _FOLLOW_FLAGS if follow_symlinks else _ATTRIBUTE_FLAGS
-    fd = os.open(path, flags)
-    try:
-        # The path may have been swapped between lstat() and open().
-        mode = os.fstat(fd).st_mode
-        if not _S_ISREG(mode):
-            raise OSError(errno.EINVAL, "it is %s; %s is read only as a regular file" % (_file_kind(mode), what))
-        # A sysfs or procfs attribute arrives whole in one read; a file a
-        # user names may sit on a file system that returns less.
-        data = os.read(fd, limit + 1)
-        if follow_symlinks:
-            chunks, chunk, total = [data], data, len(data)
-            while chunk and total <= limit:
-                chunk = os.read(fd, limit + 1 - total)
-                chunks.append(chunk)
-                total += len(chunk)
-            data = b"".join(chunks)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, "it is larger than %d bytes, the most %s may hold" % (limit, what))
-    return data
 
 
 def pcie_gen_from_speed(speed):

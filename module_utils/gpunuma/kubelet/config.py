@@ -22,6 +22,7 @@ import io
 import json
 import re
 
+from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 try:  # pragma: no cover - exercised through the import guard below
@@ -92,7 +93,7 @@ def parse_config(text, source="config"):
     json_error = None
     if text.lstrip().startswith("{"):
         try:
-            doc = json.loads(text, object_pairs_hook=_unique_pairs)
+            doc = bounded.loads_json(text, object_pairs_hook=_unique_pairs)
         except KubeletConfigError as exc:
             raise KubeletConfigError("%s: %s; allowed: each key once" % (source, exc))
         except ValueError as exc:
@@ -112,7 +113,12 @@ def parse_config(text, source="config"):
                 "it for the controller), or a JSON config" % source
             )
         try:
+            if bounded.json_depth(text, stop_at=bounded.MAX_JSON_DEPTH) > bounded.MAX_JSON_DEPTH:
+                raise ValueError("flow collections nested deeper than %d levels" % bounded.MAX_JSON_DEPTH)
             documents = [d for d in _yaml().load_all(text)]
+        except RecursionError:
+            raise KubeletConfigError("%s: is nested too deep to be a KubeletConfiguration; allowed: one "
+                                     "KubeletConfiguration document" % source)
         except (_RuamelError, ValueError) as exc:
             if json_error is not None:
                 raise KubeletConfigError("%s: is not valid JSON (%s) nor a YAML flow mapping; allowed: a "

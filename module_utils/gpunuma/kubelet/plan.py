@@ -31,6 +31,7 @@ import copy
 import decimal
 import re
 
+from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError, GpunumaError, ProblemsError
 from ansible.module_utils.gpunuma.kubelet.config import (
@@ -196,10 +197,8 @@ def format_quantity(count):
 
 def checkpoint_policy(text):
     """The ``policyName`` a checkpoint file records, or None when it cannot be read."""
-    import json
-
     try:
-        data = json.loads(text)
+        data = bounded.loads_json(text)
     except (TypeError, ValueError):
         return None
     if isinstance(data, dict) and isinstance(data.get("policyName"), str):

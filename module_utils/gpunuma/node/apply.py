@@ -52,6 +52,7 @@ import pwd
 import re
 import stat
 
+from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.common.secrets import REDACTED
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -395,7 +396,7 @@ class Apply:
         if data is None:
             return []
         try:
-            pending = json.loads(data.decode("utf-8"))
+            pending = bounded.loads_json(data.decode("utf-8"))
         except ValueError:
             pending = None
         if not isinstance(pending, list) or not all(isinstance(u, str) for u in pending):

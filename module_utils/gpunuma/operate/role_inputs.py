@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 # A spec default like "{{ gpunuma_profile | default('strict') }}": the option
@@ -361,7 +362,7 @@ def read_state_file(content, path, schema, recovery, encoding="base64"):
     if not text.strip():
         return problem("is empty (a write cut short?)")
     try:
-        data = json.loads(text)
+        data = bounded.loads_json(text)
     except ValueError as exc:
         return problem("is not valid JSON (%s)" % exc)
     if not isinstance(data, dict):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.common import schemas
 
@@ -61,8 +62,8 @@ def parse_state(text, path):
     caller must not touch it).
     """
     try:
-        data = json.loads(text)
-    except ValueError as exc:
+        data = bounded.loads_json(text)
+    except (ValueError, RecursionError) as exc:
         raise StateCorrupt("%s: not valid JSON (%s)" % (path, exc))
     if not isinstance(data, dict):
         raise StateCorrupt("%s: must be a JSON object, got %s" % (path, type(data).__name__))
