@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """H2D probe against PyTorch, side by side, on every GPU of this machine.
 
-    python3 benchmarks/h2d_bench.py [--large-bytes N] [--repeats 10] [--small-repeats 1000]
+    python3 benchmarks/h2d_bench.py [--runs 5] [--large-bytes N] [--repeats 10] [--small-repeats 1000]
                                     [--pinned-alloc register|host_alloc] [--json out.json]
 
 First the gpunuma probe (``module_utils/gpunuma/verify/h2d.py``, libcuda through
@@ -11,10 +11,16 @@ and a pageable tensor, event-timed on a dedicated stream after the same
 warm-up, and the same small copies (each event-timed, then a loop of
 back-to-back async copies).  Prints per GPU: both numbers and the ratio.
 
+Each side runs ``--runs`` times (the probe's runs first: its parent must
+hold no CUDA context when it forks its bound children), each run after its
+own warm-up; every figure is printed as min / median / max over the runs,
+and the ratio and the targets use the medians, so one cold or noisy run
+neither passes nor fails the benchmark.
+
 Targets (from the recorded run): probe pinned H2D >= 0.98 x PyTorch's, and
-probe small-copy latency no worse than PyTorch's (p50 event-timed, and per
-copy in the back-to-back loop).  Exits 1 when a target is missed, 2 when
-PyTorch or a GPU is missing.
+probe small-copy latency no worse than PyTorch's (p50 event-timed, or per
+copy in the back-to-back loop), medians over the runs.  Exits 1 when a
+target is missed, 2 when PyTorch or a GPU is missing.
 """
 
 import argparse
@@ -30,7 +36,8 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 from gpunuma_controller.core import use_core  # noqa: E402
 
-use_core()
+# The probe core needs only the standard library and libcuda: GPU machines need no Ansible.
+use_core(standalone=True)
 
 from ansible.module_utils.gpunuma.verify import h2d  # noqa: E402
 
@@ -91,80 +98,119 @@ def torch_measure(torch, index, large, small, repeats, small_repeats, warmup):
     return out
 
 
-def compare(probe_m, torch_m):
-    def ratio(a, b):
-        return round(a / b, 4) if a and b else None
+MEASURES = (
+    # (label, measurement key, field, ratio name)
+    ("h2d pinned GB/s", "h2d_pinned", "gbps_median", "h2d_pinned_ratio"),
+    ("d2h pinned GB/s", "d2h_pinned", "gbps_median", "d2h_pinned_ratio"),
+    ("h2d pageable GB/s", "h2d_pageable", "gbps_median", "h2d_pageable_ratio"),
+    ("small p50 us", "small_h2d_pinned", "us_p50", "small_p50_ratio"),
+    ("small p99 us", "small_h2d_pinned", "us_p99", "small_p99_ratio"),
+    ("small loop us/copy", "small_h2d_pinned", "loop_us_per_copy", "small_loop_ratio"),
+)
 
-    return {
-        "h2d_pinned_ratio": ratio(probe_m["h2d_pinned"]["gbps_median"], torch_m["h2d_pinned"]["gbps_median"]),
-        "d2h_pinned_ratio": ratio(probe_m["d2h_pinned"]["gbps_median"], torch_m["d2h_pinned"]["gbps_median"]),
-        "h2d_pageable_ratio": ratio(probe_m["h2d_pageable"]["gbps_median"], torch_m["h2d_pageable"]["gbps_median"]),
-        "small_p50_ratio": ratio(probe_m["small_h2d_pinned"]["us_p50"], torch_m["small_h2d_pinned"]["us_p50"]),
-        "small_p99_ratio": ratio(probe_m["small_h2d_pinned"]["us_p99"], torch_m["small_h2d_pinned"]["us_p99"]),
-        "small_loop_ratio": ratio(probe_m["small_h2d_pinned"]["loop_us_per_copy"],
-                                  torch_m["small_h2d_pinned"]["loop_us_per_copy"]),
-    }
+
+def spread(values):
+    """min / median / max of the runs' values (None where a run had none)."""
+    values = [v for v in values if isinstance(v, (int, float))]
+    if not values:
+        return {"min": None, "median": None, "max": None, "runs": 0}
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "runs": len(values)}
+
+
+def ratio(a, b):
+    return round(a / b, 4) if a and b else None
+
+
+def compare(probe_m, torch_m):
+    """The ratios (probe / PyTorch) of one run of each side (the single-run v1 recordings)."""
+    return {name: ratio(probe_m[key][field], torch_m[key][field]) for _, key, field, name in MEASURES}
+
+
+def summarise(probe_runs, torch_runs):
+    """Per measure: the probe's and PyTorch's spread over the runs and the ratio of their medians."""
+    out = {}
+    for label, key, field, _ in MEASURES:
+        probe = spread([m[key][field] for m in probe_runs])
+        torch = spread([m[key][field] for m in torch_runs])
+        out[label] = {"probe": probe, "torch": torch, "median_ratio": ratio(probe["median"], torch["median"])}
+    return out
+
+
+def meets_targets(summary):
+    bandwidth = summary["h2d pinned GB/s"]["median_ratio"] or 0
+    latency = min(summary["small p50 us"]["median_ratio"] or 9, summary["small loop us/copy"]["median_ratio"] or 9)
+    return bandwidth >= BANDWIDTH_RATIO_MIN and latency <= 1.0
+
+
+def _fmt(value):
+    return "%.3f" % value if isinstance(value, (int, float)) else "-"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=5, help="runs of each side; figures are min/median/max over them")
     ap.add_argument("--large-bytes", type=int, default=h2d.DEFAULTS["large_bytes"])
     ap.add_argument("--small-bytes", type=int, default=h2d.DEFAULTS["small_bytes"])
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--small-repeats", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--pinned-alloc", default="register", choices=h2d.PINNED_ALLOCS)
-    ap.add_argument("--json", help="write probe, PyTorch and ratios here")
+    ap.add_argument("--json", help="write every run, the spreads and the ratios here")
     args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs: %d is not allowed; allowed: 1 or more" % args.runs)
     opts = {"large_bytes": args.large_bytes, "small_bytes": args.small_bytes, "repeats": args.repeats,
             "small_repeats": args.small_repeats, "warmup": args.warmup, "pinned_alloc": args.pinned_alloc,
             "placements": ["local", "unbound"]}
-    # the probe first: its parent process must not hold a CUDA context when it forks
-    report = h2d.probe(opts)
-    if report["status"] != "ok":
-        print("probe %s: %s" % (report["status"], report["reason"]))
-        return 2
+    # Every probe run first: its parent process must not hold a CUDA context when it forks.
+    probe_runs = {}
+    seconds = []
+    for _ in range(args.runs):
+        report = h2d.probe(opts)
+        if report["status"] != "ok":
+            print("probe %s: %s" % (report["status"], report["reason"]))
+            return 2
+        seconds.append(report["seconds"])
+        for gpu in report["gpus"]:
+            if gpu["status"] != "ok":
+                continue
+            placement = "local" if gpu["placements"].get("local", {}).get("status") == "ok" else "unbound"
+            probe_runs.setdefault((gpu["index"], gpu["uuid"], placement), []).append(
+                gpu["placements"][placement]["measurement"])
     try:
         import torch
     except ImportError:
         print("PyTorch is not installed here; only the probe ran")
         return 2
     rows, failed = [], False
-    for gpu in report["gpus"]:
-        if gpu["status"] != "ok":
-            continue
-        placement = "local" if gpu["placements"].get("local", {}).get("status") == "ok" else "unbound"
-        pm = gpu["placements"][placement]["measurement"]
-        tm = torch_measure(torch, gpu["index"], args.large_bytes, args.small_bytes, args.repeats,
-                           args.small_repeats, args.warmup)
-        ratios = compare(pm, tm)
-        ok = (ratios["h2d_pinned_ratio"] or 0) >= BANDWIDTH_RATIO_MIN and \
-            min(ratios["small_p50_ratio"] or 9, ratios["small_loop_ratio"] or 9) <= 1.0
+    for (index, uuid, placement), runs in sorted(probe_runs.items()):
+        torch_runs = [torch_measure(torch, index, args.large_bytes, args.small_bytes, args.repeats,
+                                    args.small_repeats, args.warmup) for _ in range(args.runs)]
+        summary = summarise(runs, torch_runs)
+        ok = meets_targets(summary)
         failed = failed or not ok
-        rows.append({"gpu": gpu["index"], "uuid": gpu["uuid"], "placement": placement,
-                     "probe": {k: {kk: vv for kk, vv in v.items() if kk != "seconds"} for k, v in pm.items()},
-                     "torch": tm, "ratios": ratios, "meets_targets": ok})
-    hdr = "%-4s %-8s %-22s %10s %10s %8s" % ("gpu", "place", "measure", "probe", "torch", "ratio")
-    print(hdr)
+        rows.append({"gpu": index, "uuid": uuid, "placement": placement, "summary": summary, "meets_targets": ok,
+                     "probe_runs": [{k: {kk: vv for kk, vv in v.items() if kk != "seconds"} for k, v in m.items()}
+                                    for m in runs],
+                     "torch_runs": torch_runs})
+    print("%d runs of each side; min / median / max over the runs, ratio of the medians (probe / PyTorch)"
+          % args.runs)
+    print("%-4s %-8s %-20s %26s %26s %8s" % ("gpu", "place", "measure", "probe min/med/max", "torch min/med/max",
+                                              "ratio"))
     for r in rows:
-        p, t, q = r["probe"], r["torch"], r["ratios"]
-        lines = [
-            ("h2d pinned GB/s", p["h2d_pinned"]["gbps_median"], t["h2d_pinned"]["gbps_median"], q["h2d_pinned_ratio"]),
-            ("d2h pinned GB/s", p["d2h_pinned"]["gbps_median"], t["d2h_pinned"]["gbps_median"], q["d2h_pinned_ratio"]),
-            ("h2d pageable GB/s", p["h2d_pageable"]["gbps_median"], t["h2d_pageable"]["gbps_median"], q["h2d_pageable_ratio"]),
-            ("small p50 us", p["small_h2d_pinned"]["us_p50"], t["small_h2d_pinned"]["us_p50"], q["small_p50_ratio"]),
-            ("small p99 us", p["small_h2d_pinned"]["us_p99"], t["small_h2d_pinned"]["us_p99"], q["small_p99_ratio"]),
-            ("small loop us/copy", p["small_h2d_pinned"]["loop_us_per_copy"], t["small_h2d_pinned"]["loop_us_per_copy"],
-             q["small_loop_ratio"]),
-        ]
-        for name, a, b, c in lines:
-            print("%-4s %-8s %-22s %10.3f %10.3f %8.4f" % (r["gpu"], r["placement"], name, a, b, c))
-        print("%-4s targets: pinned ratio >= %.2f and small latency ratio <= 1: %s"
+        for label, _, _, _ in MEASURES:
+            s = r["summary"][label]
+            print("%-4s %-8s %-20s %26s %26s %8s" % (
+                r["gpu"], r["placement"], label,
+                "/".join(_fmt(s["probe"][k]) for k in ("min", "median", "max")),
+                "/".join(_fmt(s["torch"][k]) for k in ("min", "median", "max")),
+                _fmt(s["median_ratio"])))
+        print("%-4s targets (medians): pinned ratio >= %.2f and small latency ratio <= 1: %s"
               % (r["gpu"], BANDWIDTH_RATIO_MIN, "met" if r["meets_targets"] else "MISSED"))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"schema": "gpunuma.h2d-bench/v1", "options": opts, "rows": rows,
-                       "torch_version": torch.__version__, "probe_seconds": report["seconds"]}, fh, indent=1)
+            json.dump({"schema": "gpunuma.h2d-bench/v2", "options": dict(opts, runs=args.runs), "rows": rows,
+                       "torch_version": torch.__version__, "probe_seconds": seconds}, fh, indent=1)
     return 1 if failed else 0
 
 

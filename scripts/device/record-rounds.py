@@ -11,19 +11,12 @@ import json
 import os
 import sys
 import time
-import types
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODULE_UTILS = os.path.join(REPO, "module_utils")
-try:
-    import ansible.module_utils
-    ansible.module_utils.__path__.insert(0, MODULE_UTILS)
-except ImportError:
-    package = types.ModuleType("ansible")
-    package.__path__ = []
-    module_utils = types.ModuleType("ansible.module_utils")
-    module_utils.__path__ = [MODULE_UTILS]
-    sys.modules["ansible"], sys.modules["ansible.module_utils"] = package, module_utils
+sys.path.insert(0, REPO)
+from gpunuma_controller.core import use_core  # noqa: E402
+
+use_core(standalone=True)
 
 from ansible.module_utils.gpunuma.verify import h2d  # noqa: E402
 

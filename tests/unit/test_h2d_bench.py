@@ -57,3 +57,34 @@ def test_without_a_driver_exits_2_with_the_reason(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout.startswith("probe skipped: cannot load the CUDA driver library 'libcuda.so.1'")
     assert "Traceback" not in proc.stderr
+
+
+def _measurement(gbps, p50, loop):
+    return {"h2d_pinned": {"gbps_median": gbps}, "d2h_pinned": {"gbps_median": gbps},
+            "h2d_pageable": {"gbps_median": 9.0},
+            "small_h2d_pinned": {"us_p50": p50, "us_p99": p50 * 2, "loop_us_per_copy": loop}}
+
+
+def test_targets_use_the_medians_of_the_runs_so_one_cold_run_decides_nothing():
+    bench = load_bench()
+    # The probe's first run is cold (p50 8.1 us against PyTorch's 6.2); its median over five is not.
+    probe = [_measurement(55.0, 8.1, 2.7)] + [_measurement(55.2, 4.7, 2.6)] * 4
+    torch = [_measurement(55.3, 6.2, 3.7)] * 5
+    summary = bench.summarise(probe, torch)
+    p50 = summary["small p50 us"]
+    assert p50["probe"] == {"min": 4.7, "median": 4.7, "max": 8.1, "runs": 5}
+    assert p50["median_ratio"] == round(4.7 / 6.2, 4)
+    assert bench.meets_targets(summary) is True
+    # One run alone, the cold one, misses the small-copy target by p50 (the loop ratio still meets it).
+    cold = bench.summarise(probe[:1], torch[:1])
+    assert cold["small p50 us"]["median_ratio"] > 1
+    # A probe slower in the median misses the bandwidth target.
+    slow = bench.summarise([_measurement(50.0, 4.7, 2.6)] * 3 + [_measurement(56.0, 4.7, 2.6)] * 2, torch)
+    assert slow["h2d pinned GB/s"]["median_ratio"] == round(50.0 / 55.3, 4)
+    assert bench.meets_targets(slow) is False
+
+
+def test_spread_ignores_missing_values():
+    bench = load_bench()
+    assert bench.spread([3.0, None, 1.0, 2.0]) == {"min": 1.0, "median": 2.0, "max": 3.0, "runs": 3}
+    assert bench.spread([None]) == {"min": None, "median": None, "max": None, "runs": 0}
