@@ -1,0 +1,155 @@
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The CUDA driver API (``libcuda.so.1``) through ctypes, as the H2D probe uses it.
+
+Part of the probe (``verify/h2d.py``, which re-exports these names).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+
+# CUDA driver API result codes the probe explains (cuda.h, CUresult).
+CUDA_SUCCESS = 0
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NO_DEVICE = 100
+CUDA_ERROR_INSUFFICIENT_DRIVER = 35
+CUDA_ERROR_DEVICES_UNAVAILABLE = 46  # exclusive-process compute mode, GPU held by another process
+CUDA_ERROR_DEVICE_UNAVAILABLE = 46
+CUDA_ERROR_NOT_SUPPORTED = 801
+BUSY_CODES = (46,)
+
+CU_STREAM_NON_BLOCKING = 0x1
+CU_EVENT_DEFAULT = 0x0
+CU_MEMHOSTALLOC_PORTABLE = 0x1
+CU_MEMHOSTREGISTER_PORTABLE = 0x1
+CU_DEVICE_ATTRIBUTE_COMPUTE_MODE = 20
+COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+
+
+class CudaError(GpunumaError):
+    """A CUDA driver call failed; ``code`` is the CUresult."""
+
+    def __init__(self, call, code, name, text):
+        self.call, self.code, self.name, self.text = call, code, name, text
+        super().__init__("%s failed: %s (%d): %s" % (call, name, code, text))
+
+
+class DriverMissing(GpunumaError):
+    """libcuda could not be loaded: no NVIDIA driver on this node."""
+
+
+# ---------------------------------------------------------------- CUDA driver
+
+
+class CudaDriver:
+    """ctypes wrapper over the libcuda entry points the probe uses."""
+
+    def __init__(self, path="libcuda.so.1"):
+        try:
+            self.lib = ctypes.CDLL(path)
+        except OSError as exc:
+            raise DriverMissing("cannot load the CUDA driver library %r (%s): no NVIDIA driver on this node?" % (path, exc))
+        self.path = path
+        self._bind()
+
+    def _bind(self):
+        names = {
+            "cuInit": "cuInit", "cuDeviceGetCount": "cuDeviceGetCount", "cuDeviceGet": "cuDeviceGet",
+            "cuDeviceGetName": "cuDeviceGetName", "cuDeviceGetPCIBusId": "cuDeviceGetPCIBusId",
+            "cuDeviceGetUuid": "cuDeviceGetUuid", "cuDeviceGetAttribute": "cuDeviceGetAttribute",
+            "cuCtxCreate": "cuCtxCreate_v2", "cuCtxDestroy": "cuCtxDestroy_v2",
+            "cuStreamCreate": "cuStreamCreate", "cuStreamDestroy": "cuStreamDestroy_v2",
+            "cuStreamSynchronize": "cuStreamSynchronize",
+            "cuEventCreate": "cuEventCreate", "cuEventDestroy": "cuEventDestroy_v2",
+            "cuEventRecord": "cuEventRecord", "cuEventSynchronize": "cuEventSynchronize",
+            "cuEventElapsedTime": "cuEventElapsedTime",
+            "cuMemAlloc": "cuMemAlloc_v2", "cuMemFree": "cuMemFree_v2",
+            "cuMemHostAlloc": "cuMemHostAlloc", "cuMemFreeHost": "cuMemFreeHost",
+            "cuMemHostRegister": "cuMemHostRegister_v2", "cuMemHostUnregister": "cuMemHostUnregister",
+            "cuMemcpyHtoDAsync": "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync": "cuMemcpyDtoHAsync_v2",
+            "cuGetErrorName": "cuGetErrorName", "cuGetErrorString": "cuGetErrorString",
+            "cuDriverGetVersion": "cuDriverGetVersion",
+        }
+        self.fn = {}
+        missing = []
+        for short, symbol in names.items():
+            try:
+                f = getattr(self.lib, symbol)
+            except AttributeError:
+                missing.append(symbol)
+                continue
+            f.restype = ctypes.c_int
+            self.fn[short] = f
+        if missing:
+            raise DriverMissing("the CUDA driver library %r lacks %s: driver too old or not libcuda"
+                                % (self.path, ", ".join(missing)))
+        self.fn["cuMemcpyHtoDAsync"].argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        self.fn["cuMemcpyDtoHAsync"].argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+        self.fn["cuEventRecord"].argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self.fn["cuMemHostRegister"].argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+        self.fn["cuMemHostUnregister"].argtypes = [ctypes.c_void_p]
+
+    def error_text(self, code):
+        name, text = ctypes.c_char_p(), ctypes.c_char_p()
+        if self.fn["cuGetErrorName"](code, ctypes.byref(name)) != 0 or not name.value:
+            return "CUDA_ERROR_%d" % code, "unknown CUDA error"
+        self.fn["cuGetErrorString"](code, ctypes.byref(text))
+        return name.value.decode(), (text.value or b"").decode()
+
+    def call(self, short, *args):
+        code = self.fn[short](*args)
+        if code != CUDA_SUCCESS:
+            name, text = self.error_text(code)
+            raise CudaError(short, code, name, text)
+
+    # device queries
+    def init(self):
+        self.call("cuInit", 0)
+
+    def device_count(self):
+        n = ctypes.c_int(0)
+        self.call("cuDeviceGetCount", ctypes.byref(n))
+        return n.value
+
+    def device(self, ordinal):
+        dev = ctypes.c_int(0)
+        self.call("cuDeviceGet", ctypes.byref(dev), ordinal)
+        return dev.value
+
+    def describe(self, dev):
+        name = ctypes.create_string_buffer(256)
+        self.call("cuDeviceGetName", name, 256, dev)
+        bus = ctypes.create_string_buffer(64)
+        self.call("cuDeviceGetPCIBusId", bus, 64, dev)
+        uuid = (ctypes.c_ubyte * 16)()
+        self.call("cuDeviceGetUuid", uuid, dev)
+        mode = ctypes.c_int(0)
+        self.call("cuDeviceGetAttribute", ctypes.byref(mode), CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, dev)
+        h = bytes(uuid).hex()
+        return {
+            "name": name.value.decode(errors="replace"),
+            "pci_bus_id": normalise_bus_id(bus.value.decode()),
+            "uuid": "GPU-%s-%s-%s-%s-%s" % (h[0:8], h[8:12], h[12:16], h[16:20], h[20:32]),
+            "compute_mode": COMPUTE_MODES.get(mode.value, str(mode.value)),
+        }
+
+    def driver_version(self):
+        v = ctypes.c_int(0)
+        self.call("cuDriverGetVersion", ctypes.byref(v))
+        return "%d.%d" % (v.value // 1000, v.value % 1000 // 10)
+
+
+def normalise_bus_id(text):
+    """``00000000:06:00.0`` / ``0000:06:00.0`` → ``0000:06:00.0`` (lower case, 4-digit domain)."""
+    text = text.strip().lower()
+    parts = text.split(":")
+    if len(parts) == 3:
+        return "%04x:%s:%s" % (int(parts[0], 16), parts[1], parts[2])
+    if len(parts) == 2:
+        return "0000:" + text
+    return text
