@@ -12,8 +12,9 @@ warm-up, and the same small copies (each event-timed, then a loop of
 back-to-back async copies).  Prints per GPU: both numbers and the ratio.
 
 Each side runs ``--runs`` times (the probe's runs first: its parent must
-hold no CUDA context when it forks its bound children), each run after its
-own warm-up; every figure is printed as min / median / max over the runs,
+hold no CUDA context when it forks its bound children), each run in a
+process of its own (a fresh CUDA context on both sides) after the same
+warm-up (small copies: ``h2d.SMALL_WARMUP_COPIES``); every figure is printed as min / median / max over the runs,
 and the ratio and the targets use the medians, so one cold or noisy run
 neither passes nor fails the benchmark.
 
@@ -70,19 +71,22 @@ def torch_measure(torch, index, large, small, repeats, small_repeats, warmup):
         stream.synchronize()
         return time.perf_counter() - t0
 
-    def series(fn, count):
-        for _ in range(warmup):
+    def series(fn, count, warm=warmup):
+        for _ in range(warm):
             fn()
         return [fn() for _ in range(count)]
 
+    # The probe's small-copy warm-up, on both sides.
+    small_warmup = max(warmup, h2d.SMALL_WARMUP_COPIES)
     out = {
         "h2d_pinned": h2d.bandwidth_stats(large, series(lambda: event_copy(d_large, pinned), repeats)),
         "d2h_pinned": h2d.bandwidth_stats(large, series(lambda: event_copy(pinned, d_large), repeats)),
         "h2d_pageable": h2d.bandwidth_stats(large, series(lambda: wall_copy(d_large, pageable), repeats)),
-        "small_h2d_pinned": h2d.latency_stats(series(lambda: event_copy(d_small, pinned_small), small_repeats)),
+        "small_h2d_pinned": h2d.latency_stats(series(lambda: event_copy(d_small, pinned_small), small_repeats,
+                                                     small_warmup)),
     }
     with torch.cuda.stream(stream):
-        for _ in range(warmup):
+        for _ in range(small_warmup):
             d_small.copy_(pinned_small, non_blocking=True)
         stream.synchronize()
         start.record(stream)
@@ -146,7 +150,24 @@ def _fmt(value):
     return "%.3f" % value if isinstance(value, (int, float)) else "-"
 
 
+def torch_in_child(index, args):
+    """One PyTorch run in a process of its own, as each probe run is: a fresh CUDA context on both sides."""
+    import subprocess
+
+    spec = [index, args.large_bytes, args.small_bytes, args.repeats, args.small_repeats, args.warmup]
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-child", json.dumps(spec)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError("the PyTorch run failed (rc %d): %s" % (proc.returncode, proc.stderr[-2000:]))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--torch-child":
+        import torch
+
+        print(json.dumps(torch_measure(torch, *json.loads(sys.argv[2]))))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="runs of each side; figures are min/median/max over them")
     ap.add_argument("--large-bytes", type=int, default=h2d.DEFAULTS["large_bytes"])
@@ -184,8 +205,7 @@ def main():
         return 2
     rows, failed = [], False
     for (index, uuid, placement), runs in sorted(probe_runs.items()):
-        torch_runs = [torch_measure(torch, index, args.large_bytes, args.small_bytes, args.repeats,
-                                    args.small_repeats, args.warmup) for _ in range(args.runs)]
+        torch_runs = [torch_in_child(index, args) for _ in range(args.runs)]
         summary = summarise(runs, torch_runs)
         ok = meets_targets(summary)
         failed = failed or not ok

@@ -88,3 +88,19 @@ def test_spread_ignores_missing_values():
     bench = load_bench()
     assert bench.spread([3.0, None, 1.0, 2.0]) == {"min": 1.0, "median": 2.0, "max": 3.0, "runs": 3}
     assert bench.spread([None]) == {"min": None, "median": None, "max": None, "runs": 0}
+
+
+def test_recorded_runs_replay_to_the_printed_summary():
+    bench = load_bench()
+    with open(os.path.join(FIXTURES, "recorded", "h200-bench-runs", "bench-runs-register.json")) as fh:
+        data = json.load(fh)
+    assert data["schema"] == "gpunuma.h2d-bench/v2" and data["options"]["runs"] == 5
+    [row] = data["rows"]
+    assert len(row["probe_runs"]) == len(row["torch_runs"]) == 5
+    summary = bench.summarise(row["probe_runs"], row["torch_runs"])
+    assert summary == row["summary"]
+    assert bench.meets_targets(summary) is row["meets_targets"] is True
+    # The medians, not one run: the spread of the small copies is wide on both sides.
+    p50 = summary["small p50 us"]
+    assert p50["probe"]["max"] > 1.3 * p50["probe"]["min"]
+    assert p50["probe"]["min"] <= p50["probe"]["median"] <= p50["probe"]["max"]
