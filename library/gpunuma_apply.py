@@ -135,27 +135,8 @@ options:
     type: list
     elements: str
     default: []
-  lock:
-    description:
-      - The node lock (module_utils/gpunuma/operate/lock.py; C(gpunuma_lock)). The whole step runs under an exclusive
-        flock of the lease file, holding the run's lease (O(lock.token)) or, without a token, a lease of its own
-        for the step only. Another run's live lease makes the step wait up to O(lock.timeout) seconds, then fail
-        naming its holder, before anything is written. Not taken in check mode.
-    type: dict
-    default: {}
-    suboptions:
-      path: {description: The lease file., type: path, default: /run/gpunuma/lock}
-      token: {description: The run's token (C(gpunuma_lock)); none for a step of its own., type: str}
-      timeout: {description: Seconds to wait for another run., type: int, default: 300}
-      ttl: {description: Seconds after which an unrenewed lease is stale., type: int, default: 3600}
-      holder:
-        description: Who takes the lease, for the message a waiting run prints.
-        type: dict
-        default: {}
-        suboptions:
-          controller: {description: The controller's host name., type: str}
-          user: {description: The user running the playbook., type: str}
-          playbook: {description: The playbook., type: str}
+extends_documentation_fragment:
+  - gpunuma_lock
 author: gpunuma
 """
 

@@ -57,25 +57,9 @@ options:
     description: How many switches the history keeps (the oldest are dropped).
     type: int
     default: 50
-  lock:
-    description:
-      - The node lock, as C(gpunuma_apply) takes it; a switch is recorded (read, changed, written) under it. Not
-        taken to read, nor in check mode.
-    type: dict
-    default: {}
-    suboptions:
-      path: {description: The lease file., type: path, default: /run/gpunuma/lock}
-      token: {description: The run's token (C(gpunuma_lock)); none for a step of its own., type: str}
-      timeout: {description: Seconds to wait for another run., type: int, default: 300}
-      ttl: {description: Seconds after which an unrenewed lease is stale., type: int, default: 3600}
-      holder:
-        description: Who takes the lease, for the message a waiting run prints.
-        type: dict
-        default: {}
-        suboptions:
-          controller: {description: The controller's host name., type: str}
-          user: {description: The user running the playbook., type: str}
-          playbook: {description: The playbook., type: str}
+extends_documentation_fragment:
+  # O(lock): a switch is recorded (read, changed, written) under it; it is not taken to read.
+  - gpunuma_lock
 author: gpunuma
 """
 

@@ -45,6 +45,22 @@ def _docs(path):
     return out
 
 
+def _with_fragments(documentation):
+    """DOCUMENTATION with the options of its ``extends_documentation_fragment`` entries (doc_fragments/), merged
+    as ansible-doc merges them."""
+    for name in documentation.get("extends_documentation_fragment") or []:
+        fragment = os.path.join(REPO_ROOT, "doc_fragments", name + ".py")
+        assert os.path.isfile(fragment), "%s: no doc_fragments/%s.py" % (documentation["module"], name)
+        source = open(fragment, encoding="utf-8").read()
+        namespace = {}
+        exec(compile(source, fragment, "exec"), namespace)
+        options = yaml.safe_load(namespace["ModuleDocFragment"].DOCUMENTATION)["options"]
+        clash = set(options) & set(documentation.get("options") or {})
+        assert not clash, "%s documents %s itself and through %s" % (documentation["module"], sorted(clash), name)
+        documentation.setdefault("options", {}).update(options)
+    return documentation
+
+
 def _argument_spec(path):
     spec = importlib.util.spec_from_file_location("gpunuma_doc_check_" + os.path.basename(path)[:-3], path)
     module = importlib.util.module_from_spec(spec)
@@ -89,7 +105,8 @@ def test_documentation_parses_and_matches_the_argument_spec(path):
             pytest.fail("%s %s is not valid YAML: %s" % (os.path.basename(path), key, exc))
     assert parsed["DOCUMENTATION"]["module"] == os.path.basename(path)[:-3]
     problems = []
-    _compare(parsed["DOCUMENTATION"].get("options"), _argument_spec(path), os.path.basename(path)[:-3], problems)
+    _compare(_with_fragments(parsed["DOCUMENTATION"]).get("options"), _argument_spec(path),
+             os.path.basename(path)[:-3], problems)
     assert problems == [], "\n".join(problems)
 
 
