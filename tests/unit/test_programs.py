@@ -151,3 +151,17 @@ def test_nothing_is_checked_when_units_are_not_started_or_the_node_was_not_read(
     assert programs.program_problems(plan, None, HOST) == []
     # A drop-in instance without a command of its own has nothing to check.
     assert programs.program_problems({"instances": [{"name": "d", "mode": "dropin"}]}, states, HOST) == []
+
+
+def test_a_link_is_judged_by_its_directory_and_its_target(tree):
+    """/usr/bin/python3 is a link (mode 0777, as every link): the link's own mode does not make it replaceable."""
+    server = tree / "server"
+    link = tree / "python3"
+    link.symlink_to("server")
+    states = programs.program_states([{"path": str(link), "user": "root"}])
+    assert states[str(link)]["executable"] == {"root": True}
+    assert states[str(link)]["other_writers"] is None
+    # The target world-writable: refused through the link.
+    os.chmod(server, 0o777)
+    states = programs.program_states([{"path": str(link), "user": "root"}])
+    assert "%s is writable by every account" % server in states[str(link)]["other_writers"]
