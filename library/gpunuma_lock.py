@@ -94,15 +94,12 @@ from ansible.module_utils.gpunuma.operate import lock as locklib
 
 def main():
     module = AnsibleModule(
+        # The lock option of gpunuma_apply and gpunuma_state, at the top level, with a required token.
         argument_spec=dict(
+            locklib.module_options(),
             state=dict(type="str", choices=["acquired", "released"], default="acquired"),
-            path=dict(type="path", default=locklib.DEFAULT_PATH),
             token=dict(type="str", required=True, no_log=True),
-            timeout=dict(type="int", default=locklib.DEFAULT_TIMEOUT_S),
-            ttl=dict(type="int", default=locklib.DEFAULT_TTL_S),
             break_lock=dict(type="bool", default=False),
-            holder=dict(type="dict", default={}, options=dict(
-                controller=dict(type="str"), user=dict(type="str"), playbook=dict(type="str"))),
         ),
         supports_check_mode=True,
     )
