@@ -366,16 +366,12 @@ def main():
             )),
             pending_file=dict(type="path", default="/var/lib/gpunuma/pending-restarts.json"),
             backups_keep=dict(type="int", default=5),
+            # A file of files, but its content never printed, and private by default.
             secret_files=dict(type="list", elements="dict", default=[], options=dict(
-                path=dict(type="str", required=True),
+                {k: v for k, v in file_options.items() if k != "validate"},
                 content=dict(type="str", required=True, no_log=True),
                 mode=dict(type="str", default="0600"),
-                owner=dict(type="str"),
-                group=dict(type="str"),
-                backup=dict(type="bool", default=True),
-                dir_mode=dict(type="str", default="0700"),
-                unit=dict(type="str"),
-            )),
+                dir_mode=dict(type="str", default="0700"))),
             secret_absent=dict(type="list", elements="str", default=[]),
             lock=dict(type="dict", default={}, options=locklib.module_options()),
             after_success=dict(type="list", elements="dict", default=[], options=dict(

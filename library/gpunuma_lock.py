@@ -104,10 +104,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    for name in ("timeout", "ttl"):
-        if p[name] < 0 or (name == "ttl" and p[name] == 0):
-            module.fail_json(msg="%s: %r is not allowed; allowed: %s" % (
-                name, p[name], "0 or more seconds" if name == "timeout" else "1 or more seconds"))
+    problem = locklib.times_problem(p["timeout"], p["ttl"])
+    if problem:
+        module.fail_json(msg=problem)
     if not p["token"].strip() or any(ord(c) < 32 for c in p["token"]):
         module.fail_json(msg="token: must be a non-empty word without control characters")
     if module.check_mode:

@@ -209,3 +209,9 @@ def test_the_module_option_is_one_spec():
     assert spec["token"]["no_log"] is True
     assert spec["path"]["default"] == lock.DEFAULT_PATH
     assert set(spec) == {"path", "token", "timeout", "ttl", "holder"}
+
+
+def test_times_problem_names_the_option_and_what_is_allowed():
+    assert lock.times_problem(0, 1) is None
+    assert lock.times_problem(-1, 60, "lock.") == "lock.timeout: -1 is not allowed; allowed: 0 or more seconds"
+    assert lock.times_problem(5, 0) == "ttl: 0 is not allowed; allowed: 1 or more seconds"

@@ -63,18 +63,28 @@ def marked_names(instance):
     return [n for n in marked if isinstance(n, str)] if isinstance(marked, list) else []
 
 
+def secret_names(instance, patterns):
+    """The names of an inventory instance's ``environment`` whose values are secret (none for junk input)."""
+    environment = instance.get("environment") if isinstance(instance, dict) else None
+    if not isinstance(environment, dict):
+        return []
+    marked = marked_names(instance)
+    return [name for name in environment if isinstance(name, str) and is_secret(name, patterns, marked)]
+
+
+def breaks_line(value):
+    """Whether a value cannot be one line of an environment file."""
+    return any(c in value for c in "\n\r\0")
+
+
 def redact_instances(instances, patterns=DEFAULT_PATTERNS):
     """A copy of the inventory's instances with every secret value replaced by ``REDACTED``."""
     if not isinstance(instances, list):
         return instances
     out = copy.deepcopy(instances)
     for instance in out:
-        if not isinstance(instance, dict) or not isinstance(instance.get("environment"), dict):
-            continue
-        marked = marked_names(instance)
-        for name in instance["environment"]:
-            if isinstance(name, str) and is_secret(name, patterns, marked):
-                instance["environment"][name] = REDACTED
+        for name in secret_names(instance, patterns):
+            instance["environment"][name] = REDACTED
     return out
 
 
@@ -101,7 +111,7 @@ def env_file_text(header, instance_name, names, instances):
         if not isinstance(value, str):
             raise SecretError("gpunuma_instances entry '%s'.environment.%s: the value is not text; allowed: a string"
                               % (instance_name, name))
-        if any(c in value for c in "\n\r\0"):
+        if breaks_line(value):
             raise SecretError("gpunuma_instances entry '%s'.environment.%s: the secret holds a line break or NUL; "
                               "allowed: one line of text" % (instance_name, name))
         lines.append("%s=%s" % (name, _quote(value)))
@@ -131,14 +141,9 @@ def value_problems(instances, patterns, variable="gpunuma_instances"):
     if not isinstance(instances, list) or not isinstance(patterns, (list, tuple)):
         return problems
     for pos, instance in enumerate(instances):
-        environment = instance.get("environment") if isinstance(instance, dict) else None
-        if not isinstance(environment, dict):
-            continue
-        marked = marked_names(instance)
-        for name in sorted(environment, key=str):
-            value = environment[name]
-            if isinstance(name, str) and is_secret(name, patterns, marked) and isinstance(value, str) \
-                    and any(c in value for c in "\n\r\0"):
+        for name in sorted(secret_names(instance, patterns)):
+            value = instance["environment"][name]
+            if isinstance(value, str) and breaks_line(value):
                 problems.append("%s[%d].environment.%s: the secret holds a line break or NUL; allowed: one line of "
                                 "text (the value is not shown)" % (variable, pos, name))
     return problems

@@ -342,16 +342,22 @@ class Apply:
             if not record or not d["changed"] or self.check_mode:
                 continue
             try:
-                if record.get("backup"):
-                    self.fs.restore(record["backup"], d["path"])
-                elif d["existed"]:
-                    self.fs.write(dict(d, data=d["before"], before=d["data"], backup=False))
-                else:
-                    self.fs.remove(d["path"])
+                self._put_back(d)
                 undone += 1
             except OSError:
                 continue
         return undone
+
+    def _put_back(self, d):
+        """The file of decision ``d`` as it was before ``_write``: its backup, the bytes read before (no backup
+        kept), or no file when it was new."""
+        backup = d["record"].get("backup")
+        if d["existed"] and backup:
+            self.fs.restore(backup, d["path"])
+        elif d["existed"]:
+            self.fs.write(dict(d, data=d["before"], before=d["data"], backup=False))
+        else:
+            self.fs.remove(d["path"])
 
     def _remove(self, paths, secret=()):
         removed = []
@@ -646,16 +652,9 @@ class Apply:
             for d in decisions:
                 if not (d["content_changed"] and (d["unit"] in failed or d["unit"] in pending)):
                     continue
-                backup = d["record"].get("backup")
-                if d["existed"] and backup:
-                    self.fs.restore(backup, d["path"])
-                elif d["existed"]:
-                    # No backup kept (backup: false): the bytes read before the write.
-                    self.fs.write(dict(d, data=d["before"], before=d["data"], backup=False))
-                else:
-                    if d["unit"] in (units.get("services") or []):
-                        self._systemctl("disable", "--now", "--", d["unit"])
-                    self.fs.remove(d["path"])
+                if not d["existed"] and d["unit"] in (units.get("services") or []):
+                    self._systemctl("disable", "--now", "--", d["unit"])
+                self._put_back(d)
                 rolled.append(d)
             if rolled:
                 self._systemctl("daemon-reload")

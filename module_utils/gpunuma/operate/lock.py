@@ -74,9 +74,10 @@ def held_message(lease, now, since, busy=False):
                max(0, int(now - since))))
 
 
-def _parse(raw, path):
-    """The lease in ``raw`` (bytes), or None when the file is empty or not a lease."""
-    if not raw.strip():
+def _parse(raw):
+    """The lease in ``raw`` (the file's bytes, read up to ``MAX_LEASE_BYTES + 1``), or None when the file is empty,
+    too large or not a lease."""
+    if not raw.strip() or len(raw) > MAX_LEASE_BYTES:
         return None
     try:
         lease = json.loads(raw.decode("utf-8"))
@@ -123,8 +124,7 @@ class _Flock:
 
     def read(self):
         os.lseek(self.fd, 0, os.SEEK_SET)
-        raw = os.read(self.fd, MAX_LEASE_BYTES + 1)
-        return _parse(raw, self.path) if len(raw) <= MAX_LEASE_BYTES else None
+        return _parse(os.read(self.fd, MAX_LEASE_BYTES + 1))
 
     def write(self, lease):
         data = b"" if lease is None else (json.dumps(lease, sort_keys=True) + "\n").encode("utf-8")
@@ -171,6 +171,31 @@ def is_stale(lease, now):
     return False
 
 
+def _acquire_locked(path, token, holder, timeout_s, ttl_s, break_lock, now, sleep, kind):
+    """Take the lease for ``token`` (see :func:`acquire`); returns (the flock, still held, and the info)."""
+    start = now()
+    deadline = start + max(0, timeout_s)
+    while True:
+        lock = _Flock(path, deadline, now, sleep, waited_from=start).__enter__()
+        try:
+            lease = lock.read()
+            current = now()
+            if lease is not None and lease["token"] == token:
+                lease["expires"] = current + ttl_s
+                lock.write(lease)
+                return lock, {"acquired": False, "previous": None, "waited_s": round(current - start, 3)}
+            if lease is None or is_stale(lease, current) or break_lock:
+                lock.write(_new_lease(token, holder, current, ttl_s, kind))
+                return lock, {"acquired": True, "previous": lease, "waited_s": round(current - start, 3)}
+            if current >= deadline:
+                raise LockError(held_message(lease, current, start))
+        except BaseException:
+            lock.__exit__(None, None, None)
+            raise
+        lock.__exit__(None, None, None)
+        sleep(POLL_S)
+
+
 def acquire(path, token, holder, timeout_s=DEFAULT_TIMEOUT_S, ttl_s=DEFAULT_TTL_S, break_lock=False,
             now=time.time, sleep=time.sleep, kind="run"):
     """Take the lease for ``token``, waiting up to ``timeout_s`` for another holder.
@@ -179,22 +204,9 @@ def acquire(path, token, holder, timeout_s=DEFAULT_TIMEOUT_S, ttl_s=DEFAULT_TTL_
     "previous": the stale or broken lease taken over, or None,
     "waited_s": seconds spent waiting}. Raises LockError naming the holder.
     """
-    start = now()
-    deadline = start + max(0, timeout_s)
-    while True:
-        with _Flock(path, deadline, now, sleep, waited_from=start) as lock:
-            lease = lock.read()
-            current = now()
-            if lease is not None and lease["token"] == token:
-                lease["expires"] = current + ttl_s
-                lock.write(lease)
-                return {"acquired": False, "previous": None, "waited_s": round(current - start, 3)}
-            if lease is None or is_stale(lease, current) or break_lock:
-                lock.write(_new_lease(token, holder, current, ttl_s, kind))
-                return {"acquired": True, "previous": lease, "waited_s": round(current - start, 3)}
-            if current >= deadline:
-                raise LockError(held_message(lease, current, start))
-        sleep(POLL_S)
+    lock, info = _acquire_locked(path, token, holder, timeout_s, ttl_s, break_lock, now, sleep, kind)
+    lock.__exit__(None, None, None)
+    return info
 
 
 def release(path, token, now=time.time, sleep=time.sleep):
@@ -216,10 +228,9 @@ def peek(path, now=time.time):
     except OSError:
         return None
     try:
-        raw = os.read(fd, MAX_LEASE_BYTES + 1)
+        lease = _parse(os.read(fd, MAX_LEASE_BYTES + 1))
     finally:
         os.close(fd)
-    lease = _parse(raw, path) if len(raw) <= MAX_LEASE_BYTES else None
     if lease is None or is_stale(lease, now()):
         return None
     return lease
@@ -245,15 +256,9 @@ class Held:
         if self.private:
             self.token = "step-%d-%d" % (os.getpid(), int(self.now() * 1000))
         holder = dict(self.holder, pid=self.holder.get("pid") or os.getpid())
-        info = acquire(self.path, self.token, holder, self.timeout_s, self.ttl_s, now=self.now, sleep=self.sleep,
-                       kind="step" if self.private else "run")
-        self._flock = _Flock(self.path, self.now() + self.timeout_s, self.now, self.sleep).__enter__()
-        lease = self._flock.read()
-        if lease is None or lease["token"] != self.token:
-            # Taken over between the two flocks: only a break by another run can do that.
-            self._flock.__exit__(None, None, None)
-            raise LockError("%s: the node lock was taken over by another run (%s)"
-                            % (self.path, describe(lease, self.now()) if lease else "no lease"))
+        # The flock that took the lease stays held for the whole block.
+        self._flock, info = _acquire_locked(self.path, self.token, holder, self.timeout_s, self.ttl_s, False,
+                                            self.now, self.sleep, "step" if self.private else "run")
         return info
 
     def __exit__(self, *exc):
@@ -262,6 +267,15 @@ class Held:
                 self._flock.write(None)
             self._flock.__exit__(*exc)
         return False
+
+
+def times_problem(timeout, ttl, prefix=""):
+    """Why a wait or a lease lifetime is not allowed (naming ``prefix`` + the option), or None."""
+    if timeout < 0:
+        return "%stimeout: %r is not allowed; allowed: 0 or more seconds" % (prefix, timeout)
+    if ttl < 1:
+        return "%sttl: %r is not allowed; allowed: 1 or more seconds" % (prefix, ttl)
+    return None
 
 
 def module_options():
@@ -283,9 +297,8 @@ def for_module(module):
         return contextlib.nullcontext()
     timeout = DEFAULT_TIMEOUT_S if spec.get("timeout") is None else spec["timeout"]
     ttl = DEFAULT_TTL_S if spec.get("ttl") is None else spec["ttl"]
-    if timeout < 0:
-        module.fail_json(msg="lock.timeout: %r is not allowed; allowed: 0 or more seconds" % timeout)
-    if ttl < 1:
-        module.fail_json(msg="lock.ttl: %r is not allowed; allowed: 1 or more seconds" % ttl)
+    problem = times_problem(timeout, ttl, "lock.")
+    if problem:
+        module.fail_json(msg=problem)
     return Held(spec.get("path") or DEFAULT_PATH, spec.get("token") or None, dict(spec.get("holder") or {}),
                 timeout, ttl)
