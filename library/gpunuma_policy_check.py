@@ -97,6 +97,7 @@ def main():
     try:
         rules = policy.load_rules(p["rules_dir"], yaml.safe_load)
         waivers = policy.validate_waivers(p["waivers"], set(r["id"] for r in rules))
+        p["settings"]["kubelet"] = policy.validate_kubelet(p["settings"].get("kubelet"))
     except policy.PolicyError as exc:
         module.fail_json(msg="%s: the policies cannot be used:\n%s" % (p["host"], exc), problems=exc.problems)
     ctx = policy.Context(p["host"], p["topology"], p["plan"], p["settings"], p["live"])

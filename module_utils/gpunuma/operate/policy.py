@@ -39,8 +39,12 @@ RULE_FIELDS = ("id", "title", "severity", "rationale", "source", "check", "param
 REQUIRED_RULE_FIELDS = ("id", "title", "severity", "rationale", "source", "check")
 SEVERITIES = ("error", "warning")
 WAIVER_FIELDS = ("control", "hosts", "groups", "justification", "owner", "expires")
-_ID_RE = re.compile(r"^[A-Z]+(-[A-Z0-9]+)+$")
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# Matched with fullmatch: "$" would also accept a final newline.
+_ID_RE = re.compile(r"[A-Z]+(-[A-Z0-9]+)+")
+_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# The Topology Manager's policies (kubernetes.io, "Control Topology
+# Management Policies on a node").
+TOPOLOGY_MANAGER_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 INFINITY = ("infinity", "unlimited", -1)
 
 
@@ -260,6 +264,70 @@ CHECKS = {
 }
 
 
+
+
+def _int_from(low, high):
+    def check(value):
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    return check, "an integer from %d to %d" % (low, high)
+
+
+def _presets(value):
+    return isinstance(value, dict) and all(
+        isinstance(name, str) and isinstance(allowed, list) and allowed
+        and all(isinstance(word, str) and word in TOPOLOGY_MANAGER_POLICIES for word in allowed)
+        for name, allowed in value.items())
+
+
+# Each check's params: name -> (test, what is allowed). A check not listed
+# takes none.
+PARAMS = {
+    "housekeeping_whole_cores": {"min_cores": _int_from(0, 64)},
+    "topology_manager_node_limit": {"default_limit": _int_from(1, 1024)},
+    "kubelet_preset_matches_profile": {
+        "presets": (_presets, "a mapping of profile name to a non-empty list of Topology Manager policies (%s)"
+                    % ", ".join(TOPOLOGY_MANAGER_POLICIES))},
+}
+
+
+def _params_problems(check, params, where):
+    allowed = PARAMS.get(check, {})
+    problems = []
+    for key in sorted(params, key=str):
+        if key not in allowed:
+            problems.append("%s.%s: unknown parameter of check %s; allowed: %s"
+                            % (where, key, check, ", ".join(sorted(allowed)) or "none"))
+        elif not allowed[key][0](params[key]):
+            problems.append("%s.%s: %r is not allowed; allowed: %s" % (where, key, params[key], allowed[key][1]))
+    return problems
+
+
+KUBELET_SETTINGS = {
+    "enabled": (lambda v: isinstance(v, bool), "true or false"),
+    "topology_manager_policy": (lambda v: v is None or (isinstance(v, str) and v in TOPOLOGY_MANAGER_POLICIES),
+                                ", ".join(TOPOLOGY_MANAGER_POLICIES)),
+    "max_allowable_numa_nodes": (lambda v: v is None or _int_from(1, 1024)[0](v), "an integer from 1 to 1024"),
+}
+
+
+def validate_kubelet(kubelet, what="gpunuma_policy_kubelet"):
+    """The node's kubelet as the rules see it, checked field by field; ``{}`` for none."""
+    if kubelet is None:
+        return {}
+    if not isinstance(kubelet, dict):
+        raise PolicyError("%s: must be a mapping with %s, got %s"
+                          % (what, ", ".join(KUBELET_SETTINGS), type(kubelet).__name__))
+    problems = []
+    for key in sorted(kubelet, key=str):
+        if key not in KUBELET_SETTINGS:
+            problems.append("%s.%s: unknown field; allowed: %s" % (what, key, ", ".join(KUBELET_SETTINGS)))
+        elif not KUBELET_SETTINGS[key][0](kubelet[key]):
+            problems.append("%s.%s: %r is not allowed; allowed: %s" % (what, key, kubelet[key], KUBELET_SETTINGS[key][1]))
+    if problems:
+        raise PolicyError(problems)
+    return dict(kubelet)
+
+
 # --------------------------------------------------------------------------
 # Rules and waivers
 
@@ -277,12 +345,12 @@ def validate_rule(data, source):
             problems.append("%s: %s: missing; it is required" % (source, key))
         elif key != "severity" and key != "check" and key != "id" and (not isinstance(data[key], str) or not data[key].strip()):
             problems.append("%s: %s: must be a non-empty string" % (source, key))
-    if "id" in data and (not isinstance(data["id"], str) or not _ID_RE.match(data["id"])):
+    if "id" in data and (not isinstance(data["id"], str) or not _ID_RE.fullmatch(data["id"])):
         problems.append("%s: id: %r is not a control id; allowed: upper-case words joined by '-', e.g. GN-NB-001"
                         % (source, data["id"]))
     if "severity" in data and data["severity"] not in SEVERITIES:
         problems.append("%s: severity: %r is not allowed; allowed: %s" % (source, data["severity"], ", ".join(SEVERITIES)))
-    if "check" in data and data["check"] not in CHECKS:
+    if "check" in data and (not isinstance(data["check"], str) or data["check"] not in CHECKS):
         problems.append("%s: check: %r is not a known check; allowed: %s"
                         % (source, data["check"], ", ".join(sorted(CHECKS))))
     if "source" in data and isinstance(data["source"], str) and not re.match(r"^(https?://|man:|doc:)", data["source"]):
@@ -292,6 +360,8 @@ def validate_rule(data, source):
         params = {}
     if not isinstance(params, dict):
         problems.append("%s: params: must be a mapping" % source)
+    elif isinstance(data.get("check"), str) and data["check"] in CHECKS:
+        problems.extend(_params_problems(data["check"], params, "%s: params" % source))
     if problems:
         raise PolicyError(problems)
     rule = dict((k, data.get(k)) for k in REQUIRED_RULE_FIELDS)
@@ -335,7 +405,7 @@ def _as_date(value):
         return value.date()
     if isinstance(value, datetime.date):
         return value
-    if isinstance(value, str) and _DATE_RE.match(value.strip()):
+    if isinstance(value, str) and _DATE_RE.fullmatch(value.strip()):
         try:
             return datetime.date(*[int(x) for x in value.strip().split("-")])
         except ValueError:
@@ -359,7 +429,7 @@ def validate_waivers(waivers, rule_ids, what="gpunuma_policy_waivers"):
             if key not in WAIVER_FIELDS:
                 problems.append("%s.%s: unknown field; allowed: %s" % (where, key, ", ".join(WAIVER_FIELDS)))
         control = waiver.get("control")
-        if control not in rule_ids:
+        if not isinstance(control, str) or control not in rule_ids:
             problems.append("%s.control: %r is not a known control id; allowed: %s" % (where, control, ", ".join(sorted(rule_ids))))
         for key in ("justification", "owner"):
             if not isinstance(waiver.get(key), str) or not waiver[key].strip():

@@ -63,6 +63,9 @@ def load_policy(data, source="policy"):
                           % (source, type(data).__name__))
     if data.get("schema") != POLICY_SCHEMA:
         problems.append("%s: schema is %r; allowed: %s" % (source, data.get("schema"), POLICY_SCHEMA))
+    if "name" in data and (not isinstance(data["name"], str) or not data["name"].strip()
+                           or any(ord(c) < 32 for c in data["name"])):
+        problems.append("%s: name is %r; it must be a non-empty string on one line" % (source, data["name"]))
     controls = data.get("controls")
     out_controls = []
     if not isinstance(controls, list) or not controls:
@@ -75,14 +78,15 @@ def load_policy(data, source="policy"):
             problems.append("%s is %r; it must be a mapping with id, title and check" % (where, control))
             continue
         cid, check = control.get("id"), control.get("check")
-        if not isinstance(cid, str) or not re.match(r"^[a-z0-9][a-z0-9-]*$", cid):
+        if not isinstance(cid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", cid):
             problems.append("%s.id is %r; it must be a control id of a-z, 0-9 and '-' (e.g. gpunuma-h2d-01)" % (where, cid))
         elif cid in seen:
             problems.append("%s.id %r is used twice" % (where, cid))
-        seen.add(cid)
+        else:
+            seen.add(cid)
         if not isinstance(control.get("title"), str) or not control.get("title"):
             problems.append("%s.title is %r; it must be a non-empty string" % (where, control.get("title")))
-        if check not in CHECKS:
+        if not isinstance(check, str) or check not in CHECKS:
             problems.append("%s.check is %r; allowed: %s" % (where, check, ", ".join(sorted(CHECKS))))
             continue
         params = CHECKS[check]
@@ -122,7 +126,7 @@ def load_policy(data, source="policy"):
         if not isinstance(waiver, dict):
             problems.append("%s is %r; it must be a mapping with control, hosts and justification" % (where, waiver))
             continue
-        if waiver.get("control") not in seen:
+        if not isinstance(waiver.get("control"), str) or waiver["control"] not in seen:
             problems.append("%s.control is %r; allowed: a control id of this policy (%s)" % (where, waiver.get("control"), ", ".join(sorted(seen))))
         if not isinstance(waiver.get("justification"), str) or len(waiver.get("justification", "").strip()) < 10:
             problems.append("%s.justification is %r; a waiver needs a justification of at least 10 characters" % (where, waiver.get("justification")))
