@@ -176,8 +176,10 @@ def autonuma_input_problems(options, values, aliases=None):
 
 TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 
-gpu_topology_file_stem = _filter(role_inputs.host_file_stem)
-gpu_topology_file_stem.__doc__ = "The controller file name stem of inventory host ``host`` (role_inputs.host_file_stem)."
+# The one name of a host's controller files (topology, plan, audit and
+# validation reports): reversible %XX, so two hosts never share a file.
+gpunuma_host_file = _filter(role_inputs.host_file_stem)
+gpunuma_host_file.__doc__ = "The controller file name stem of inventory host ``host`` (role_inputs.host_file_stem)."
 
 
 def _gpu_topology_stem_problem(host):
@@ -191,7 +193,7 @@ def _gpu_topology_stem_problem(host):
 
 def gpu_topology_controller_files(host, directory):
     """``{stem, topology, pending, plan}``: the controller files of ``host`` in ``directory``."""
-    stem = gpu_topology_file_stem(host)
+    stem = gpunuma_host_file(host)
     base = directory.rstrip("/") + "/" + stem
     return {"stem": stem, "topology": base + ".json", "pending": base + ".pending.json", "plan": base + ".plan.json"}
 
@@ -243,11 +245,6 @@ def gpu_validate_report(probe, policy, hostname, profile=None, generated_at=None
 @_filter
 def gpu_validate_table(reports):
     return h2d_report.fleet_table([r for r in reports if isinstance(r, dict)])
-
-
-@_filter
-def gpu_validate_host_file(hostname):
-    return h2d_report.host_file_name(hostname)
 
 
 # ================================================================ gpunuma_state
@@ -581,7 +578,7 @@ FILTERS = (
     "autonuma_decide",
     "autonuma_write_live",
     # gpu_topology
-    "gpu_topology_file_stem",
+    "gpunuma_host_file",
     "gpu_topology_controller_files",
     "gpu_topology_read_topology",
     "gpu_topology_input_problems",
@@ -589,7 +586,6 @@ FILTERS = (
     "gpu_validate_policy",
     "gpu_validate_report",
     "gpu_validate_table",
-    "gpu_validate_host_file",
     # gpunuma_state
     "gpunuma_extra_var",
     "gpunuma_rollback_target",

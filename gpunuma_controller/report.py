@@ -21,6 +21,7 @@ import json
 import os
 import re
 import stat
+import urllib.parse
 
 SCHEMAS = {
     "gpunuma.topology/v1": "topology",
@@ -126,13 +127,15 @@ def format_ids(ids):
 
 
 def _stem(path):
+    """The host a controller file names: its stem, %XX decoded (gpunuma names them with host_file_stem)."""
     name = os.path.basename(path)
     if name.lower().endswith(".json"):
         name = name[:-5]
     for suffix in _STEM_SUFFIXES:
         if name.endswith(suffix) and len(name) > len(suffix):
-            return name[:-len(suffix)]
-    return name
+            name = name[:-len(suffix)]
+            break
+    return urllib.parse.unquote(name)
 
 
 def _read_json(path):

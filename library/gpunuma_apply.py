@@ -195,6 +195,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import atomic
 from ansible.module_utils.gpunuma.node.apply import TEMP_PREFIX, Apply, ApplyError, backup_stamp, normalise_files
 from ansible.module_utils.gpunuma.operate import lock as locklib
 
@@ -242,20 +243,9 @@ class NodeFiles:
         directory = os.path.dirname(path)
         if not os.path.isdir(directory):
             os.makedirs(directory, mode=dir_mode if dir_mode is not None else 0o755)
-        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as stream:
-                stream.write(data)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.chmod(tmp, mode if mode is not None else 0o644)
-            if owner is not None or group is not None:
-                os.chown(tmp, _uid(owner) if owner is not None else -1, _gid(group) if group is not None else -1)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic.write_atomic(path, data, mode if mode is not None else 0o644,
+                            _uid(owner) if owner is not None else -1, _gid(group) if group is not None else -1,
+                            prefix=TEMP_PREFIX)
 
     def _backup(self, path):
         """A copy of path named as AnsibleModule.backup_local names them, written atomically like every file

@@ -97,11 +97,10 @@ gpunuma_state:
 
 import contextlib
 import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import bounded
+from ansible.module_utils.gpunuma.common import atomic, bounded
 from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
@@ -219,13 +218,7 @@ def _run(module):
                 os.rename(path, backup)
                 result["backup"] = backup
                 warnings[-1] = "%s is corrupt (%s); kept as %s, a new history starts" % (path, corrupt, backup)
-            fd, tmp = tempfile.mkstemp(prefix=".state.json.", dir=directory)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(statelib.dump_state(new))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, 0o644)
-            module.atomic_move(tmp, path)
+            atomic.write_atomic(path, statelib.dump_state(new), 0o644, prefix=".state.json.")
         except OSError as exc:
             module.fail_json(msg="%s: cannot be written: %s" % (path, exc))
     result.update(state=new, current_profile=new["profile"], provisioned=True, pinned=new["pinned"])

@@ -147,9 +147,9 @@ probe:
 
 import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import atomic
 from ansible.module_utils.gpunuma.verify import h2d
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
@@ -205,11 +205,7 @@ def main():
         path = module.params["output"]
         directory = os.path.dirname(path) or "."
         try:
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".h2d-probe.")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(result, fh, indent=1, sort_keys=True)
-            os.chmod(tmp, 0o644)
-            module.atomic_move(tmp, path)
+            atomic.write_atomic(path, json.dumps(result, indent=1, sort_keys=True), 0o644, prefix=".h2d-probe.")
         except OSError as exc:
             module.fail_json(msg="cannot write output %s: %s" % (path, exc), probe=result)
     if result["status"] == "error":

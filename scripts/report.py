@@ -19,7 +19,10 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from gpunuma_controller import report  # noqa: E402  (standard library only: no ansible needed)
+from gpunuma_controller import core, report  # noqa: E402  (standard library only: no ansible needed)
+
+core.use_core(standalone=True)
+from ansible.module_utils.gpunuma.common import atomic  # noqa: E402
 
 
 def parse_args(argv):
@@ -46,10 +49,7 @@ def main(argv=None):
         print("report: %s" % printable(exc), file=sys.stderr)
         return 2
     try:
-        tmp = out + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(page)
-        os.replace(tmp, out)
+        atomic.write_atomic(out, page, 0o644)
     except OSError as exc:
         print("report: cannot write %s: %s" % (out, exc.strerror or exc), file=sys.stderr)
         return 2

@@ -21,6 +21,9 @@ def test_fleet_table_reports_and_exit_status(tmp_path):
         "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
         "ghost": {"ansible_connection": "community.docker.docker"},
         "not-in-limit": {"ansible_connection": "local"},
+        # Names that a character-replacing scheme maps to one file.
+        "rack1/gpu-a01": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+        "rack1_gpu-a01": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
     }}}))
     reports = tmp_path / "reports"
     metrics = tmp_path / "gpunuma.prom"
@@ -29,13 +32,16 @@ def test_fleet_table_reports_and_exit_status(tmp_path):
                          "numa_binding_plan_path": str(tmp_path / "plan.json"),
                          "autonuma_numa_balancing": 0,
                          "autonuma_sysctl_file": str(tmp_path / "sysctl.conf")},
-                        check=True, extra=["--limit", "localhost,ghost"])
+                        check=True, extra=["--limit", "localhost,ghost,rack1*"])
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert "localhost                drifted      plan-missing, numa-balancing-file" in out
     assert "ghost                    unreachable  not audited" in out
     assert "not-in-limit" not in out
-    assert sorted(os.listdir(reports)) == ["localhost.json"]
+    # One report per host, named reversibly (role_inputs.host_file_stem).
+    assert sorted(os.listdir(reports)) == ["localhost.json", "rack1%2Fgpu-a01.json", "rack1_gpu-a01.json"]
+    for name, host in (("rack1%2Fgpu-a01.json", "rack1/gpu-a01"), ("rack1_gpu-a01.json", "rack1_gpu-a01")):
+        assert json.loads((reports / name).read_text())["hostname"] == host
     report = json.loads((reports / "localhost.json").read_text())
     assert report["schema"] == "gpunuma.audit/v1" and report["status"] == "drifted"
     assert [f["id"] for f in report["findings"]] == ["plan-missing", "numa-balancing-file"]

@@ -266,11 +266,6 @@ def test_fleet_table_columns(probe, policy):
     assert cells[:8] == ["vm", "0", "0", "63.0", "55.45", "-", "55.32", "6.46"]
 
 
-@pytest.mark.parametrize("name, safe", [("gpu-a01", "gpu-a01"), ("../x", "%2E.%2Fx"), ("a b", "a%20b"), ("", "%00")])
-def test_host_file_name(name, safe):
-    assert h2d_report.host_file_name(name) == safe
-
-
 @pytest.mark.parametrize("damage", [
     lambda p: p.update(gpus=["x"]),
     lambda p: p["gpus"][0].update(placements={"local": {"status": "ok", "measurement": {"h2d_pinned": {"gbps_median": "fast"}}}}),

@@ -44,13 +44,33 @@ DROPIN_NAME = "50-gpunuma.conf"
 SERVICES = ["gpunuma-llm0.service", "gpunuma-llm1.service", "gpunuma-llm2.service", "gpunuma-llm3.service"]
 
 
-def _load_module():
-    """A private copy of library/gpunuma_apply.py, so its os and tempfile can be swapped."""
-    spec = importlib.util.spec_from_file_location("gpunuma_apply_faults",
-                                                  os.path.join(REPO_ROOT, "library", "gpunuma_apply.py"))
+def _private(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class _Both:
+    """Sets an attribute on the module and on its private copy of common/atomic.py (its writer)."""
+
+    def __init__(self, module):
+        object.__setattr__(self, "_targets", (module, module.atomic))
+
+    def __getattr__(self, name):
+        return getattr(self._targets[0], name)
+
+    def __setattr__(self, name, value):
+        for target in self._targets:
+            setattr(target, name, value)
+
+
+def _load_module():
+    """Private copies of library/gpunuma_apply.py and the atomic writer it calls, so os and tempfile can be swapped."""
+    module = _private("gpunuma_apply_faults", os.path.join(REPO_ROOT, "library", "gpunuma_apply.py"))
+    module.atomic = _private("gpunuma_atomic_faults",
+                             os.path.join(REPO_ROOT, "module_utils", "gpunuma", "common", "atomic.py"))
+    return _Both(module)
 
 
 class Crash(BaseException):

@@ -238,9 +238,11 @@ def test_host_name_from_hostname_else_file_stem(tmp_path, docs):
     validation = copy.deepcopy(docs["h200-vm"]["validation"])
     validation["hostname"] = None
     (tmp_path / "gpu-z8.validation.json").write_text(json.dumps(validation))
+    # Controller files of a host named rack1/gpu-z7 (role_inputs.host_file_stem).
+    (tmp_path / "rack1%2Fgpu-z7.state.json").write_text(json.dumps(state))
     pending = copy.deepcopy(docs["h200-vm"]["topology"])
     _page, fleet = render(tmp_path)
-    assert sorted(fleet["hosts"]) == ["gpu-z8", "gpu-z9"]
+    assert sorted(fleet["hosts"]) == ["gpu-z8", "gpu-z9", "rack1/gpu-z7"]
     assert fleet["hosts"]["gpu-z9"]["state"]["profile"] == "strict"
     # A pending topology beside the accepted one is a note, not a second topology.
     (tmp_path / "h200-vm.json").write_text(json.dumps(docs["h200-vm"]["topology"]))
@@ -266,6 +268,26 @@ def test_cli_writes_the_page_and_prints_a_summary(fleet_dir):
     proc = subprocess.run([sys.executable, SCRIPT, str(fleet_dir), "-o", str(fleet_dir / "x.html")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == len(make_artefacts.TOPOLOGIES) + 1
+
+
+def test_cli_never_writes_through_a_planted_link(fleet_dir, tmp_path_factory):
+    # A support bundle can hold links: neither the page nor a temporary name
+    # beside it may carry the page to a file outside DIR.
+    outside = tmp_path_factory.mktemp("reader")
+    victims = {name: outside / name for name in ("page", "tmp", "dot")}
+    for victim in victims.values():
+        victim.write_text("the reader's file\n")
+    os.symlink(str(victims["page"]), str(fleet_dir / "fleet-report.html"))
+    os.symlink(str(victims["tmp"]), str(fleet_dir / "fleet-report.html.tmp"))
+    for n in range(20):
+        os.symlink(str(victims["dot"]), str(fleet_dir / (".fleet-report.html.%d" % n)))
+    proc = subprocess.run([sys.executable, SCRIPT, str(fleet_dir)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for victim in victims.values():
+        assert victim.read_text() == "the reader's file\n"
+    page = fleet_dir / "fleet-report.html"
+    assert not page.is_symlink() and page.read_text().startswith("<!DOCTYPE html>")
+    assert oct(page.stat().st_mode & 0o777) == "0o644"
 
 
 @pytest.mark.parametrize("make", ["missing", "empty"])

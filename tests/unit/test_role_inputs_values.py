@@ -74,3 +74,46 @@ def test_a_stricter_rule_of_the_role_keeps_its_own_sentence():
                                       refined=("memlock_users",)) == []
     assert role_inputs.input_problems(_options("autonuma"), {"autonuma_sysctl_file": "/etc/sysctl.d/x.conf\n"},
                                       refined=("autonuma_sysctl_file",)) == []
+
+
+# ------------------------------------------------------------ host file names
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from conftest import examples  # noqa: E402
+
+
+def _unquote(stem):
+    """%XX back to bytes: host_file_stem is reversible."""
+    out, pos = bytearray(), 0
+    while pos < len(stem):
+        if stem[pos] == "%":
+            out.append(int(stem[pos + 1:pos + 3], 16))
+            pos += 3
+        else:
+            out.extend(stem[pos].encode("ascii"))
+            pos += 1
+    return out.decode("utf-8")
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=40), min_size=2, max_size=6, unique=True))
+def test_host_file_names_are_one_safe_component_and_never_shared(hosts):
+    stems = {}
+    for host in hosts:
+        try:
+            stem = role_inputs.host_file_stem(host)
+        except role_inputs.RoleInputError as exc:
+            assert "too long" in str(exc)
+            continue
+        assert "/" not in stem and not stem.startswith(".") and stem.isascii() and stem.isprintable()
+        assert _unquote(stem) == host
+        assert stem not in stems, (host, stems.get(stem))
+        stems[stem] = host
+
+
+@pytest.mark.parametrize("a, b", [("rack1/gpu-a01", "rack1_gpu-a01"), ("rack1 gpu-a01", "rack1_gpu-a01"),
+                                  ("gpu%2Fa", "gpu/a"), ("..", "%2E.")])
+def test_names_a_replacing_scheme_would_merge_stay_apart(a, b):
+    assert role_inputs.host_file_stem(a) != role_inputs.host_file_stem(b)

@@ -327,7 +327,11 @@ def collect(probe_path=None, plan_path=None, audit_path=None, sysfs_root="/", no
 
 
 def write_atomic(directory, text, name=OUTPUT_NAME):
-    """Write ``directory/name`` through a temporary file in the same directory and rename."""
+    """Write ``directory/name`` through a temporary file in the same directory and rename.
+
+    common/atomic.py's write_atomic, repeated: this file is installed on the
+    node alone (role gpunuma_metrics) and imports the standard library only.
+    """
     if not os.path.isdir(directory):
         raise MetricsError("textfile directory %s does not exist; create it or pass the collector's directory" % directory)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + name + ".")

@@ -446,14 +446,3 @@ def fleet_table(reports):
                 verdict))
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     return ["  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [header] + rows]
-
-
-def host_file_name(hostname):
-    """A controller file name for a host that stays inside its directory (%XX for anything unsafe)."""
-    out = []
-    for i, ch in enumerate(str(hostname)):
-        if (ch.isascii() and (ch.isalnum() or ch in "_-:@+")) or (ch == "." and i > 0):
-            out.append(ch)
-        else:
-            out.extend("%%%02X" % b for b in ch.encode("utf-8"))
-    return "".join(out) or "%00"
