@@ -37,6 +37,7 @@ from ansible.module_utils.gpunuma.node import housekeeping as housekeepinglib  #
 from ansible.module_utils.gpunuma.node import programs as programslib  # noqa: E402
 from ansible.module_utils.gpunuma.operate import state as statelib  # noqa: E402
 from ansible.module_utils.gpunuma.common import schemas  # noqa: E402
+from ansible.module_utils.gpunuma.common import seal as seallib  # noqa: E402
 from ansible.module_utils.gpunuma.common import secrets as secretslib  # noqa: E402
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.plan.planner import systemd_environment_assignment, systemd_exec_line  # noqa: E402
@@ -55,6 +56,47 @@ def _filter(function):
             raise AnsibleFilterError(str(exc))
 
     return wrapper
+
+
+# ================================================================ site.yml
+# The line a host that failed the apply play ends with.
+
+# What a step's result says when the node stopped answering in the middle of
+# it (rebooted, powered off, container stopped, connection cut): the module's
+# output ends before its JSON, or the connection reports the loss.
+_NODE_GONE = re.compile(
+    r"Module result deserialization failed|No start of json char found|MODULE FAILURE|"
+    r"Connection reset|Connection closed|closed by remote host|Broken pipe|Shared connection to .* closed|"
+    r"is not running|No such container|Failed to connect to the host", re.IGNORECASE)
+
+
+def gpunuma_not_provisioned(host, task, result):
+    """``NOT PROVISIONED: HOST failed at "STEP": why`` for a host the apply play could not finish.
+
+    A node that went away mid-step is said to have done so (its result is
+    often only "Module result deserialization failed"); the message of any
+    other failure follows as the step gave it.
+    """
+    result = result if isinstance(result, dict) else {}
+    msg = str(result.get("msg") or "").strip()
+    detail = " ".join(str(result.get(k) or "") for k in ("msg", "module_stdout", "module_stderr", "stderr"))
+    gone = bool(result.get("unreachable")) or bool(_NODE_GONE.search(detail))
+    why = msg or "no message"
+    if gone:
+        why = ("the node stopped answering during this step (rebooted, shut down, or its connection dropped); "
+               "what it had applied is kept and a plain re-run converges it. The step said: %s" % (msg or "nothing"))
+    return 'NOT PROVISIONED: %s failed at "%s": %s' % (host, task or "an unnamed step", why)
+
+
+# ================================================================ documents
+# topology.json and plan.json are written by the roles; each gets its
+# checksum (common/seal.py) as it is serialised.
+
+
+@_filter
+def gpunuma_seal(document):
+    """``document`` with its checksum, ready for to_nice_json."""
+    return seallib.seal(document)
 
 
 # ================================================================ fleet audit
@@ -577,6 +619,9 @@ FILTERS = (
     "autonuma_tuned_conflict",
     "autonuma_decide",
     "autonuma_write_live",
+    # site.yml
+    "gpunuma_not_provisioned",
+    "gpunuma_seal",
     # gpu_topology
     "gpunuma_host_file",
     "gpu_topology_controller_files",

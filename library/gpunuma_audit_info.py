@@ -98,7 +98,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import bounded
+from ansible.module_utils.gpunuma.common import bounded, seal
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 from ansible.module_utils.gpunuma.verify import audit as auditlib
@@ -260,6 +260,19 @@ def main():
         findings.append(Finding("topology-changed", "error", "the applied plan was made for topology %s, %s holds %s"
                                 % (plan.get("topology_fingerprint"), p["topology_path"], report["fingerprint"]["persisted"]),
                                 None, plan.get("topology_fingerprint"), report["fingerprint"]["persisted"]))
+
+    # gpunuma's own files carry a checksum over their content (common/seal.py).
+    recovery = {
+        "plan": "site.yml writes the plan again (the edited file kept as a backup)",
+        "topology": "re-run site.yml with gpu_topology_accept_changes: true to replace it with a fresh discovery "
+                    "(the edited file kept as a backup)",
+        "state": "the next recorded switch keeps it as a backup and starts a new history",
+    }
+    for kind, doc, path in (("plan", plan, p["plan_path"]), ("topology", topology, p["topology_path"]),
+                            ("state", state, p["state_path"])):
+        edited = seal.problem(doc) if isinstance(doc, dict) else None
+        if edited:
+            findings.append(Finding("%s-edited" % kind, "error", "%s %s: %s" % (path, edited, recovery[kind])))
 
     instances = [i for i in plan.get("instances") or [] if isinstance(i, dict)]
     shown = _systemctl_show(module, [i.get("unit") for i in instances if i.get("unit")])

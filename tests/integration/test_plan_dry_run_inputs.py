@@ -22,6 +22,7 @@ import sys
 import pytest
 import yaml
 
+from ansible.module_utils.gpunuma.common import seal
 from ansible_run import ansible_env
 from conftest import FIXTURES, REPO_ROOT
 
@@ -157,6 +158,20 @@ def test_host_names_cannot_leave_the_controller_dir(tmp_path):
 PLAN_OK = {"schema": "gpunuma.plan/v1", "instances": []}
 
 
+def _edited(document, key, value):
+    """``document`` as gpunuma writes it (sealed), then edited by hand."""
+    sealed = seal.seal(document)
+    sealed[key] = value
+    return sealed
+
+
+def _edited_topology():
+    topology = json.load(open(os.path.join(FIXTURES, "topologies", "hgx-h200-8gpu-2socket-ht.json")))
+    edited = seal.seal(topology)
+    edited["numa_nodes"][0]["cpus"] += ",4095"  # a CPU moved to the node by hand, the fingerprint untouched
+    return edited
+
+
 @pytest.fixture(scope="module")
 def damaged_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("damaged")
@@ -170,6 +185,9 @@ def damaged_run(tmp_path_factory):
         "plan-malformed": ("etc/gpunuma/plan.json",
                            json.dumps({"schema": "gpunuma.plan/v1", "instances": [{"name": 5, "memory_bytes": "x"}]})),
         "controller-copy-not-json": ("controller", "not json"),
+        "topology-edited": ("etc/gpunuma/topology.json", json.dumps(_edited_topology(), indent=1)),
+        "plan-edited": ("etc/gpunuma/plan.json", json.dumps(_edited(
+            {"schema": "gpunuma.plan/v1", "profile": "strict", "instances": []}, "profile", "interleave"))),
     }
     hosts = {}
     for host, (relative, content) in cases.items():
@@ -199,6 +217,9 @@ def damaged_run(tmp_path_factory):
         ("plan-a-list", ["etc/gpunuma/plan.json holds a JSON list, not a gpunuma.plan/v1 object"]),
         ("controller-copy-not-json", ["controller file", "controller-copy-not-json.json is not valid JSON",
                                       "gpu_topology_accept_changes=true"]),
+        ("topology-edited", ["etc/gpunuma/topology.json was changed after gpunuma wrote it",
+                             "gpu_topology_accept_changes=true"]),
+        ("plan-edited", ["etc/gpunuma/plan.json was changed after gpunuma wrote it", "move it aside"]),
     ],
 )
 def test_damaged_state_file_is_named_and_kept(damaged_run, host, needles):
@@ -236,6 +257,18 @@ def test_accepting_replaces_a_damaged_topology_and_keeps_a_backup(tmp_path):
     rc, failures, out = run_json("playbooks/discover.yml", tmp_path / "inventory.yml",
                                  "-e", "gpu_topology_accept_changes=true")
     assert rc == 0, out[-3000:]
-    assert json.loads(damaged.read_text())["schema"] == "gpunuma.topology/v1"
+    written = json.loads(damaged.read_text())
+    assert written["schema"] == "gpunuma.topology/v1"
+    assert seal.is_sealed(written) and seal.problem(written) is None
     backups = [p for p in damaged.parent.iterdir() if p.name.startswith("topology.json.") and p.name.endswith("~")]
     assert [b.read_text() for b in backups] == ["{truncated"]
+    # A file written before gpunuma sealed its files (same hardware): sealed once, the old one kept.
+    legacy = {k: v for k, v in written.items() if k != "checksum"}
+    damaged.write_text(json.dumps(legacy, indent=1))
+    rc, failures, out = run_json("playbooks/discover.yml", tmp_path / "inventory.yml")
+    assert rc == 0, out[-3000:]
+    assert json.loads(damaged.read_text()) == written
+    backups = [p for p in damaged.parent.iterdir() if p.name.startswith("topology.json.") and p.name.endswith("~")]
+    contents = [b.read_text() for b in backups]
+    assert len(contents) == 2 and "{truncated" in contents
+    assert json.loads(next(c for c in contents if c != "{truncated")) == legacy

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible.module_utils.gpunuma.common import bounded
+from ansible.module_utils.gpunuma.common import bounded, seal
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 # A spec default like "{{ gpunuma_profile | default('strict') }}": the option
@@ -337,15 +337,17 @@ def read_state_file(content, path, schema, recovery, encoding="base64"):
 
     ``content``: the file's text (``encoding="text"``) or Ansible's slurp
     ``content`` (``"base64"``). Returns ``{"data": mapping or None, "problem":
-    None or a sentence}``; the sentence names ``path``, says what is wrong and
-    ends with ``recovery``. A file that is not a ``schema`` JSON object is a
-    problem, never a crash and never silently treated as absent.
+    None or a sentence, "sealed": bool}``; the sentence names ``path``, says
+    what is wrong and ends with ``recovery``. A file that is not a ``schema``
+    JSON object, or whose content no longer matches its checksum (common/seal.py),
+    is a problem, never a crash and never silently treated as absent.
+    ``sealed`` is false for a file written before gpunuma sealed its files.
     """
     import base64
     import binascii
 
     def problem(what):
-        return {"data": None, "problem": "%s %s. It is left as it is. %s" % (path, what, recovery)}
+        return {"data": None, "problem": "%s %s. It is left as it is. %s" % (path, what, recovery), "sealed": False}
 
     text = content
     if encoding == "base64":
@@ -369,4 +371,7 @@ def read_state_file(content, path, schema, recovery, encoding="base64"):
         return problem("holds a JSON %s, not a %s object" % (type(data).__name__, schema))
     if data.get("schema") != schema:
         return problem("is not a %s document (schema: %s)" % (schema, shown(data.get("schema"))))
-    return {"data": data, "problem": None}
+    edited = seal.problem(data)
+    if edited:
+        return problem(edited)
+    return {"data": data, "problem": None, "sealed": seal.is_sealed(data)}

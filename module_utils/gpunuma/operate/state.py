@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible.module_utils.gpunuma.common import bounded
+from ansible.module_utils.gpunuma.common import bounded, seal
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.common import schemas
 
@@ -31,8 +31,9 @@ SCHEMA_VERSION = 1
 DEFAULT_HISTORY_LIMIT = 50
 ACTIONS = ("profile", "down", "previous", "release", "site")
 ROLLBACK_CHOICES = ("down", "previous", "release")
-_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-_PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# Matched with fullmatch: "$" would also accept a final newline ("strict\n").
+_TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+_PROFILE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 ENTRY_FIELDS = ("time", "from", "to", "action", "reason", "user")
 MAX_REASON = 500
 
@@ -80,9 +81,12 @@ def parse_state(text, path):
         )
     if int(version) != SCHEMA_VERSION:
         raise StateCorrupt("%s: schema: %r is not allowed; allowed: %s" % (path, schema, SCHEMA))
+    edited = seal.problem(data)
+    if edited:
+        raise StateCorrupt("%s: %s" % (path, edited))
     problems = []
     profile = data.get("profile")
-    if profile is not None and (not isinstance(profile, str) or not _PROFILE_RE.match(profile)):
+    if profile is not None and (not isinstance(profile, str) or not _PROFILE_RE.fullmatch(profile)):
         problems.append("profile: %r is not a profile name" % (profile,))
     if not isinstance(data.get("pinned", False), bool):
         problems.append("pinned: %r is not a boolean" % (data.get("pinned"),))
@@ -95,11 +99,11 @@ def parse_state(text, path):
         if not isinstance(entry, dict):
             problems.append("%s: must be an object" % where)
             continue
-        if not isinstance(entry.get("time"), str) or not _TIME_RE.match(entry["time"]):
+        if not isinstance(entry.get("time"), str) or not _TIME_RE.fullmatch(entry["time"]):
             problems.append("%s.time: %r is not a UTC time like 2026-01-31T03:00:00Z" % (where, entry.get("time")))
         for field in ("from", "to"):
             value = entry.get(field)
-            if value is not None and (not isinstance(value, str) or not _PROFILE_RE.match(value)):
+            if value is not None and (not isinstance(value, str) or not _PROFILE_RE.fullmatch(value)):
                 problems.append("%s.%s: %r is not a profile name" % (where, field, value))
         if not isinstance(entry.get("to"), str):
             problems.append("%s.to: missing" % where)
@@ -119,7 +123,8 @@ def parse_state(text, path):
 
 
 def dump_state(state):
-    return json.dumps(state, indent=1, sort_keys=True) + "\n"
+    """The text of state.json: the document with its checksum (common/seal.py)."""
+    return json.dumps(seal.seal(state), indent=1, sort_keys=True) + "\n"
 
 
 def previous_profile(state):
@@ -208,7 +213,7 @@ def record(state, hostname, to, action, reason, user, now, history_limit=DEFAULT
     """
     if action not in ACTIONS:
         raise StateError("action: %r is not allowed; allowed: %s" % (action, ", ".join(ACTIONS)))
-    if not isinstance(to, str) or not _PROFILE_RE.match(to):
+    if not isinstance(to, str) or not _PROFILE_RE.fullmatch(to):
         raise StateError("profile: %r is not a profile name" % (to,))
     if not isinstance(history_limit, int) or isinstance(history_limit, bool) or history_limit < 1:
         raise StateError("history_limit: %r is not allowed; allowed: an integer of at least 1" % (history_limit,))

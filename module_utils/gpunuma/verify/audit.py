@@ -23,6 +23,9 @@ SEVERITIES = ("error", "warning", "info")
 FINDING_IDS = (
     "plan-missing",
     "plan-unreadable",
+    "plan-edited",
+    "topology-edited",
+    "state-edited",
     "topology-changed",
     "topology-unverified",
     "unit-missing",
@@ -50,7 +53,9 @@ class Finding(dict):
     """One finding: ``id``, ``severity``, ``instance`` (or null), ``expected``, ``actual``, ``message``."""
 
     def __init__(self, fid, severity, message, instance=None, expected=None, actual=None):
-        assert fid in FINDING_IDS and severity in SEVERITIES
+        if fid not in FINDING_IDS or severity not in SEVERITIES:
+            raise ValueError("finding %r with severity %r: allowed ids %s, severities %s"
+                             % (fid, severity, ", ".join(FINDING_IDS), ", ".join(SEVERITIES)))
         super().__init__(id=fid, severity=severity, instance=instance, expected=expected, actual=actual,
                          message=message)
 

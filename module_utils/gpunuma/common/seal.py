@@ -1,0 +1,62 @@
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A checksum over the content of gpunuma's own documents (topology.json, plan.json, state.json).
+
+gpunuma writes each document with a ``checksum`` field: ``sha256:`` and the
+SHA-256 of the document's canonical JSON (keys sorted, no spaces, the
+checksum field itself left out). A reader recomputes it: a document whose
+content no longer matches was changed after gpunuma wrote it (edited by
+hand, or written by another tool) and is refused or reported, never trusted
+silently. The hardware ``fingerprint`` of a topology covers the layout only;
+the checksum covers everything the planner reads (cores, L3 groups, memory).
+
+A document without the field was written before gpunuma sealed its files:
+it is read as before, and sealed the next time gpunuma writes it.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+FIELD = "checksum"
+PREFIX = "sha256:"
+
+
+def digest(doc):
+    """``sha256:<hex>`` of ``doc`` without its checksum field."""
+    body = {key: value for key, value in doc.items() if key != FIELD}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return PREFIX + hashlib.sha256(blob.encode("ascii")).hexdigest()
+
+
+def seal(doc):
+    """A copy of the mapping ``doc`` with its checksum."""
+    out = {key: value for key, value in doc.items() if key != FIELD}
+    out[FIELD] = digest(out)
+    return out
+
+
+def is_sealed(doc):
+    return isinstance(doc, dict) and FIELD in doc
+
+
+def problem(doc):
+    """Why ``doc`` cannot be trusted as gpunuma wrote it, or None (sealed and matching, or never sealed)."""
+    if not is_sealed(doc):
+        return None
+    stored = doc[FIELD]
+    if not isinstance(stored, str) or not stored.startswith(PREFIX):
+        return "its checksum field is %s, not a %s<hex> checksum gpunuma writes" % (json.dumps(stored, default=str)[:80],
+                                                                                PREFIX)
+    try:
+        wanted = digest(doc)
+    except (TypeError, ValueError) as exc:
+        return "its content cannot be checked (%s)" % exc
+    if stored != wanted:
+        return ("was changed after gpunuma wrote it: its content no longer matches its checksum "
+                "(edited by hand, or written by another tool)")
+    return None
