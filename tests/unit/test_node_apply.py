@@ -667,7 +667,7 @@ def test_after_success_created_with_its_directory(node):
 def test_non_regular_file_at_a_wanted_path_is_refused(node):
     target = node.put("real.service", "x")
     os.symlink(str(target), node.path("gpunuma-llm0.service"))
-    with pytest.raises(ApplyError, match="not a regular file .a symlink."):
+    with pytest.raises(ApplyError, match="it is a symbolic link .to .*real.service.; a file gpunuma manages is read only as a regular file; move it aside"):
         apply_run(FakeSystemd(), [node.entry("gpunuma-llm0.service", "y")])
     assert target.read_text() == "x"
 

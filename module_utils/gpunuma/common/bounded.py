@@ -98,16 +98,15 @@ def read_bounded(path, limit=MAX_ATTRIBUTE_BYTES, follow_symlinks=False, what="a
         mode = os.fstat(fd).st_mode
         if not _S_ISREG(mode):
             raise OSError(errno.EINVAL, "it is %s; %s is read only as a regular file" % (file_kind(mode), what))
-        # A sysfs or procfs attribute arrives whole in one read; a file a
-        # user names may sit on a file system that returns less.
+        # A sysfs or procfs attribute arrives whole in one read (the next
+        # returns nothing); a larger file may come in several.
         data = os.read(fd, limit + 1)
-        if follow_symlinks:
-            chunks, chunk, total = [data], data, len(data)
-            while chunk and total <= limit:
-                chunk = os.read(fd, limit + 1 - total)
-                chunks.append(chunk)
-                total += len(chunk)
-            data = b"".join(chunks)
+        chunks, chunk, total = [data], data, len(data)
+        while chunk and total <= limit:
+            chunk = os.read(fd, limit + 1 - total)
+            chunks.append(chunk)
+            total += len(chunk)
+        data = b"".join(chunks)
     finally:
         os.close(fd)
     if len(data) > limit:

@@ -75,19 +75,13 @@ class ApplyError(Exception):
 
 
 def _read(path):
-    """Current bytes of path, or None when it does not exist. Refuses non-regular files."""
+    """Current bytes of path, or None when it does not exist (bounded.read_bounded: a regular file, not a link)."""
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+        return bounded.read_bounded(path, MAX_FILE_BYTES, what="a file gpunuma manages")
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    if not stat.S_ISREG(st.st_mode):
-        raise ApplyError("%s exists and is not a regular file (%s); move it aside and run again"
-                         % (path, "a symlink" if stat.S_ISLNK(st.st_mode) else "not a file"))
-    if st.st_size > MAX_FILE_BYTES:
-        raise ApplyError("%s is %d bytes, more than gpunuma ever writes (%d); move it aside and run again"
-                         % (path, st.st_size, MAX_FILE_BYTES))
-    with open(path, "rb") as stream:
-        return stream.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ApplyError("%s: %s; move it aside and run again" % (path, exc.strerror or exc))
 
 
 def _mode_int(mode, field):
