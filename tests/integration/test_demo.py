@@ -1,18 +1,30 @@
-"""The README's demo: discovery and planning of the demo fleet."""
+"""The README's demo: discovery and planning of the demo fleet.
+
+One run of scripts/demo.sh with the Docker fleet turned off
+(GPUNUMA_DEMO_DOCKER=0): it says why in one line and runs the plan-only demo
+(playbooks/plan.yml on inventory/demo.yml); every check below reads that
+run's tables and the plans it wrote. The live fleet is
+tests/integration/test_demo_fleet.py.
+"""
 
 import json
+import os
+import subprocess
 
 import pytest
 
-from ansible_run import run_playbook
+from ansible_run import ansible_env
+from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.ansible
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    state = tmp_path_factory.mktemp("demo")
-    proc = run_playbook("playbooks/plan.yml", "inventory/demo.yml", extra_vars={"gpunuma_demo_dir": str(state)})
+    state = tmp_path_factory.mktemp("demo") / "demo"
+    proc = subprocess.run([os.path.join(REPO_ROOT, "scripts", "demo.sh")], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=900,
+                          env=ansible_env(GPUNUMA_DEMO_DOCKER="0", GPUNUMA_DEMO_DIR=str(state)))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return state, proc.stdout
 
@@ -81,24 +93,14 @@ def test_table_shows_each_instance_nics(demo):
     assert shown_any  # the demo's HGX and DGX hosts have NICs next to their GPUs
 
 
-def test_demo_sh_falls_back_to_the_plan_in_one_line(tmp_path):
+def test_demo_sh_falls_back_to_the_plan_in_one_line(demo):
     """Where the Docker fleet cannot run (here: turned off), demo.sh says why in one
     line and runs the plan-only demo; no container is started."""
-    import os
-    import subprocess
-
-    from ansible_run import ansible_env
-    from conftest import REPO_ROOT
-
-    state = tmp_path / "demo"
-    proc = subprocess.run([os.path.join(REPO_ROOT, "scripts", "demo.sh")], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=900,
-                          env=ansible_env(GPUNUMA_DEMO_DOCKER="0", GPUNUMA_DEMO_DIR=str(state)))
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("gpunuma demo: ")]
+    state, out = demo
+    lines = [line for line in out.splitlines() if line.startswith("gpunuma demo: ")]
     assert lines == ["gpunuma demo: plan only: GPUNUMA_DEMO_DOCKER=0 turns the Docker fleet off; "
                      "discovering and planning inventory/demo.yml, nothing is provisioned"]
-    assert "FINGERPRINT" in proc.stdout and "INSTANCE" in proc.stdout
+    assert "FINGERPRINT" in out and "INSTANCE" in out
     # the plan-only demo's state went where it was told, the same as the playbook's own
     assert (state / "topology" / "h200-vm.plan.json").is_file()
     assert not (state / "fleet").exists()

@@ -5,13 +5,18 @@ The node lock: two runs against one node are serialised.
 Run A (instances w1 and w2, profile preferred, a long settle) is started in
 the background. While it holds the node:
 
-- run B (w1 and w3, profile strict) with ``gpunuma_lock_timeout: 1`` stops
-  naming A's holder (controller, user, playbook) and changes nothing (no w3
-  unit, A's files as A wrote them);
-- run B again with the default timeout: it waits for A, then applies. The
-  node ends on B's plan in every place: the unit files, plan.json,
-  state.json (both switches in the history, A's then B's), and the running
-  units; w2 is pruned, and the lease is given back.
+- site.yml run B (w1 and w3, profile strict) with ``gpunuma_lock_timeout:
+  1`` stops naming A's holder (controller, user, playbook) and changes
+  nothing (no w3 unit, A's files as A wrote them), and ends with the one-host
+  NOT PROVISIONED line naming the step;
+- rollback.yml run C (w1 and w3, to interleave) with the default timeout:
+  it waits for A, then applies. The node ends on C's plan in every place:
+  the unit files, plan.json, state.json (both switches in the history, A's
+  site then C's rollback), and the running units; w2 is pruned, and the
+  lease is given back. (site+site, site+rollback, rollback+rollback and a
+  controller run beside an ansible-pull run all meet the same lease in
+  site.yml's apply play; the lease's own rules between processes are in
+  tests/unit/test_node_lock.py.)
 
 The lease logic itself (expiry, break, a step's own lease, links) is in
 tests/unit/test_node_lock.py.
@@ -62,7 +67,7 @@ def node():
     created.remove()
 
 
-def _site(tmp_path, node, tag, instances, profile, more=(), **extra):
+def _site(tmp_path, node, tag, instances, profile, more=(), playbook="site.yml", **extra):
     host = {
         "ansible_connection": "community.docker.docker",
         "ansible_python_interpreter": "/usr/bin/python3",
@@ -75,7 +80,7 @@ def _site(tmp_path, node, tag, instances, profile, more=(), **extra):
     host.update(extra)
     inventory = tmp_path / ("inventory-%s.yml" % tag)
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {node.name: host}}}))
-    return [os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), "playbooks/site.yml"]
+    return [os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), "playbooks/" + playbook]
 
 
 def _start(cmd, log_path):
@@ -127,8 +132,10 @@ def test_a_second_run_waits_for_the_first_and_the_node_ends_on_one_plan(node, tm
         assert run_a.poll() is None, "run A had finished: B's refusal proves nothing"
         assert "gpunuma-w3.service" not in _units(node)
 
-        # B with the default wait: it applies once A gave the node back.
-        run_b, log_b = _start(cmd_b, tmp_path / "b.log")
+        # C, a rollback with the default wait: it applies once A gave the node back.
+        cmd_c = _site(tmp_path, node, "c", ["w1", "w3"], "strict", playbook="rollback.yml") + [
+            "--limit", node.name, "-e", "gpunuma_profile=interleave", "-e", "gpunuma_reason=lock-test"]
+        run_b, log_b = _start(cmd_c, tmp_path / "c.log")
         rc_a, out_a = _finish(run_a, log_a)
         rc_b, out_b = _finish(run_b, log_b)
     finally:
@@ -139,7 +146,7 @@ def test_a_second_run_waits_for_the_first_and_the_node_ends_on_one_plan(node, tm
     assert rc_b == 0, out_b[-6000:]
 
     plan = json.loads(node.sh("cat /etc/gpunuma/plan.json"))
-    assert plan["profile"].startswith("strict")
+    assert plan["profile"].startswith("interleave")
     assert sorted(i["name"] for i in plan["instances"]) == ["w1", "w3"]
     assert _units(node) == ["gpunuma-w1.service", "gpunuma-w3.service"]
     for item in plan["instances"]:
@@ -152,8 +159,8 @@ def test_a_second_run_waits_for_the_first_and_the_node_ends_on_one_plan(node, tm
 
     state = json.loads(node.sh("cat /etc/gpunuma/state.json"))
     switches = [(h["to"], h["action"]) for h in state["history"]]
-    assert switches[-2:] == [("preferred", "site"), ("strict", "site")], switches
-    assert state["profile"] == "strict"
+    assert switches[-2:] == [("preferred", "site"), ("interleave", "rollback")], switches
+    assert state["profile"] == "interleave" and state["history"][-1]["reason"] == "lock-test"
     assert _lease(node) is None, "the lease was not given back"
 
 

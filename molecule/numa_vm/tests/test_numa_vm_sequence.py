@@ -27,13 +27,15 @@ housekeeping CPUs (node 1 keeps none, so all of them), and back to the
 kernel's default when the option is turned off. The run that turns it off
 is the ladder's first step.
 
-The rollback ladder, where the binding is real: strict -> down -> previous
--> off -> strict with playbooks/rollback.yml (the real playbook, molecule's
-inventory), checking after every step the live binding of llm0 (memory
-policy from /proc/<pid>/numa_maps, CPUs from /proc/<pid>/status), the
-node's state history, and that spill, whose binding is the same under
-strict and preferred (its declared memory exceeds node 1, so strict plans it
-preferred), kept its PID. rollback.yml applies with site.yml and the
+The rollback ladder, where the binding is real: strict -> down -> off ->
+strict with playbooks/rollback.yml (the real playbook, molecule's
+inventory), checking after every step the live binding of llm0 on node 1
+(memory policy from /proc/<pid>/numa_maps, CPUs from /proc/<pid>/status;
+off: every CPU of both nodes), the node's state history, and that spill,
+whose binding is the same under strict and preferred (its declared memory
+exceeds node 1, so strict plans it preferred), kept its PID. The `previous`
+action, whose live result is strict's again, is walked on the container of
+molecule `rollback` (strict -> down -> previous -> off -> strict). rollback.yml applies with site.yml and the
 inventory's settings, so its first step also turns IRQ pinning off.
 
 pytest collects files in name order: this runs after test_numa_vm.py and
@@ -192,15 +194,14 @@ def test_housekeeping_irq_pinning_and_the_rollback_ladder(host):
 
 
 def rollback_ladder(host, cpus, every):
-    """Run the ladder strict -> down -> previous -> off -> strict, checking each step; yields after each."""
+    """Run the ladder strict -> down -> off -> strict, checking each step; yields after each."""
     assert live(host, "llm0")[1:] == (f"bind:{probe.NODE}", cpus)
     spill_pid = live(host, "spill")[0]
     _, start = history(host)
     steps = [
         ({"gpunuma_rollback": "down", "gpunuma_reason": "P99 spike"}, (f"prefer:{probe.NODE}", cpus),
          ("strict", "preferred", "down")),
-        ({"gpunuma_rollback": "previous"}, (f"bind:{probe.NODE}", cpus), ("preferred", "strict", "previous")),
-        ({"gpunuma_profile": "off"}, ("default", every), ("strict", "off", "profile")),
+        ({"gpunuma_profile": "off"}, ("default", every), ("preferred", "off", "profile")),
         ({"gpunuma_profile": "strict"}, (f"bind:{probe.NODE}", cpus), ("off", "strict", "profile")),
     ]
     for count, (extra, want, entry) in enumerate(steps, start=len(start) + 1):
