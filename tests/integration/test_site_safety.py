@@ -12,7 +12,7 @@ the background. While it holds the node:
 - rollback.yml run C (w1 and w3, to interleave) with the default timeout:
   it waits for A, then applies. The node ends on C's plan in every place:
   the unit files, plan.json, state.json (both switches in the history, A's
-  site then C's rollback), and the running units; w2 is pruned, and the
+  site then C's rollback to a named profile), and the running units; w2 is pruned, and the
   lease is given back. (site+site, site+rollback, rollback+rollback and a
   controller run beside an ansible-pull run all meet the same lease in
   site.yml's apply play; the lease's own rules between processes are in
@@ -159,7 +159,7 @@ def test_a_second_run_waits_for_the_first_and_the_node_ends_on_one_plan(node, tm
 
     state = json.loads(node.sh("cat /etc/gpunuma/state.json"))
     switches = [(h["to"], h["action"]) for h in state["history"]]
-    assert switches[-2:] == [("preferred", "site"), ("interleave", "rollback")], switches
+    assert switches[-2:] == [("preferred", "site"), ("interleave", "profile")], switches
     assert state["profile"] == "interleave" and state["history"][-1]["reason"] == "lock-test"
     assert _lease(node) is None, "the lease was not given back"
 
