@@ -53,3 +53,23 @@ def run_playbook(playbook, inventory, extra_vars=None, check=False, extra=()):
         cmd.append("--check")
     cmd += list(extra)
     return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, env=ansible_env())
+
+
+def run_playbook_json(playbook, inventory, *extra):
+    """ansible-playbook with the JSON callback: (rc, {host: [failed task results]}, raw output)."""
+    proc = subprocess.run(
+        [os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), playbook, *extra],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
+        env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"),
+    )
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError("no JSON (rc=%d):\n%s\n%s" % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+    failures = {}
+    for play in data["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                if result.get("failed") or result.get("unreachable"):
+                    failures.setdefault(host, []).append(dict(result, task=task["task"]["name"]))
+    return proc.returncode, failures, proc.stdout + proc.stderr

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from ansible.module_utils.gpunuma.common import seal
-from ansible_run import ansible_env
+from ansible_run import run_playbook_json as run_json
 from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.ansible
@@ -49,30 +49,6 @@ def local_vars(tmp, node):
         "memlock_containerd_dropin_path": str(node / "etc/systemd/system/containerd.service.d/50-gpunuma.conf"),
         "autonuma_sysctl_file": str(node / "etc/sysctl.d/60-gpunuma-numa-balancing.conf"),
     }
-
-
-def run_json(playbook, inventory, *extra):
-    """ansible-playbook with the JSON callback: (rc, {host: [failed task results]}, raw output)."""
-    import subprocess
-
-    from ansible_run import BINDIR
-
-    proc = subprocess.run(
-        [os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), playbook, *extra],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
-        env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"),
-    )
-    try:
-        data = json.loads(proc.stdout)
-    except ValueError:
-        raise AssertionError("no JSON (rc=%d):\n%s\n%s" % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
-    failures = {}
-    for play in data["plays"]:
-        for task in play["tasks"]:
-            for host, result in task["hosts"].items():
-                if result.get("failed") or result.get("unreachable"):
-                    failures.setdefault(host, []).append(dict(result, task=task["task"]["name"]))
-    return proc.returncode, failures, proc.stdout + proc.stderr
 
 
 def files_under(path):
