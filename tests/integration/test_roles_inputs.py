@@ -236,4 +236,4 @@ def test_damaged_state_file_is_a_sentence_naming_the_file(content, needle):
 def test_good_state_file_is_read():
     plan = {"schema": "gpunuma.plan/v1", "instances": []}
     result = role_inputs.read_state_file(_b64(json.dumps(plan)), "p", "gpunuma.plan/v1", "")
-    assert result == {"data": plan, "problem": None}
+    assert result == {"data": plan, "problem": None, "sealed": False}  # written before gpunuma sealed its files
