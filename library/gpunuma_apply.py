@@ -27,6 +27,14 @@ description:
   - A run that dies half way (host lost, connection dropped) is finished by the next plain run - temporary
     files of its atomic writes (C(.gpunuma-*)) are removed, and the units it changed but never restarted are
     restarted, from the list kept in O(pending_file).
+  - A run whose controller goes away (Ctrl-C or a signal such as SIGTERM or SIGHUP, or the connection that would
+    read the answer closed) does no work after it. The module asks at each step boundary - before the writes,
+    before the first live change, before each later restart batch - and then puts the node back on the files it
+    ran before (restarting what it had restarted, recreating what it had pruned) and fails naming why; after the
+    last batch settled it finishes. A run lease (O(lock.token)) it held is given back, since that run cannot. Over
+    C(docker exec) the engine keeps reading for a dead client, so the module cannot tell and finishes the step.
+  - O(state_record) records the profile switch in the node's state file in the same step, written with the
+    applied plan, so the units, the plan and the state agree whatever happens to the run.
   - Supports check mode (reports the same changes, with diffs under --diff, and writes nothing).
 options:
   files:
@@ -135,6 +143,29 @@ options:
     type: list
     elements: str
     default: []
+  state_record:
+    description:
+      - Record the node's profile switch in its state file (C(gpunuma.state/v1), docs/state-v1.md), under the
+        same lock and in the same step as O(after_success), by the rule the C(gpunuma_state) module follows. A
+        switch that changes nothing writes nothing; a damaged state file is replaced (its backup kept) with a
+        warning.
+    type: dict
+    suboptions:
+      path: {description: The state file., type: path, default: /etc/gpunuma/state.json}
+      plan_path:
+        description: The applied plan, whose profile starts the history of a node provisioned before state files.
+        type: path
+        default: /etc/gpunuma/plan.json
+      hostname: {description: The node's inventory name, recorded in the file., type: str, required: true}
+      profile: {description: The profile the node runs after this step., type: str, required: true}
+      action:
+        description: What moved it (C(site) follows the inventory; the others pin the node).
+        type: str
+        choices: [profile, down, previous, release, site]
+        default: site
+      reason: {description: Why, recorded in the history., type: str}
+      user: {description: Who, recorded in the history., type: str}
+      history_limit: {description: Switches kept in the history., type: int, default: 50}
 extends_documentation_fragment:
   - gpunuma_lock
 author: gpunuma
@@ -186,10 +217,21 @@ pruned_backups:
   returned: always
   type: list
   elements: str
+state_record:
+  description: What O(state_record) made of the state file - C(changed), the new C(state) and C(corrupt) (why
+    the file it replaced was unreadable, or null).
+  returned: when O(state_record) is given
+  type: dict
+controller_gone:
+  description: Why the module decided its controller had gone away (it then put the node back and failed).
+  returned: when the controller went away during a restart
+  type: str
 """
 
+import errno
 import os
 import shutil
+import signal
 import stat
 import tempfile
 import time
@@ -198,6 +240,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import atomic
 from ansible.module_utils.gpunuma.node.apply import TEMP_PREFIX, Apply, ApplyError, backup_stamp, normalise_files
 from ansible.module_utils.gpunuma.operate import lock as locklib
+from ansible.module_utils.gpunuma.operate import state as statelib
 
 
 def _uid(name):
@@ -208,6 +251,53 @@ def _uid(name):
 def _gid(name):
     import grp
     return grp.getgrnam(name).gr_gid
+
+
+class Controller:
+    """Whether the run that started this step still waits for its answer.
+
+    Ctrl-C on the controller reaches a module run by the local connection (ansible-pull) as SIGINT, a stopped
+    worker's process group as SIGTERM, a closed terminal as SIGHUP: each is noted, not obeyed at once, so the step
+    in progress ends at a boundary (apply.py). Over SSH the session's pipe closes with the controller: a newline
+    written to stdout (the controller skips blank lines before the JSON answer) fails with EPIPE. Over
+    ``docker exec`` the engine keeps reading for a dead client, so nothing tells.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.signal = None
+        for signum in self.SIGNALS:
+            signal.signal(signum, self._note)
+
+    def _note(self, signum, frame):
+        self.signal = self.signal or signum
+
+    def gone(self):
+        if self.signal:
+            return "signal %s" % signal.Signals(self.signal).name
+        try:
+            os.write(1, b"\n")
+        except OSError as exc:
+            return "its connection closed (%s)" % (errno.errorcode.get(exc.errno) or exc)
+        return None
+
+
+def _state_entry(module, spec, result):
+    """The state file as ``spec`` (O(state_record)) records the switch: an O(after_success) entry, or None."""
+    text = statelib.read_text(spec["path"])
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        new, changed, corrupt = statelib.next_state(
+            text, spec["path"], statelib.applied_profile(spec["plan_path"]), spec["hostname"], spec["profile"],
+            spec["action"], spec["reason"], spec["user"], now, spec["history_limit"])
+    except statelib.StateError as exc:
+        module.fail_json(msg="state_record: %s" % exc, changed=False)
+    result["state_record"] = {"changed": changed, "state": new, "corrupt": corrupt, "backup": None}
+    if not changed:
+        return None
+    return {"path": spec["path"], "content": statelib.dump_state(new), "mode": "0644", "owner": None,
+            "group": None, "backup": True, "dir_mode": "0755", "unit": None}
 
 
 class NodeFiles:
@@ -319,6 +409,34 @@ class NodeFiles:
         os.chown(path, st.st_uid, st.st_gid)
 
 
+def _keep_corrupt_state(module, spec, result):
+    """A damaged state file that a recorded switch replaced is kept as ``<path>.corrupt-<time>`` (as the
+    gpunuma_state step keeps it), out of the backups that are pruned."""
+    record = result.get("state_record") or {}
+    if not spec or not record.get("corrupt") or module.check_mode:
+        return
+    for entry in result["files"]:
+        if entry["path"] == spec["path"] and entry.get("backup"):
+            kept = statelib.corrupt_backup_path(spec["path"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            os.rename(entry["backup"], kept)
+            entry["backup"] = record["backup"] = kept
+            module.warn("%s is corrupt (%s); kept as %s, a new history starts" % (spec["path"], record["corrupt"],
+                                                                                  kept))
+
+
+def _controller_gone(module, controller, msg):
+    """A run whose controller went away: say so in the node's log, and give its lease back (it cannot)."""
+    if not controller.signal and "the controller went away" not in msg:
+        return
+    module.log("gpunuma_apply: %s" % msg)
+    token = (module.params.get("lock") or {}).get("token")
+    if token and not module.check_mode:
+        try:
+            locklib.release((module.params.get("lock") or {}).get("path") or locklib.DEFAULT_PATH, token)
+        except (locklib.LockError, OSError):
+            pass
+
+
 def main():
     file_options = dict(
         path=dict(type="str", required=True),
@@ -366,6 +484,16 @@ def main():
             lock=dict(type="dict", default={}, options=locklib.module_options()),
             after_success=dict(type="list", elements="dict", default=[], options=dict(
                 (k, v) for k, v in file_options.items() if k != "validate")),
+            state_record=dict(type="dict", options=dict(
+                path=dict(type="path", default=statelib.DEFAULT_PATH),
+                plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
+                hostname=dict(type="str", required=True),
+                profile=dict(type="str", required=True),
+                action=dict(type="str", choices=list(statelib.ACTIONS), default="site"),
+                reason=dict(type="str"),
+                user=dict(type="str"),
+                history_limit=dict(type="int", default=statelib.DEFAULT_HISTORY_LIMIT),
+            )),
         ),
         supports_check_mode=True,
     )
@@ -378,20 +506,31 @@ def main():
     def runner(argv):
         return module.run_command(argv)
 
-    apply = Apply(NodeFiles(module), runner, time.sleep, check_mode=module.check_mode)
+    controller = Controller()
+    apply = Apply(NodeFiles(module), runner, time.sleep, check_mode=module.check_mode, alive=controller.gone)
     try:
         files = normalise_files(params["files"]) + normalise_files(
             [dict(entry, secret=True) for entry in params["secret_files"]], "secret_files")
         with locklib.for_module(module):
+            after = list(params["after_success"])
+            if params["state_record"]:
+                # Read under the lock: a switch another run recorded a moment ago is in the history.
+                entry = _state_entry(module, params["state_record"], apply.result)
+                after += [entry] if entry else []
             result = apply.run(files, absent=params["absent"], prune=params["prune"], units=params["units"],
-                               after_success=params["after_success"], pending_path=params["pending_file"],
+                               after_success=after, pending_path=params["pending_file"],
                                backups_keep=params["backups_keep"], secret_absent=params["secret_absent"])
     except locklib.LockError as exc:
         module.fail_json(msg=str(exc), changed=False)
     except ApplyError as exc:
+        _controller_gone(module, controller, str(exc))
         module.fail_json(msg=str(exc), **apply.result)
     except (OSError, KeyError) as exc:
         module.fail_json(msg="gpunuma_apply: %s" % exc, **apply.result)
+    if result.get("failed"):
+        _controller_gone(module, controller, result.get("msg", ""))
+    else:
+        _keep_corrupt_state(module, params["state_record"], result)
     if not module._diff:
         result.pop("diff", None)
     if result.get("failed"):

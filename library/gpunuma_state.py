@@ -100,41 +100,15 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import atomic, bounded
+from ansible.module_utils.gpunuma.common import atomic
 from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib
-from ansible.module_utils.gpunuma.plan.profiles import base_profile
-
-MAX_READ_BYTES = 16 * 1024 * 1024
-
-
-def _read(path):
-    """The text of a state or plan file (a regular file of at most 16 MiB), None when absent, else the error."""
-    try:
-        return bounded.read_bounded(path, MAX_READ_BYTES, follow_symlinks=True,
-                                    what="a gpunuma state file").decode("utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        return exc
-
-
-def _applied_profile(plan_path):
-    text = _read(plan_path)
-    if not isinstance(text, str):
-        return None
-    try:
-        plan = bounded.loads_json(text)
-    except ValueError:
-        return None
-    return base_profile(plan.get("profile")) if isinstance(plan, dict) else None
-
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             state=dict(type="str", choices=["read", "record"], default="read"),
-            path=dict(type="path", default="/etc/gpunuma/state.json"),
+            path=dict(type="path", default=statelib.DEFAULT_PATH),
             plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
             hostname=dict(type="str", required=True),
             profile=dict(type="str"),
@@ -158,19 +132,12 @@ def main():
 def _run(module):
     p = module.params
     path = p["path"]
-    text = _read(path)
-    corrupt = None
-    current = None
-    if isinstance(text, Exception):
-        corrupt = "%s: cannot be read: %s" % (path, text)
-    elif text is not None:
-        try:
-            current = statelib.parse_state(text, path)
-        except statelib.StateCorrupt as exc:
-            corrupt = str(exc)
-        except statelib.StateError as exc:
-            module.fail_json(msg=str(exc))
-    applied = _applied_profile(p["plan_path"])
+    text = statelib.read_text(path)
+    try:
+        current, corrupt = statelib.read_current(text, path)
+    except statelib.StateError as exc:
+        module.fail_json(msg=str(exc))
+    applied = statelib.applied_profile(p["plan_path"])
     result = {
         "state": current,
         "exists": text is not None,
@@ -195,18 +162,11 @@ def _run(module):
         module.exit_json(changed=False, gpunuma_state=result)
 
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    base = current
-    if base is None and corrupt is None and applied is not None and p["action"] != "site":
-        # Provisioned before state files existed: the applied plan is where it came from.
-        base = statelib.empty_state(p["hostname"])
-        base["profile"] = applied
     try:
-        new, changed = statelib.record(base, p["hostname"], p["profile"], p["action"], p["reason"], p["user"], now,
-                                       p["history_limit"])
+        new, changed, corrupt = statelib.next_state(text, path, applied, p["hostname"], p["profile"], p["action"],
+                                                    p["reason"], p["user"], now, p["history_limit"])
     except statelib.StateError as exc:
         module.fail_json(msg=str(exc))
-    if corrupt:
-        changed = True
     diff = {"before": text if isinstance(text, str) else "", "after": statelib.dump_state(new)}
     if changed and not module.check_mode:
         directory = os.path.dirname(path) or "."
@@ -214,7 +174,7 @@ def _run(module):
             if not os.path.isdir(directory):
                 os.makedirs(directory, 0o755)
             if corrupt and text is not None:
-                backup = "%s.corrupt-%s" % (path, now.replace(":", ""))
+                backup = statelib.corrupt_backup_path(path, now)
                 os.rename(path, backup)
                 result["backup"] = backup
                 warnings[-1] = "%s is corrupt (%s); kept as %s, a new history starts" % (path, corrupt, backup)

@@ -12,8 +12,25 @@ controller's git (the image has none), and runs inside:
         -d /var/lib/gpunuma-pull playbooks/site.yml
 
 The first pull must start the instances and record the plan; the second
-must change nothing and restart nothing. Skipped only when there is no
-Docker engine or no base image.
+must change nothing and restart nothing.
+
+Then Ctrl-C: on the node the pulls left (profile preferred), a site.yml run
+from the checkout moves to interleave with a long settle; once the first
+instance restarted on its new file, the run's process group gets SIGINT, as
+a terminal's Ctrl-C sends it. The apply step (which the local connection
+runs in the controller's worker group) must not die mid-step nor go on with
+the second instance: at the next batch boundary it puts the first instance
+back on its old file, leaves the second untouched, writes neither plan.json
+nor state.json, gives the run's lease back and ends. The units, plan.json,
+state.json and the running processes' memory policy agree on preferred, and
+a plain pull then changes nothing.
+
+Last, a controller run beside a local one: while a site.yml run on the node
+(local connection) holds the node lock, a site.yml run from the controller
+(docker connection) with a one-second gpunuma_lock_timeout stops naming the
+local run's holder (the node's own host name, playbook site.yml) with
+nothing changed; the local run ends with units, plan.json and state.json on
+its plan. Skipped only when there is no Docker engine or no base image.
 """
 
 import json
@@ -28,6 +45,7 @@ import uuid
 import pytest
 import yaml
 
+from ansible_run import BINDIR, ansible_env
 from conftest import REPO_ROOT
 from containers import Node, needs_docker
 
@@ -113,8 +131,9 @@ def write_entry_points(tmp_path):
     return bindir
 
 
-@pytest.fixture
-def pull_node(tmp_path):
+@pytest.fixture(scope="module")
+def pull_node(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("pull")
     name = "gpunuma-pull-%s" % uuid.uuid4().hex[:8]  # container, hostname and inventory host
     bare = build_repository(tmp_path, name)
     mounts = [(_site_packages(), SITE_IN_NODE), (str(write_entry_points(tmp_path)), BIN_IN_NODE),
@@ -170,3 +189,109 @@ def test_ansible_pull_applies_the_nodes_plan_and_is_idempotent(pull_node):
     assert second["changed"] == 0, out[-6000:]
     assert second["failed"] == 0 and second["unreachable"] == 0
     assert {i["name"]: node.main_pid("gpunuma-%s.service" % i["name"]) for i in INSTANCES} == pids
+
+
+def _start_local_run(node, *extra):
+    """site.yml from the node's checkout, in a session of its own (as a terminal's foreground job): its process
+    group id is its pid, in /tmp/run.pid; its output in /tmp/local-run.log."""
+    node.sh("cd %s && (PYTHONPATH=%s ANSIBLE_NOCOLOR=1 setsid sh -c 'echo $$ > /tmp/run.pid; exec python3 "
+            "%s/ansible-playbook -i inventory/pull.yml playbooks/site.yml %s' > /tmp/local-run.log 2>&1 "
+            "< /dev/null &)" % (CHECKOUT, SITE_IN_NODE, BIN_IN_NODE, " ".join(extra)))
+
+
+def _wait_local_run(node, deadline):
+    """Until the local run and its modules are gone (a pipelined module runs as a bare python3 reading stdin)."""
+    while node.sh("ps -eo args | grep -E '^[^ ]*python3( .*(ansible-playbook|AnsiballZ).*)?$' || true").strip():
+        assert time.time() < deadline, node.sh("ps -ef; tail -c 4000 /tmp/local-run.log")
+        time.sleep(0.5)
+    return node.sh("cat /tmp/local-run.log")
+
+
+def _policy(node, unit):
+    """The memory policy the unit's running process has (numa_maps' first policy word, e.g. prefer:0, bind:0)."""
+    pid = node.main_pid(unit)
+    words = node.sh("awk '{print $2}' /proc/%d/numa_maps | sort -u" % pid).split()
+    return pid, sorted(set(words))
+
+
+def test_ctrl_c_during_the_restarts_leaves_the_node_on_its_old_plan(pull_node):
+    # Runs after the pull test, on the node it left: both instances on preferred.
+    node = pull_node
+    units = ["gpunuma-%s.service" % i["name"] for i in INSTANCES]
+    files = {u: node.sh("cat /etc/systemd/system/%s" % u) for u in units}
+    plan_before = node.sh("cat /etc/gpunuma/plan.json")
+    state_before = node.sh("cat /etc/gpunuma/state.json")
+    before = {u: _policy(node, u) for u in units}
+    assert all(p == ["prefer:0"] for _, p in before.values()), before
+    invocation = node.sh("systemctl show -p InvocationID --value %s" % units[0]).strip()
+
+    _start_local_run(node, "-e gpunuma_profile=interleave -e numa_binding_settle_seconds=20")
+    deadline = time.time() + 300
+    while node.sh("systemctl show -p InvocationID --value %s" % units[0]).strip() == invocation:
+        assert time.time() < deadline, node.sh("tail -c 4000 /tmp/local-run.log")
+        time.sleep(0.5)
+    # The first instance restarted on its interleave file; the run settles it for 20 s. Ctrl-C.
+    assert "--interleave" in node.sh("cat /etc/systemd/system/%s" % units[0])
+    pgid = int(node.sh("cat /tmp/run.pid"))
+    node.sh("python3 -c 'import os, signal; os.killpg(%d, signal.SIGINT)'" % pgid)
+    log = _wait_local_run(node, deadline)
+
+    for unit in units:
+        assert node.sh("cat /etc/systemd/system/%s" % unit) == files[unit], (unit, log[-4000:])
+        assert node.sh("systemctl is-active %s" % unit, check=False).strip() == "active", unit
+        assert _policy(node, unit)[1] == ["prefer:0"], (unit, _policy(node, unit))
+    # The second instance was never touched; the first runs its old file again.
+    assert _policy(node, units[1])[0] == before[units[1]][0]
+    assert node.sh("cat /etc/gpunuma/plan.json") == plan_before
+    assert node.sh("cat /etc/gpunuma/state.json") == state_before
+    assert node.sh("cat /var/lib/gpunuma/pending-restarts.json 2>/dev/null || echo '[]'").strip() == "[]"
+    lease = node.sh("cat /run/gpunuma/lock 2>/dev/null || true").strip()
+    assert not lease or json.loads(lease) is None, "the run's lease was not given back: " + lease
+    assert node.sh("ls -d /root/.ansible/tmp/ansible-tmp-* 2>/dev/null || true").strip() == ""
+    # Why it stopped is in the node's journal (the controller that would have printed it is gone).
+    journal = node.sh("journalctl --no-pager -q | grep 'gpunuma_apply: stopped' || true")
+    assert "the controller went away (signal SIGINT)" in journal, (journal, log[-4000:])
+
+    rc, out, _ = pull(node)
+    assert rc == 0, out[-6000:]
+    assert recap(out, node.name)["changed"] == 0, out[-6000:]
+
+
+def test_a_controller_run_meets_the_lease_of_a_local_run(pull_node, tmp_path):
+    # Runs after the Ctrl-C test, on the node it left: both instances on preferred, no lease.
+    node = pull_node
+    invocation = node.sh("systemctl show -p InvocationID --value gpunuma-worker-a.service").strip()
+    _start_local_run(node, "-e gpunuma_profile=interleave -e numa_binding_settle_seconds=15")
+    deadline = time.time() + 300
+    while node.sh("systemctl show -p InvocationID --value gpunuma-worker-a.service").strip() == invocation:
+        assert time.time() < deadline, node.sh("tail -c 4000 /tmp/local-run.log")
+        time.sleep(0.5)
+
+    inventory = tmp_path / "controller.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {node.name: {
+        "ansible_connection": "community.docker.docker",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "gpu_topology_controller_dir": str(tmp_path / "topology"),
+        "gpunuma_profile": "preferred", "memlock_limit": "4M", "memlock_groups": ["gpunuma"],
+        "autonuma_numa_balancing": 0, "gpunuma_instances": INSTANCES}}}}))
+    files = node.sh("cat /etc/systemd/system/gpunuma-worker-*.service")
+    proc = subprocess.run([os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), "playbooks/site.yml",
+                           "-e", "gpunuma_lock_timeout=1"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=900, env=ansible_env())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert "another gpunuma run holds this node" in out, out[-4000:]
+    for needle in ("controller %s" % node.name, "playbook site.yml"):
+        assert needle in out, (needle, out[-4000:])
+    # Refused before any change: the local run's files as it wrote them.
+    assert node.sh("cat /etc/systemd/system/gpunuma-worker-*.service") == files
+
+    log = _wait_local_run(node, time.time() + 300)
+    assert recap(log, node.name)["failed"] == 0, log[-4000:]
+    plan = json.loads(node.sh("cat /etc/gpunuma/plan.json"))
+    state = json.loads(node.sh("cat /etc/gpunuma/state.json"))
+    assert plan["profile"] == state["profile"] == "interleave", (plan["profile"], state["profile"])
+    for instance in INSTANCES:
+        unit = "gpunuma-%s.service" % instance["name"]
+        assert "--interleave=0" in node.sh("cat /etc/systemd/system/%s" % unit)
+        assert _policy(node, unit)[1] == ["interleave:0"], unit

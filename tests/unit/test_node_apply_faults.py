@@ -242,6 +242,10 @@ class Systemd:
                       ran=self.disk(unit))
         elif verb == "enable":
             st["UnitFileState"] = "enabled"
+            if "--now" in argv:
+                self._next += 1
+                st.update(ActiveState="active", SubState="running", InvocationID="inv%d" % self._next,
+                          ran=self.disk(unit))
         elif verb == "disable":
             st["UnitFileState"] = "disabled"
             if "--now" in argv:
@@ -313,11 +317,11 @@ class Scene:
             fake.boot_running(unit)
         return fake
 
-    def run(self, fake, steps):
+    def run(self, fake, steps, alive=None, files=None):
         module = _load_module()
         module.os = FaultyOs(steps)
         module.tempfile = FaultyTempfile(steps)
-        apply = Apply(module.NodeFiles(FakeModule()), fake, fake.sleep)
+        apply = Apply((files or module.NodeFiles)(FakeModule()), fake, fake.sleep, alive=alive)
         return apply.run(
             normalise_files(self.files),
             prune={"unit_dir": self.unit_dir, "unit_pattern": "gpunuma-*.service", "unit_marker": UNIT_MARKER,
@@ -613,3 +617,90 @@ def test_a_failed_write_puts_back_what_was_written_and_changes_nothing_live(tmp_
     assert [c for c in fake.calls if c[:1] != ["show"] and "show" not in c] == []
     # Nothing is left pending for the next run to restart.
     assert not pending.exists()
+
+
+# ------------------------------------------------- the controller goes away
+
+def _check_on_old_plan(scene, fake, result, where):
+    """The node runs exactly what it ran before the run: old files, pruned files back, old processes' files."""
+    assert result.get("failed"), where
+    tree = scene.tree()
+    for path, data in scene.old.items():
+        assert tree.get(path) == data, "%s: %s is not back to its old bytes" % (where, path)
+    assert os.path.join(scene.unit_dir, "gpunuma-llm2.service") not in tree, where
+    leftovers = [p for p in tree if os.path.basename(p).startswith(TEMP_PREFIX)]
+    assert leftovers == [], "%s: temporary files left: %s" % (where, leftovers)
+    pending = json.loads(tree[scene.pending]) if scene.pending in tree else []
+    assert pending == [], "%s: restarts left pending %s" % (where, pending)
+    for unit in ("gpunuma-llm0.service", "gpunuma-llm1.service", "gpunuma-llm3.service", "gpunuma-gone.service",
+                 "containerd.service", "nginx.service"):
+        assert fake.runs_disk(unit), "%s: %s does not run its file on disk (%r)" % (where, unit, fake.state(unit))
+    assert fake.state("gpunuma-llm2.service")["ActiveState"] != "active", where
+
+
+class Gone:
+    """alive() for Apply: the controller is there for the first ``after`` questions, then gone."""
+
+    def __init__(self, after):
+        self.after, self.asked = after, 0
+
+    def __call__(self):
+        self.asked += 1
+        return "signal SIGINT" if self.asked > self.after else None
+
+
+def test_a_controller_that_goes_away_leaves_the_node_on_the_old_plan_or_the_new_one(tmp_path):
+    """Asked at each step boundary (before the writes, before the first live change, before each later restart
+    batch): gone at any of them, the node is back on its old files and processes; gone after the last batch
+    settled, the run finishes and the applied plan is written with the units."""
+    outcomes = []
+    for after in range(0, 6):
+        scene = Scene(str(tmp_path / ("gone%d" % after)))
+        steps = Steps()
+        fake = scene.systemd(steps)
+        alive = Gone(after)
+        where = "controller gone after %d question(s)" % after
+        try:
+            result = scene.run(fake, steps, alive=alive)
+        except ApplyError as exc:
+            result = {"failed": True, "msg": str(exc)}
+        if alive.asked <= after:
+            _check_converged(scene, fake, result, where)
+            outcomes.append("new")
+            break
+        assert "the controller went away (signal SIGINT)" in result["msg"], (where, result["msg"])
+        _check_on_old_plan(scene, fake, result, where)
+        outcomes.append(result["msg"].split(":")[0])
+    # Every kind of boundary was met, and the run that outlived every question converged.
+    assert outcomes[:2] == ["stopped before writing anything", "stopped before any live change"], outcomes
+    assert outcomes[2:-1] and all(o == "stopped" for o in outcomes[2:-1]), outcomes
+    assert outcomes[-1] == "new", outcomes
+
+
+def test_a_plan_that_cannot_be_written_after_the_restarts_puts_the_node_back(tmp_path):
+    """The applied plan and the units are one transaction: a full disk at the plan puts every unit back."""
+    scene = Scene(str(tmp_path / "node"))
+    steps = Steps()
+    fake = scene.systemd(steps)
+
+    def files(module):
+        real = _load_module().NodeFiles(module)
+
+        class PlanDiskFull:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def write(self, entry):
+                if entry["path"] == scene.plan:
+                    raise OSError(28, os.strerror(28))
+                return real.write(entry)
+        return PlanDiskFull()
+
+    result = scene.run(fake, steps, files=files)
+    assert "stopped: cannot write %s: [Errno 28] ENOSPC" % scene.plan in result["msg"], result["msg"]
+    assert "free the space" in result["msg"]
+    _check_on_old_plan(scene, fake, result, "plan write failed")
+    # The next run, with space, converges.
+    again = Steps()
+    fake.steps = again
+    _check_converged(scene, fake, scene.run(fake, again), "after the full disk")

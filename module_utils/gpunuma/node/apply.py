@@ -35,6 +35,16 @@ module is killed). Two things make a plain re-run finish the job:
   writing a unit and restarting it would otherwise leave the old process
   running on the new file, reported unchanged for ever.
 
+A run whose controller went away (``alive`` says why: a signal such as
+Ctrl-C, or the connection that would read the answer closed) does no work
+after it at the next step boundary: before any live change it puts back the
+files it wrote and stops; between rolling-restart batches it puts the node
+back on the files it ran before this run (restarting what it had restarted,
+recreating what it had pruned); once every batch settled it finishes, writing
+the applied plan (and the state record) in the same step, so the node ends
+on the old plan or the new one, never between. A failure to write the
+``after_success`` files after the restarts is undone the same way.
+
 Check mode computes the same changes and diffs and touches nothing.
 
 The systemd and validation commands go through ``runner(argv) -> (rc, out,
@@ -286,8 +296,12 @@ def readiness_argv(command, user, group):
 class Apply:
     """One reconciliation. fs writes files (atomic, backups); runner runs commands."""
 
-    def __init__(self, fs, runner, sleep, check_mode=False, http_get=None):
+    def __init__(self, fs, runner, sleep, check_mode=False, http_get=None, alive=None):
         self.fs = fs
+        # alive() -> None while the controller waits for this step's answer, else why it went away.
+        self.alive = alive or (lambda: None)
+        # What this run removed: path -> (bytes, stat), so an abandoned run can put them back.
+        self._removed = {}
         self.runner = runner
         self.sleep = sleep
         self.check_mode = check_mode
@@ -363,6 +377,7 @@ class Apply:
             self.result["changed"] = True
             self.result["diff"].append(_diff(path, before, None, path in secret))
             if not self.check_mode:
+                self._removed[path] = (before, os.lstat(path))
                 self.fs.remove(path)
         self.result["removed"].extend(removed)
         return removed
@@ -428,6 +443,8 @@ class Apply:
         decisions = plan_files(files, self.fs)
         self._validate(decisions)
         after = normalise_files(after_success, "after_success")
+        # Planned now: a target that cannot be read stops the run before anything changes.
+        after_decisions = plan_files(after, self.fs)
         if not units.get("start", False):
             pending_path = None  # nothing is restarted, so nothing is pending
 
@@ -444,6 +461,9 @@ class Apply:
         # Recorded before the first change: a run that dies before the
         # restarts leaves them to the next run.
         touching = [d["unit"] for d in decisions if d["content_changed"] and d["unit"]] + stale_dropins
+        gone = self._gone()
+        if gone:
+            raise ApplyError("stopped before writing anything: the controller went away (%s)" % gone)
         if pending_path and set(touching) - set(pending):
             self._write_pending(pending_path, pending + touching)
         # Every file first: a write that fails (a full disk, a read-only
@@ -458,6 +478,13 @@ class Apply:
             raise ApplyError("%s; %s, nothing was stopped, reloaded or restarted" % (
                 _os_error(exc), "the %d file(s) written before it were put back" % undone if undone
                 else "no file had been written"))
+        gone = self._gone()
+        if gone:
+            undone = self._undo_writes(decisions)
+            if pending_path and set(touching) - set(pending):
+                self._write_pending(pending_path, pending)
+            raise ApplyError("stopped before any live change: the controller went away (%s); the %d file(s) "
+                             "written were put back, nothing was stopped, reloaded or restarted" % (gone, undone))
         # Stale instance units stop before their file goes.
         for unit in stale_units:
             self.result["stopped"].append(unit)
@@ -478,20 +505,24 @@ class Apply:
                 if rc != 0:
                     raise ApplyError("systemctl daemon-reload failed: %s" % msg)
 
+        self._live = []
         if units.get("start", False):
             ok = self._start(decisions, units, stale_dropins, pending)
             if pending_path:
                 self._write_pending(pending_path, self._still_pending)
             if not ok:
                 return self.result
-        after_decisions = plan_files(after, self.fs)
         try:
             self._write(after_decisions)
         except OSError as exc:
             self._undo_writes(after_decisions)
-            raise ApplyError("%s; the units run the new files, and the applied plan on the node is still the "
-                             "previous one: free the space (or fix the directory) and run again, which records it"
-                             % _os_error(exc))
+            # The applied plan (and state) and the units stay one transaction.
+            self._still_pending = [u for u in pending if u not in self._live]
+            self._abandon(decisions, units, _os_error(exc) + " (writing the applied plan)")
+            if pending_path and units.get("start", False):
+                self._write_pending(pending_path, self._still_pending)
+            self.result["msg"] += "; free the space (or fix the directory) and run again"
+            return self.result
         # Only after success: a failed run's backups are what it rolled back from.
         if backups_keep and not self.check_mode:
             for entry in list(files) + after:
@@ -566,7 +597,15 @@ class Apply:
         if start:
             batches.append(start)
         for index, batch in enumerate(batches):
+            gone = self._gone() if index else None
+            if gone:
+                # Nobody is left to watch the rest: the node goes back to what it ran before this run.
+                self._still_pending = [u for u in pending if u not in self._live]
+                self._abandon(decisions, units, "the controller went away (%s)" % gone)
+                self.result["controller_gone"] = gone
+                return False
             verb = "start" if (start and index == len(batches) - 1) else "restart"
+            self._live.extend(batch)
             failed, states = self._settle(batch, verb, units)
             if failed:
                 later = [u for rest in batches[index + 1:] for u in rest if u in restart]
@@ -576,6 +615,50 @@ class Apply:
                 self._still_pending = [u for u in later if u in pending or u not in self.result["rolled_back"]]
                 return False
         return True
+
+    def _gone(self):
+        """Why the controller went away, or None (check mode never asks)."""
+        return None if self.check_mode else self.alive()
+
+    def _abandon(self, decisions, units, why):
+        """Put the node back on the files it ran before this run, after live changes began.
+
+        Every file this run wrote goes back (backup, previous bytes, or removed when new), every file it removed
+        is recreated with its mode and owner, systemd reloads once, the units this run restarted restart on
+        their previous files, new services it started are stopped, and pruned units are enabled and started
+        again. The result fails, naming ``why`` and what was put back.
+        """
+        services = set(units.get("services") or [])
+        put, problems = [], []
+        for d in decisions:
+            if d["changed"] and d.get("record"):
+                try:
+                    self._put_back(d)
+                    put.append(d)
+                except OSError as exc:
+                    problems.append(_os_error(exc))
+        for path, (data, st) in sorted(self._removed.items()):
+            try:
+                self.fs.write({"path": path, "data": data, "before": None, "backup": False,
+                               "mode": stat.S_IMODE(st.st_mode), "owner": None, "group": None, "dir_mode": None})
+                os.chown(path, st.st_uid, st.st_gid)
+            except OSError as exc:
+                problems.append(_os_error(exc))
+        self._systemctl("daemon-reload")
+        new_services = {d["unit"] for d in put if not d["existed"] and d["unit"] in services}
+        for unit in dict.fromkeys(self._live):
+            if unit in new_services:
+                self._systemctl("disable", "--now", "--", unit)
+            else:
+                self._systemctl("restart", "--", unit)
+        for unit in self.result["stopped"]:
+            self._systemctl("enable", "--now", "--", unit)
+        self.result["rolled_back"] = sorted(set(d["unit"] for d in put if d["unit"]) | set(self.result["stopped"]))
+        self.result["failed"] = True
+        self.result["msg"] = "stopped: %s; the node is back on the files it ran before this run (%d put back, " \
+            "%d recreated; restarted again: %s)%s" % (
+                why, len(put), len(self._removed), ", ".join(dict.fromkeys(self._live)) or "none",
+                ("; could not put back: " + "; ".join(problems)) if problems else "")
 
     def _settle(self, batch, verb, units):
         """(Re)start batch, wait settle_seconds, and return (failed units, their states)."""

@@ -24,11 +24,13 @@ import re
 from ansible.module_utils.gpunuma.common import bounded, seal
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.common import schemas
+from ansible.module_utils.gpunuma.plan.profiles import base_profile
 
 SCHEMA = schemas.STATE
 SCHEMA_PREFIX = "gpunuma.state/v"
 SCHEMA_VERSION = 1
 DEFAULT_HISTORY_LIMIT = 50
+DEFAULT_PATH = "/etc/gpunuma/state.json"
 ACTIONS = ("profile", "down", "previous", "release", "site")
 ROLLBACK_CHOICES = ("down", "previous", "release")
 # Matched with fullmatch: "$" would also accept a final newline ("strict\n").
@@ -36,6 +38,8 @@ _TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 _PROFILE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 ENTRY_FIELDS = ("time", "from", "to", "action", "reason", "user")
 MAX_REASON = 500
+# A state or plan file read on the node (read_text): a regular file of at most this size.
+MAX_READ_BYTES = 16 * 1024 * 1024
 
 
 class StateError(GpunumaError):
@@ -201,6 +205,66 @@ def resolve_target(current, state, rollback, requested, profiles, inventory_prof
             % (host, inventory_profile, ", ".join(sorted(profiles)))
         )
     return inventory_profile, "release"
+
+
+def read_text(path):
+    """The text of a state or plan file on the node (a regular file of at most 16 MiB), None when absent, else
+    the error (kept, so the caller can call the file corrupt and keep it)."""
+    try:
+        return bounded.read_bounded(path, MAX_READ_BYTES, follow_symlinks=True,
+                                    what="a gpunuma state file").decode("utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return exc
+
+
+def applied_profile(plan_path):
+    """The base profile of the applied plan at ``plan_path``, or None when there is none to read."""
+    text = read_text(plan_path)
+    if not isinstance(text, str):
+        return None
+    try:
+        plan = bounded.loads_json(text)
+    except ValueError:
+        return None
+    return base_profile(plan.get("profile")) if isinstance(plan, dict) else None
+
+
+def corrupt_backup_path(path, now):
+    """Where a damaged state file is kept when a recorded switch replaces it (``now``: the record's UTC time)."""
+    return "%s.corrupt-%s" % (path, now.replace(":", ""))
+
+
+def read_current(text, path):
+    """``(state, corrupt)`` of a state file's text: text None (no file) gives (None, None); an exception (the
+    file could not be read) or a damaged document gives (None, why). A newer schema raises StateError."""
+    if isinstance(text, Exception):
+        return None, "%s: cannot be read: %s" % (path, text)
+    if text is None:
+        return None, None
+    try:
+        return parse_state(text, path), None
+    except StateCorrupt as exc:
+        return None, str(exc)
+
+
+def next_state(text, path, applied, hostname, to, action, reason, user, now, history_limit=DEFAULT_HISTORY_LIMIT):
+    """What recording a switch makes of the state file: ``(new_state, changed, corrupt)``.
+
+    ``text`` is the file's text (None: no file; an exception: unreadable), ``applied`` the profile of the
+    applied plan (a node provisioned before state files existed starts its history from it). A damaged file
+    is replaced (``corrupt`` says why; the caller keeps it as a backup). The one rule both the state step
+    (``gpunuma_state``) and the apply step (``gpunuma_apply state_record``) follow.
+    """
+    current, corrupt = read_current(text, path)
+    base = current
+    if base is None and corrupt is None and applied is not None and action != "site":
+        # Provisioned before state files existed: the applied plan is where it came from.
+        base = empty_state(hostname)
+        base["profile"] = applied
+    new, changed = record(base, hostname, to, action, reason, user, now, history_limit)
+    return new, changed or corrupt is not None, corrupt
 
 
 def record(state, hostname, to, action, reason, user, now, history_limit=DEFAULT_HISTORY_LIMIT):
