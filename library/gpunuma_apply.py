@@ -265,8 +265,9 @@ class Controller:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self):
+    def __init__(self, out_fd=1):
         self.signal = None
+        self.out_fd = out_fd
         for signum in self.SIGNALS:
             signal.signal(signum, self._note)
 
@@ -277,7 +278,7 @@ class Controller:
         if self.signal:
             return "signal %s" % signal.Signals(self.signal).name
         try:
-            os.write(1, b"\n")
+            os.write(self.out_fd, b"\n")
         except OSError as exc:
             return "its connection closed (%s)" % (errno.errorcode.get(exc.errno) or exc)
         return None
