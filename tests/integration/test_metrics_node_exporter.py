@@ -131,7 +131,7 @@ def test_node_exporter_scrapes_gpunuma_metrics(tmp_path):
         assert find(samples, "gpunuma_instance_up", instance="llm0")[0].value == 1
         resident = find(samples, "gpunuma_instance_memory_resident_bytes", instance="llm0", node=0)
         assert resident and resident[0].value >= 64 << 20  # the holder's 64 MiB buffer, live from numa_maps
-        assert find(samples, "gpunuma_instance_memory_planned_node_ratio", instance="llm0")[0].value == 1.0
+        assert find(samples, "gpunuma_instance_local_pages_ratio", instance="llm0", kind="all")[0].value == 1.0
         assert find(samples, "gpunuma_node_profile_info", profile="strict")[0].value == 1
         assert find(samples, "gpunuma_audit_state", state="drifted")[0].value == 1
 

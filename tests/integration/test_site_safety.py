@@ -58,6 +58,12 @@ LOCK = "/run/gpunuma/lock"
 POLICY_FLAGS = ("--interleave", "--membind", "--preferred")
 
 
+# An instance with a second thread, which the audit test re-pins after start.
+THREADED = {"name": "thr", "numa_node": 0, "share_cpus": True,
+            "command": ["/usr/bin/python3", "-c", "import threading, time; "
+                        "threading.Thread(target=time.sleep, args=(1e6,), daemon=True).start(); time.sleep(1e6)"]}
+
+
 def _instance(name):
     return {"name": name, "numa_node": 0, "share_cpus": True, "command": ["/bin/sleep", "infinity"]}
 
@@ -254,9 +260,46 @@ def test_secret_environment_stays_out_of_units_plans_and_output(node, tmp_path):
     assert backup.startswith("/etc/gpunuma/env/sec.env.") and backup.endswith("~")
     assert node.sh("stat -c '%a' " + backup).strip() == "600"
 
-    # The instance goes: so do its environment file and every backup of it.
-    cmd = _site(tmp_path, node, "s3", ["w1", "w3"], "strict")
+    # The instance goes: so do its environment file and every backup of it. (A two-thread instance comes,
+    # for the audit test below.)
+    cmd = _site(tmp_path, node, "s3", ["w1", "w3"], "strict", more=[THREADED])
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=ansible_env())
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     assert _grep(node, first) == [] and _grep(node, second) == []
     assert node.sh("ls -A /etc/gpunuma/env 2>/dev/null || true").strip() == ""
+
+
+def test_a_thread_re_pinned_after_start_is_found_by_the_audit(node, tmp_path):
+    # Runs after the secret test, on the node it left: w1, w3 and thr (two threads) running.
+    plan = json.loads(node.sh("cat /etc/gpunuma/plan.json"))
+    [thr] = [i for i in plan["instances"] if i["name"] == "thr"]
+    pid = node.main_pid(thr["unit"])
+    tids = sorted(int(t) for t in node.sh("ls /proc/%d/task" % pid).split())
+    [other] = [t for t in tids if t != pid]
+    planned = set()
+    for part in thr["cpus"].split(","):
+        low, _, high = part.partition("-")
+        planned.update(range(int(low), int(high or low) + 1))
+    online = set(range(int(node.sh("nproc --all"))))
+    cpu = min(online - planned) if online - planned else min(planned)
+    assert {cpu} != planned
+    # What an engine's late sched_setaffinity does to one of its threads.
+    node.sh("taskset -p -c %d %d" % (cpu, other))
+
+    cmd = _site(tmp_path, node, "audit", ["w1", "w3"], "strict", more=[THREADED])
+    cmd[-1] = "playbooks/audit.yml"
+    proc = subprocess.run(cmd + ["-e", "gpunuma_audit_dir=%s" % (tmp_path / "audit")], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=600, env=ansible_env())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    [path] = (tmp_path / "audit").glob("*.json")
+    report = json.loads(path.read_text())
+    findings = [(f["id"], f["instance"]) for f in report["findings"]]
+    assert findings == [("thread-affinity", "thr")], (findings, out[-4000:])
+    [finding] = report["findings"]
+    assert finding["actual"] == {str(other): str(cpu)} and finding["expected"] == thr["cpus"]
+    [live] = [i["live"] for i in report["instances"] if i["name"] == "thr"]
+    assert live["threads"] == 2 and live["threads_off_plan"] == 1 and live["processes"] == 1
+    # One node: every page the instance allocated is local (judged for bind and preferred instances).
+    assert live.get("local_share_anon", 1.0) == 1.0, live
+    assert ("local_share_anon" in live) == (thr["mem_policy"] in ("bind", "preferred")), (thr["mem_policy"], live)

@@ -28,11 +28,13 @@ UNIT = ("# gpunuma instance small\n[Service]\nType=exec\n"
         "ExecStart=/usr/bin/numactl --physcpubind=1-3 --membind=0 /bin/sleep infinity\nLimitMEMLOCK=4M\n")
 
 
-def run(item=ITEM, unit_text=UNIT, status=STATUS, maps=MAPS_BIND, limits=LIMITS, **unit):
+def run(item=ITEM, unit_text=UNIT, status=STATUS, maps=MAPS_BIND, limits=LIMITS, more=None, share=0.5, **unit):
     u = {"unit": item["unit"], "path": "/etc/systemd/system/" + item["unit"], "text": unit_text,
          "active": "active", "pid": 42}
     u.update(unit)
-    findings, live = audit.audit_instance(item, u, {"status": status, "numa_maps": maps, "limits": limits}, 0.5)
+    proc = {"status": status, "numa_maps": maps, "limits": limits}
+    proc.update(more or {})
+    findings, live = audit.audit_instance(item, u, proc, share)
     return [f["id"] for f in findings], findings, live
 
 
@@ -229,3 +231,50 @@ def test_numa_balancing_findings():
     # In a container the live value is the host's: only the file is compared.
     assert [f["id"] for f in audit.numa_balancing_findings(0, "1", "0", "/x.conf", False)] == []
     assert [f["id"] for f in audit.numa_balancing_findings(0, "1", "0", "/x.conf", True)] == ["numa-balancing-live"]
+
+
+def _every_process(maps_by_pid, threads):
+    """What gpunuma_audit_info hands over for a unit: pages of every process by kind, every thread's CPUs."""
+    from ansible.module_utils.gpunuma.operate import metrics
+
+    pages = {"anon": {}, "file": {}}
+    for maps in maps_by_pid.values():
+        for kind, by_node in metrics.numa_maps_kinds(maps).items():
+            for node, nbytes in by_node.items():
+                pages[kind][node] = pages[kind].get(node, 0) + nbytes
+    return {"pages": pages, "threads": threads, "pids": sorted(maps_by_pid)}
+
+
+def test_the_share_is_judged_on_what_every_process_allocated_not_on_the_page_cache():
+    # The main process is all local; its worker child (43) allocated 90 % of its pages on node 1.
+    worker = "7e00 bind:0 anon=100 N0=10 N1=90 kernelpagesize_kB=4\n"
+    more = _every_process({42: MAPS_BIND, 43: worker}, {42: "1-3", 43: "1-3"})
+    ids, findings, live = run(more=more, share=audit.MIN_LOCAL_SHARE)
+    assert ids == ["mem-local-share"], findings
+    assert live["local_share_anon"] == pytest.approx(20 / 110.0, abs=1e-3) and live["processes"] == 2
+    assert "of the anonymous pages of its 2 processes are on node 0" in findings[0]["message"]
+    # Page cache on the other node (libc read first by another process) is no finding: anon is all local.
+    cache = "7f00 bind:0 file=/lib/libc.so mapped=50 N1=50 kernelpagesize_kB=4\n55d1 bind:0 anon=10 N0=10\n"
+    ids, _, live = run(more=_every_process({42: cache}, {42: "1-3"}), share=audit.MIN_LOCAL_SHARE)
+    assert ids == [] and live["local_share_anon"] == 1.0 and live["local_share_file"] == 0.0
+
+
+def test_default_share_is_98_percent():
+    assert audit.MIN_LOCAL_SHARE == 0.98
+    at = "55d1 bind:0 anon=100 N0=98 N1=2\n"
+    below = "55d1 bind:0 anon=100 N0=97 N1=3\n"
+    assert run(more=_every_process({42: at}, {}), share=audit.MIN_LOCAL_SHARE)[0] == []
+    assert run(more=_every_process({42: below}, {}), share=audit.MIN_LOCAL_SHARE)[0] == ["mem-local-share"]
+
+
+def test_a_thread_re_pinned_after_start_is_thread_affinity_drift():
+    # Main thread 42 on the plan's CPUs; thread 44 and the child's thread 50 re-pinned.
+    threads = {42: "1-3", 43: "1,2,3", 44: "0-7", 50: "5"}
+    ids, findings, live = run(more=_every_process({42: MAPS_BIND}, threads))
+    assert ids == ["thread-affinity"], findings
+    assert findings[0]["actual"] == {"44": "0-7", "50": "5"}
+    assert "2 of 4 threads may run on other CPUs than the plan's 1-3: 44 on 0-7, 50 on 5" in findings[0]["message"]
+    assert live["threads"] == 4 and live["threads_off_plan"] == 2
+    # The main thread's own drift is cpu-affinity's, not repeated.
+    ids, _, _ = run(status=STATUS.replace("1-3", "0-3"), more=_every_process({42: MAPS_BIND}, {42: "0-3"}))
+    assert ids == ["cpu-affinity"]

@@ -30,7 +30,8 @@ def samples(families, name, **labels):
     return out
 
 
-def fake_root(tmp_path, numa_maps=None, procs=None, unit="gpunuma-llm0.service"):
+def fake_root(tmp_path, numa_maps=None, procs=None, unit="gpunuma-llm0.service", threads=None):
+    """``threads``: {pid: {tid: Cpus_allowed_list}} written as /proc/PID/task/TID/status."""
     for node, hit in ((0, 1000), (1, 50)):
         d = tmp_path / "sys/devices/system/node" / ("node%d" % node)
         d.mkdir(parents=True)
@@ -43,6 +44,11 @@ def fake_root(tmp_path, numa_maps=None, procs=None, unit="gpunuma-llm0.service")
             d = tmp_path / "proc" / str(pid)
             d.mkdir(parents=True)
             (d / "numa_maps").write_text(text)
+    for pid, tids in (threads or {}).items():
+        for tid, cpus in tids.items():
+            d = tmp_path / "proc" / str(pid) / "task" / str(tid)
+            d.mkdir(parents=True)
+            (d / "status").write_text("Name:\tpython3\nTgid:\t%d\nCpus_allowed_list:\t%s\n" % (pid, cpus))
     return str(tmp_path)
 
 
@@ -117,8 +123,12 @@ def test_instance_info_and_planned_share(tmp_path):
     on0 = 300 * 4096 + 2 * 2048 * 1024
     on1 = 200 * 4096
     assert samples(fams, "gpunuma_instance_memory_resident_bytes", instance="llm0", node=1)[0].value == on1
-    ratio = samples(fams, "gpunuma_instance_memory_planned_node_ratio", instance="llm0")[0]
+    ratio = samples(fams, "gpunuma_instance_local_pages_ratio", instance="llm0", kind="all")[0]
     assert ratio.value == pytest.approx(on0 / (on0 + on1)) and ratio.labels["planned_nodes"] == "0"
+    # What the processes allocated (anon): 300 pages on node 0, 200 on node 1; the file mapping is all on node 0.
+    anon = samples(fams, "gpunuma_instance_local_pages_ratio", instance="llm0", kind="anon")[0]
+    assert anon.value == pytest.approx(300 / 500.0)
+    assert samples(fams, "gpunuma_instance_local_pages_ratio", instance="llm0", kind="file")[0].value == 1.0
     assert samples(fams, "gpunuma_node_profile_info", profile="strict")[0].value == 1
     assert samples(fams, "gpunuma_instance_up", instance="llm0")[0].value == 1
 
@@ -128,7 +138,27 @@ def test_stopped_instance_is_down_without_share(tmp_path):
     plan.write_text(json.dumps(PLAN))
     fams = parse(metrics.collect(plan_path=str(plan), sysfs_root=fake_root(tmp_path))[0])
     assert samples(fams, "gpunuma_instance_up", instance="llm0")[0].value == 0
-    assert not samples(fams, "gpunuma_instance_memory_planned_node_ratio")
+    assert not samples(fams, "gpunuma_instance_local_pages_ratio")
+    assert not samples(fams, "gpunuma_instance_cpus_match")
+
+
+def test_numa_maps_kinds_split_what_a_process_allocated_from_its_page_cache():
+    assert metrics.numa_maps_kinds(MAPS) == {"anon": {0: 300 * 4096, 1: 100 * 4096}, "file": {0: 2 * 2048 * 1024}}
+    assert metrics.planned_ratio({0: 3, 1: 1}, [0]) == 0.75
+    assert metrics.planned_ratio({}, [0]) is None
+
+
+@pytest.mark.parametrize("cpus, match", [({101: "1-7", 102: "1-7", 103: "1,2,3-7"}, 1),
+                                         ({101: "1-7", 102: "0-15", 103: "1-7"}, 0),
+                                         ({101: "1-6", 102: "1-7", 103: "1-7"}, 0)])
+def test_cpus_match_reads_every_thread_of_every_process(tmp_path, cpus, match):
+    # Process 101 has threads 101 and 102; process 103 (a worker child) its own thread 103.
+    threads = {101: {101: cpus[101], 102: cpus[102]}, 103: {103: cpus[103]}}
+    root = fake_root(tmp_path, numa_maps=[MAPS, MAPS], procs=[101, 103], threads=threads)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(PLAN))
+    fams = parse(metrics.collect(plan_path=str(plan), sysfs_root=root)[0])
+    assert samples(fams, "gpunuma_instance_cpus_match", instance="llm0")[0].value == match
 
 
 def test_hostile_label_values_round_trip(tmp_path):

@@ -183,15 +183,78 @@ _NUMA_MAPS_NODE = re.compile(r"\bN(\d+)=(\d+)")
 _NUMA_MAPS_PAGESIZE = re.compile(r"\bkernelpagesize_kB=(\d+)")
 
 
-def numa_maps_bytes(text):
-    """{node: bytes} resident per NUMA node from a numa_maps text."""
-    out = {}
+def numa_maps_kinds(text):
+    """{"anon": {node: bytes}, "file": {node: bytes}} resident per NUMA node from a numa_maps text.
+
+    A file-backed mapping (``file=``: libraries, model weights read through the page cache) is ``file``; every
+    other mapping (heap, stack, anonymous and shared memory: what the process allocated) is ``anon``. The page
+    cache is placed by whichever process read the file first, so only ``anon`` says where the instance's own
+    memory went.
+    """
+    out = {"anon": {}, "file": {}}
     for line in text.splitlines():
+        kind = out["file" if " file=" in line else "anon"]
         size = _NUMA_MAPS_PAGESIZE.search(line)
         page = int(size.group(1)) * 1024 if size else 4096
         for node, pages in _NUMA_MAPS_NODE.findall(line):
-            out[int(node)] = out.get(int(node), 0) + int(pages) * page
+            kind[int(node)] = kind.get(int(node), 0) + int(pages) * page
     return out
+
+
+def numa_maps_bytes(text):
+    """{node: bytes} resident per NUMA node from a numa_maps text (both kinds)."""
+    out = {}
+    for kind in numa_maps_kinds(text).values():
+        for node, nbytes in kind.items():
+            out[node] = out.get(node, 0) + nbytes
+    return out
+
+
+def planned_ratio(resident, planned):
+    """Share of ``resident`` ({node: bytes}) on the ``planned`` nodes, or None when nothing is resident."""
+    total = sum(resident.values())
+    if not total or not planned:
+        return None
+    return sum(v for n, v in resident.items() if n in set(planned)) / float(total)
+
+
+# At most this many threads of one process are read (an engine has a few hundred; a runaway one is cut short).
+MAX_THREADS = 4096
+
+
+def thread_cpus(pid, proc="/proc", limit=MAX_THREADS):
+    """{tid: Cpus_allowed_list} of every thread of ``pid`` (``/proc/PID/task/*/status``), at most ``limit``."""
+    out = {}
+    task = os.path.join(proc, str(pid), "task")
+    try:
+        tids = sorted(int(t) for t in os.listdir(task) if t.isdigit())[:limit]
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(os.path.join(task, str(tid), "status")) as fh:
+                text = fh.read(65536)
+        except OSError:
+            continue  # the thread ended
+        for line in text.splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                out[tid] = line.split(":", 1)[1].strip()
+    return out
+
+
+def cpu_set(text):
+    """The CPU ids of a kernel CPU list (``0-3,8``), or None when it is not one."""
+    cpus = set()
+    try:
+        for part in str(text).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+    except ValueError:
+        return None
+    return cpus
 
 
 def unit_pids(unit, sysfs_root="/", systemctl="systemctl"):
@@ -239,27 +302,42 @@ def plan_metrics(expo, plan, probe=None, sysfs_root="/"):
                      "topology_fingerprint": plan.get("topology_fingerprint") or "",
                  })
         pids = unit_pids(unit, sysfs_root)
-        resident = {}
+        kinds = {"anon": {}, "file": {}}
+        threads = {}
         for pid in pids:
             try:
                 with open(os.path.join(sysfs_root, "proc", str(pid), "numa_maps")) as fh:
-                    for node, nbytes in numa_maps_bytes(fh.read()).items():
-                        resident[node] = resident.get(node, 0) + nbytes
+                    for kind, by_node in numa_maps_kinds(fh.read()).items():
+                        for node, nbytes in by_node.items():
+                            kinds[kind][node] = kinds[kind].get(node, 0) + nbytes
             except OSError:
                 continue
+            threads.update(thread_cpus(pid, os.path.join(sysfs_root, "proc")))
+        resident = {}
+        for by_node in kinds.values():
+            for node, nbytes in by_node.items():
+                resident[node] = resident.get(node, 0) + nbytes
         expo.add("gpunuma_instance_up", "gauge", "1 when the instance's unit has a running process.",
                  1 if pids else 0, {"instance": inst["name"]})
         for node in sorted(resident):
             expo.add("gpunuma_instance_memory_resident_bytes", "gauge",
                      "Resident memory of the instance's processes on each NUMA node (numa_maps).", resident[node],
                      {"instance": inst["name"], "node": node})
-        total = sum(resident.values())
-        target = set(planned or mem_nodes)
-        if total and target:
-            expo.add("gpunuma_instance_memory_planned_node_ratio", "gauge",
-                     "Share of the instance's resident memory on its planned NUMA node(s).",
-                     sum(v for n, v in resident.items() if n in target) / float(total),
-                     {"instance": inst["name"], "planned_nodes": ",".join(str(n) for n in sorted(target))})
+        target = sorted(set(planned or mem_nodes))
+        for kind, by_node in (("anon", kinds["anon"]), ("file", kinds["file"]), ("all", resident)):
+            ratio = planned_ratio(by_node, target)
+            if ratio is not None:
+                expo.add("gpunuma_instance_local_pages_ratio", "gauge",
+                         "Share of the instance's resident pages on its planned NUMA node(s), by kind: anon (what "
+                         "it allocated), file (page cache it maps), all.", ratio,
+                         {"instance": inst["name"], "kind": kind,
+                          "planned_nodes": ",".join(str(n) for n in target)})
+        want = cpu_set(inst.get("cpus")) if inst.get("cpus") else None
+        if want and threads:
+            expo.add("gpunuma_instance_cpus_match", "gauge",
+                     "1 when every thread of every process of the instance may run on exactly its planned CPUs "
+                     "(Cpus_allowed_list); 0 when one was re-pinned.",
+                     1 if all(cpu_set(c) == want for c in threads.values()) else 0, {"instance": inst["name"]})
 
 
 def audit_metrics(expo, audit):

@@ -18,6 +18,11 @@ from ansible.module_utils.gpunuma.common import schemas
 
 SCHEMA = schemas.AUDIT
 SEVERITIES = ("error", "warning", "info")
+# The share of an instance's own (anonymous) pages expected on its planned nodes: 98-100 % is what a bound
+# engine reaches (docs/audit.md); less means pages were placed or migrated elsewhere.
+MIN_LOCAL_SHARE = 0.98
+# Threads named in a thread-affinity finding (the count says how many more).
+SHOWN_THREADS = 5
 
 # Finding ids (docs/audit.md).
 FINDING_IDS = (
@@ -34,6 +39,7 @@ FINDING_IDS = (
     "unit-reload-pending",
     "instance-not-running",
     "cpu-affinity",
+    "thread-affinity",
     "mem-policy",
     "mem-local-share",
     "memlock",
@@ -228,16 +234,10 @@ def audit_instance(item, unit, proc, min_local_share):
                                        want, (" on " + format_cpulist(item["mem_nodes"])) if item.get("mem_nodes") else ""),
                                     name, {"policy": want, "nodes": item.get("mem_nodes") or []},
                                     {"policy": policy, "nodes": nodes}))
-        total = sum(pages.values())
-        if total and item.get("mem_nodes") and want in ("bind", "preferred"):
-            local = sum(pages.get(n, 0) for n in item["mem_nodes"])
-            live["local_share"] = round(float(local) / total, 4)
-            if live["local_share"] < min_local_share:
-                findings.append(Finding("mem-local-share", "warning", "%s: %.1f%% of PID %s's resident pages are on "
-                                        "node %s (at least %.0f%% expected)" % (
-                                            name, live["local_share"] * 100, unit.get("pid"),
-                                            format_cpulist(item["mem_nodes"]), min_local_share * 100),
-                                        name, min_local_share, live["local_share"]))
+        if proc.get("pids"):
+            live["processes"] = len(proc["pids"])
+        findings.extend(_local_share(item, unit, proc, pages, want, min_local_share, live))
+    findings.extend(_thread_affinity(item, unit, proc, live))
     if proc.get("limits") is not None and live.get("unit_memlock") is not None:
         got = parse_memlock(proc["limits"])
         live["memlock"] = got
@@ -246,6 +246,75 @@ def audit_instance(item, unit, proc, min_local_share):
             findings.append(Finding("memlock", "error", "%s: PID %s runs with memlock %s, its unit sets LimitMEMLOCK=%s"
                                     % (name, unit.get("pid"), got, live["unit_memlock"]), name, want, got))
     return findings, live
+
+
+def _share(by_node, nodes):
+    total = sum(by_node.values())
+    return round(float(sum(by_node.get(n, 0) for n in nodes)) / total, 4) if total else None
+
+
+def _local_share(item, unit, proc, pages, want, min_local_share, live):
+    """The mem-local-share finding: the share of the instance's pages on its planned nodes, over every process of
+    its unit (``proc["pages"]``: anon and file bytes per node) or, without them, the main process's pages."""
+    nodes = item.get("mem_nodes")
+    if not nodes or want not in ("bind", "preferred"):
+        return []
+    kinds = proc.get("pages")
+    if kinds:
+        every = {}
+        for by_node in kinds.values():
+            for node, nbytes in by_node.items():
+                every[node] = every.get(node, 0) + nbytes
+        live["local_share"] = _share(every, nodes)
+        live["local_share_anon"] = _share(kinds.get("anon") or {}, nodes)
+        live["local_share_file"] = _share(kinds.get("file") or {}, nodes)
+    else:
+        live["local_share"] = _share(pages, nodes)
+    # What the instance allocated decides; the page cache it maps was placed by whoever read the file first.
+    judged, what = live.get("local_share_anon"), "anonymous"
+    if judged is None:
+        judged, what = live.get("local_share"), "resident"
+    if judged is None or judged >= min_local_share:
+        return []
+    return [Finding("mem-local-share", "warning", "%s: %.1f%% of the %s pages of %s are on node %s (at least "
+                    "%.0f%% expected; pages placed elsewhere or migrated since start)" % (
+                        name_of(item), judged * 100, what,
+                        "its %d processes" % live["processes"] if live.get("processes", 1) > 1
+                        else "PID %s" % unit.get("pid"), format_cpulist(nodes), min_local_share * 100),
+                    name_of(item), min_local_share, judged)]
+
+
+def _thread_affinity(item, unit, proc, live):
+    """The thread-affinity finding: threads of the unit's processes (the main thread aside: cpu-affinity) whose
+    Cpus_allowed_list is not the plan's CPU set (an engine or library that re-pinned itself after start)."""
+    threads = proc.get("threads") or {}
+    if not item.get("cpus") or not threads:
+        return []
+    want = parse_cpulist(item["cpus"])
+    off = {}
+    for tid, cpus in sorted(threads.items()):
+        try:
+            got = parse_cpulist(cpus)
+        except ValueError:
+            got = None
+        if got != want:
+            off[tid] = cpus
+    live["threads"] = len(threads)
+    live["threads_off_plan"] = len(off)
+    off.pop(unit.get("pid"), None)
+    if not off:
+        return []
+    shown = ", ".join("%s on %s" % (tid, cpus) for tid, cpus in list(off.items())[:SHOWN_THREADS])
+    more = len(off) - SHOWN_THREADS
+    return [Finding("thread-affinity", "error", "%s: %d of %d threads may run on other CPUs than the plan's %s: %s%s "
+                    "(re-pinned after start: an engine's or library's own sched_setaffinity, or a launcher's "
+                    "affinity restored)" % (name_of(item), len(off), len(threads), item["cpus"], shown,
+                                            " and %d more" % more if more > 0 else ""),
+                    name_of(item), item["cpus"], {str(t): c for t, c in off.items()})]
+
+
+def name_of(item):
+    return item.get("name")
 
 
 def numa_balancing_setting(value):
