@@ -3,7 +3,7 @@
 
 Each run is ``h2d.probe({"rounds": ROUNDS})`` (the probe core, default sizes,
 every placement the node has), written to ``OUT/idle-N.json``, with a one-line
-summary of its per-round figures on stdout. Runs without Ansible installed
+summary of its per-round figures on stdout (GB/s, p99 µs, CPU s/GB, CPU µs per small copy). Runs without Ansible installed
 (the core needs only the standard library and libcuda): ``ansible.module_utils``
 is stood in for by the repository's ``module_utils``.
 """
@@ -32,7 +32,8 @@ def main(argv):
         with open(os.path.join(out, "idle-%d.json" % run), "w") as handle:
             json.dump(result, handle, indent=1, sort_keys=True)
         gpu = result["gpus"][0] if result["gpus"] else {}
-        summary = {name: [(r["h2d_pinned_gbps"], r["small_p99_us"]) for r in place.get("rounds", [])]
+        summary = {name: [(r["h2d_pinned_gbps"], r["small_p99_us"], r.get("h2d_pinned_cpu_s_per_gb"),
+                           r.get("small_cpu_us_per_copy")) for r in place.get("rounds", [])]
                    for name, place in gpu.get("placements", {}).items()}
         print("run", run, result["status"], result.get("reason"), "%.1fs" % (time.time() - started),
               json.dumps(summary), flush=True)

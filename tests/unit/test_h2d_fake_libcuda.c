@@ -21,12 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
 static int ndev = 2, busy = -1, hang = 0, prohibited = -1, init_error = 0;
 static const char *oom = "";
-static double gbps = 50.0, lat_us = 5.0, clock_us = 0.0;
+static double gbps = 50.0, lat_us = 5.0, clock_us = 0.0, spin_us = 0.0;
 static int outstanding = 0, inited = 0;
 
 int fake_outstanding(void) { return outstanding; }
@@ -46,6 +47,7 @@ CUresult cuInit(unsigned flags) {
     oom = getenv("FAKE_CUDA_OOM") ? getenv("FAKE_CUDA_OOM") : "";
     if (getenv("FAKE_CUDA_GBPS")) gbps = atof(getenv("FAKE_CUDA_GBPS"));
     if (getenv("FAKE_CUDA_LAT_US")) lat_us = atof(getenv("FAKE_CUDA_LAT_US"));
+    spin_us = getenv("FAKE_CUDA_SPIN_US") ? atof(getenv("FAKE_CUDA_SPIN_US")) : 0.0;
     if (init_error) return init_error;
     inited = 1;
     return 0;
@@ -81,11 +83,22 @@ CUresult cuCtxCreate_v2(void **ctx, unsigned flags, int d) {
 CUresult cuCtxDestroy_v2(void *ctx) { free(ctx); outstanding--; return 0; }
 CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = malloc(1); outstanding++; return 0; }
 CUresult cuStreamDestroy_v2(void *s) { free(s); outstanding--; return 0; }
-CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+/* A synchronize that waits the way a spinning CUDA context does: it burns this thread's CPU for
+   FAKE_CUDA_SPIN_US microseconds (measured on the thread's own CPU clock). */
+static void spin(void) {
+    struct timespec t0, t;
+    if (spin_us <= 0) return;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do {
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1e6 + (t.tv_nsec - t0.tv_nsec) / 1e3 < spin_us);
+}
+
+CUresult cuStreamSynchronize(void *s) { (void)s; spin(); return 0; }
 CUresult cuEventCreate(double **e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(double)); outstanding++; return 0; }
 CUresult cuEventDestroy_v2(double *e) { free(e); outstanding--; return 0; }
 CUresult cuEventRecord(double *e, void *s) { (void)s; *e = clock_us; return 0; }
-CUresult cuEventSynchronize(double *e) { (void)e; return 0; }
+CUresult cuEventSynchronize(double *e) { (void)e; spin(); return 0; }
 CUresult cuEventElapsedTime(float *ms, double *a, double *b) { *ms = (float)((*b - *a) / 1000.0); return 0; }
 
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {

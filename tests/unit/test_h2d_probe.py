@@ -12,13 +12,13 @@ import subprocess
 
 import pytest
 
-from ansible.module_utils.gpunuma.verify import h2d
+from ansible.module_utils.gpunuma.verify import h2d, h2d_report
 
 pytestmark = pytest.mark.unit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_ENV = ("FAKE_CUDA_DEVICES", "FAKE_CUDA_INIT_ERROR", "FAKE_CUDA_BUSY", "FAKE_CUDA_OOM", "FAKE_CUDA_HANG",
-            "FAKE_CUDA_PROHIBITED", "FAKE_CUDA_GBPS", "FAKE_CUDA_LAT_US")
+            "FAKE_CUDA_PROHIBITED", "FAKE_CUDA_GBPS", "FAKE_CUDA_LAT_US", "FAKE_CUDA_SPIN_US")
 SMALL = {"large_bytes": 1 << 20, "repeats": 3, "small_repeats": 50, "warmup": 1, "timeout_s": 30}
 
 
@@ -194,6 +194,32 @@ def test_probe_measures_every_gpu_and_placement(fake_libcuda, tmp_path, monkeypa
     assert abs(m["small_h2d_pinned"]["us_p50"] - (5 + 4096 / 50e3)) < 0.01
     assert m["small_h2d_pinned"]["samples"] == 50
     assert m["h2d_pageable"]["gbps_median"] > 0
+
+
+def test_cpu_overhead_is_the_copying_threads_cpu_time(fake_libcuda, tmp_path, monkeypatch):
+    """Each synchronize of the fake spins FAKE_CUDA_SPIN_US of the thread's CPU, as a spinning CUDA context
+    waits: the probe's CPU figures grow by about that per small copy, and per GB for large copies."""
+    figures = {}
+    root = one_node_root(tmp_path)
+    for spin_us in (0, 400):
+        monkeypatch.setenv("FAKE_CUDA_SPIN_US", str(spin_us))
+        report = h2d.probe(opts(fake_libcuda, placements=["local"], rounds=2), root=root)
+        figures[spin_us] = report["gpus"][0]["placements"]["local"]
+    m0, m400 = figures[0]["measurement"], figures[400]["measurement"]
+    small0, small400 = m0["small_h2d_pinned"]["cpu_us_per_copy"], m400["small_h2d_pinned"]["cpu_us_per_copy"]
+    assert 400 * 0.9 <= small400 - small0 <= 400 * 3, (small0, small400)
+    assert small0 < small400 / 4, (small0, small400)
+    copies_per_gb = 1e9 / (1 << 20)  # opts(): 1 MiB large copies
+    assert m400["h2d_pinned"]["cpu_s_per_gb"] >= 400e-6 * 0.9 * copies_per_gb, m400["h2d_pinned"]
+    assert m400["h2d_pageable"]["cpu_s_per_gb"] >= 400e-6 * 0.9 * copies_per_gb, m400["h2d_pageable"]
+    # Every round carries them, and the report gives their median over the rounds.
+    local = figures[400]
+    per_round = sorted(r["small_cpu_us_per_copy"] for r in local["rounds"])
+    assert len(per_round) == 2
+    summary = h2d_report._summarise_placement("local", local, 63.0)
+    assert summary["small_cpu_us_per_copy"] == pytest.approx(sum(per_round) / 2, abs=0.01)
+    assert summary["h2d_pinned_cpu_s_per_gb"] >= 400e-6 * 0.9 * copies_per_gb
+    assert summary["h2d_pageable_cpu_s_per_gb"] is not None
 
 
 def test_local_binding_is_applied_and_verified(fake_libcuda, tmp_path):

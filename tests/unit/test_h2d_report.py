@@ -316,3 +316,24 @@ def test_recorded_idle_runs_flip_under_one_sample_per_placement(policy):
         else:
             old.append("same")
     assert "hurts" in old and len(set(old)) > 1
+
+
+CPU_DIR = os.path.join(FIXTURES, "recorded", "h200-probe-cpu")
+
+
+@pytest.mark.parametrize("run", ["idle-1.json", "idle-2.json", "idle-3.json"])
+def test_recorded_h200_cpu_overhead_is_summarised_per_placement(run, policy):
+    """On the real H200 the copying thread spins for the whole pinned copy: CPU seconds per GB equal the wall
+    seconds per GB (1 / GB/s) within 10 %; the report carries the median over the rounds."""
+    with open(os.path.join(CPU_DIR, run)) as handle:
+        probe = json.load(handle)
+    report = h2d_report.build_report(probe, policy, hostname="h200")
+    [gpu] = report["gpus"]
+    for name in ("local", "unbound"):
+        place = gpu["placements"][name]
+        assert place["h2d_pinned_cpu_s_per_gb"] == pytest.approx(1.0 / place["h2d_pinned_gbps"], rel=0.1), place
+        assert place["h2d_pageable_cpu_s_per_gb"] == pytest.approx(1.0 / place["h2d_pageable_gbps"], rel=0.25), place
+        per_round = sorted(r["small_cpu_us_per_copy"] for r in place["rounds"])
+        assert place["small_cpu_us_per_copy"] == per_round[len(per_round) // 2]
+        # More than the copy itself takes on the GPU: launch, events and the wait.
+        assert place["small_cpu_us_per_copy"] > place["small_p50_us"]

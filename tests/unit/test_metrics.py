@@ -85,6 +85,21 @@ def test_probe_metrics_from_recorded_h200():
     assert not samples(fams, "gpunuma_h2d_copy_bandwidth_bytes_per_second", placement="remote")
 
 
+def test_cpu_overhead_metrics_from_a_recorded_h200_probe():
+    path = os.path.join(FIXTURES, "recorded", "h200-probe-cpu", "idle-1.json")
+    fams = parse(metrics.collect(probe_path=path, sysfs_root="/nonexistent")[0])
+    per_byte = samples(fams, "gpunuma_h2d_copy_cpu_seconds_per_byte", placement="local", direction="h2d",
+                       memory="pinned", size_bytes=268435456)
+    assert len(per_byte) == 1 and per_byte[0].value == pytest.approx(0.018192e-9)
+    pageable = samples(fams, "gpunuma_h2d_copy_cpu_seconds_per_byte", placement="local", memory="pageable")
+    assert pageable[0].value == pytest.approx(0.150378e-9)
+    small = samples(fams, "gpunuma_h2d_copy_cpu_seconds", placement="local", size_bytes=4096)
+    assert len(small) == 1 and small[0].value == pytest.approx(17.514e-6)
+    # A probe recorded before the CPU figures has none, and no series claims one.
+    assert not samples(parse(metrics.collect(probe_path=RECORDED, sysfs_root="/nonexistent")[0]),
+                       "gpunuma_h2d_copy_cpu_seconds")
+
+
 def test_names_follow_conventions():
     text, _ = metrics.collect(probe_path=RECORDED, plan_path=None, sysfs_root="/nonexistent")
     for fam in parse(text).values():

@@ -140,6 +140,14 @@ def probe_metrics(expo, probe, mtime=None):
                 if m.get("gbps_median") is not None:
                     expo.add("gpunuma_h2d_copy_bandwidth_bytes_per_second", "gauge",
                              "Median copy bandwidth measured by the H2D probe.", m["gbps_median"] * 1e9, series)
+                cpu = m.get("cpu_s_per_gb")
+                if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
+                    expo.add("gpunuma_h2d_copy_cpu_seconds_per_byte", "gauge",
+                             "CPU time of the probe's copying thread per byte copied (large copies).", cpu / 1e9, series)
+                cpu = m.get("cpu_us_per_copy")
+                if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
+                    expo.add("gpunuma_h2d_copy_cpu_seconds", "gauge",
+                             "CPU time of the probe's copying thread per small copy.", cpu / 1e6, series)
                 seconds = [s for s in (m.get("seconds") or []) if isinstance(s, (int, float))]
                 if seconds:
                     for q in (0.5, 0.99):

@@ -146,6 +146,17 @@ def bandwidth_stats(nbytes, seconds):
             "seconds_median": statistics.median(seconds), "seconds": [round(s, 9) for s in seconds]}
 
 
+def cpu_per_gb(cpu_seconds, nbytes, count):
+    """CPU seconds of the copying thread per GB (1e9 bytes) copied, or None when nothing was copied."""
+    total = nbytes * count
+    return round(cpu_seconds / (total / 1e9), 6) if total > 0 else None
+
+
+def cpu_per_copy_us(cpu_seconds, count):
+    """CPU microseconds of the copying thread per copy, or None when nothing was copied."""
+    return round(cpu_seconds * 1e6 / count, 3) if count > 0 else None
+
+
 def latency_stats(seconds):
     us = [s * 1e6 for s in seconds]
     return {"us_p50": round(percentile(us, 50), 3), "us_p99": round(percentile(us, 99), 3),
@@ -257,10 +268,18 @@ def measure_device(cuda, ordinal, opts, libc=None):
             cuda.call("cuStreamSynchronize", stream)
             return time.perf_counter() - t0
 
-        def series(fn, count, warmup=opts["warmup"]):
+        cpu = {}
+
+        def series(fn, count, warmup=opts["warmup"], key=None):
             for _ in range(warmup):
                 fn()
-            return [fn() for _ in range(count)]
+            # CPU time of this (the copying) thread over the measured copies: what a copy costs the host,
+            # the wait included as the CUDA context does it (a spin or a yield).
+            t0 = time.thread_time()
+            out = [fn() for _ in range(count)]
+            if key:
+                cpu[key] = time.thread_time() - t0
+            return out
 
         # Small copies reach their steady state (clocks up, the copy path's
         # caches and TLB entries warm) only after tens of copies: a few large
@@ -268,12 +287,17 @@ def measure_device(cuda, ordinal, opts, libc=None):
         small_warmup = max(opts["warmup"], SMALL_WARMUP_COPIES)
 
         result = {
-            "h2d_pinned": bandwidth_stats(large, series(lambda: event_copy("h2d", pinned_large, large), opts["repeats"])),
+            "h2d_pinned": bandwidth_stats(large, series(lambda: event_copy("h2d", pinned_large, large), opts["repeats"],
+                                                        key="h2d_pinned")),
             "d2h_pinned": bandwidth_stats(large, series(lambda: event_copy("d2h", pinned_large, large), opts["repeats"])),
-            "h2d_pageable": bandwidth_stats(large, series(lambda: wall_copy(pageable_large, large), opts["repeats"])),
+            "h2d_pageable": bandwidth_stats(large, series(lambda: wall_copy(pageable_large, large), opts["repeats"],
+                                                          key="h2d_pageable")),
             "small_h2d_pinned": latency_stats(series(lambda: event_copy("h2d", pinned_small, small), opts["small_repeats"],
-                                                     small_warmup)),
+                                                     small_warmup, key="small")),
         }
+        for key in ("h2d_pinned", "h2d_pageable"):
+            result[key]["cpu_s_per_gb"] = cpu_per_gb(cpu[key], large, opts["repeats"])
+        result["small_h2d_pinned"]["cpu_us_per_copy"] = cpu_per_copy_us(cpu["small"], opts["small_repeats"])
         # back-to-back async small copies: per-copy cost when the queue is kept full
         n = opts["small_repeats"]
         for _ in range(small_warmup):
@@ -459,7 +483,9 @@ def _round_figures(result):
     m = result.get("measurement") or {}
     return {"h2d_pinned_gbps": (m.get("h2d_pinned") or {}).get("gbps_median"),
             "small_p50_us": (m.get("small_h2d_pinned") or {}).get("us_p50"),
-            "small_p99_us": (m.get("small_h2d_pinned") or {}).get("us_p99")}
+            "small_p99_us": (m.get("small_h2d_pinned") or {}).get("us_p99"),
+            "h2d_pinned_cpu_s_per_gb": (m.get("h2d_pinned") or {}).get("cpu_s_per_gb"),
+            "small_cpu_us_per_copy": (m.get("small_h2d_pinned") or {}).get("cpu_us_per_copy")}
 
 
 def _measure_rounds(gpu, entry, targets, opts):

@@ -153,7 +153,9 @@ def _rounds(placement):
         gbps, p99 = item.get("h2d_pinned_gbps"), item.get("small_p99_us")
         if isinstance(gbps, (int, float)) and isinstance(p99, (int, float)) \
                 and not isinstance(gbps, bool) and not isinstance(p99, bool):
-            out.append({"h2d_pinned_gbps": gbps, "small_p99_us": p99, "small_p50_us": item.get("small_p50_us")})
+            out.append({"h2d_pinned_gbps": gbps, "small_p99_us": p99, "small_p50_us": item.get("small_p50_us"),
+                        "h2d_pinned_cpu_s_per_gb": item.get("h2d_pinned_cpu_s_per_gb"),
+                        "small_cpu_us_per_copy": item.get("small_cpu_us_per_copy")})
     return out
 
 
@@ -181,6 +183,12 @@ def _summarise_placement(name, placement, link_gbps):
         "rounds": rounds,
         "small_max_us": _m(placement, "small_h2d_pinned", "us_max"),
         "small_loop_us_per_copy": _m(placement, "small_h2d_pinned", "loop_us_per_copy"),
+        # CPU overhead: the copying thread's CPU time per GB (large pinned and pageable copies) and per small copy.
+        "h2d_pinned_cpu_s_per_gb": _median(rounds, "h2d_pinned_cpu_s_per_gb") if rounds
+        else _m(placement, "h2d_pinned", "cpu_s_per_gb"),
+        "h2d_pageable_cpu_s_per_gb": _m(placement, "h2d_pageable", "cpu_s_per_gb"),
+        "small_cpu_us_per_copy": _median(rounds, "small_cpu_us_per_copy") if rounds
+        else _m(placement, "small_h2d_pinned", "cpu_us_per_copy"),
         "link_fraction": round(pinned / link_gbps, 4) if pinned and link_gbps else None,
         "binding_verified": bool(binding.get("cpus_verified") and binding.get("mem_verified") and binding.get("pages_verified")),
         "cpus_allowed": binding.get("cpus_allowed"),
