@@ -92,6 +92,44 @@ options:
     description: The CUDA driver library to load (a test stand-in, or a driver outside the loader path).
     type: str
     default: libcuda.so.1
+  load:
+    description:
+      - Load while measuring (module_utils/gpunuma/verify/h2d_load.py, docs/probe.md) - C(idle); C(copies), every
+        probed GPU copying host to device at once from a pinned buffer, one process each; C(memory),
+        O(load_memory_workers) DRAM copy loops bound to O(load_memory_node) (default the node farthest from the
+        first GPU); C(both). The stressors are confined to O(load_cpus), stop themselves after
+        O(load_max_seconds), die with the probe, and are always stopped when it has measured; the result's
+        C(load) says what ran and the GB/s each achieved.
+    type: str
+    choices: [idle, copies, memory, both]
+    default: idle
+  load_memory_workers:
+    description: Memory stressors (processes) for O(load) C(memory) and C(both).
+    type: int
+    default: 4
+  load_max_seconds:
+    description: The longest a stressor runs, whatever happens to the probe.
+    type: int
+    default: 900
+  load_memory_node:
+    description: NUMA node the memory stressors' buffers are bound to (default the node farthest from the first GPU).
+    type: int
+  load_cpus:
+    description:
+      - CPUs the stressors run on, as a CPU list (C(0-3,64-67)). Default the housekeeping CPUs of the applied plan
+        (O(plan_path), the CPUs the plan gives non-instance work), else the memory node's CPUs.
+    type: str
+  allow_busy:
+    description:
+      - Load a node whose gpunuma instances are running (an active C(gpunuma-*.service)). Off by default - the
+        stressors would slow the instances, and the instances would load the measurement - so such a node is
+        refused, naming its running units.
+    type: bool
+    default: false
+  plan_path:
+    description: The applied plan, read for its housekeeping CPUs when O(load) is not C(idle).
+    type: path
+    default: /etc/gpunuma/plan.json
   output:
     description: Also write the result as JSON to this path on the node (mode 0644, atomically). Not written in check mode.
     type: path
@@ -149,9 +187,40 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import atomic
-from ansible.module_utils.gpunuma.verify import h2d
+from ansible.module_utils.gpunuma.common import atomic, bounded
+from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
+from ansible.module_utils.gpunuma.verify import h2d, h2d_load
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
+
+
+def _load_cpus(module):
+    """The stressors' CPUs: O(load_cpus), else the applied plan's housekeeping CPUs, else None (the probe's
+    default: the memory node's CPUs)."""
+    text = module.params["load_cpus"]
+    if text is None:
+        try:
+            plan = json.loads(bounded.read_bounded(module.params["plan_path"], 16 * 1024 * 1024,
+                                                   what="the applied plan").decode("utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        housekeeping = plan.get("housekeeping") if isinstance(plan, dict) else None
+        text = ",".join(v for v in (housekeeping or {}).values() if isinstance(v, str) and v) or None
+        if text is None:
+            return None
+    try:
+        return sorted(parse_cpulist(text))
+    except ValueError as exc:
+        module.fail_json(msg="load_cpus: %r is not a CPU list such as 0-3,64-67 (%s)" % (text, exc))
+
+
+def _running_instances(module):
+    """The gpunuma instance units running on the node."""
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return []
+    rc, out, _ = module.run_command([systemctl, "list-units", "--type=service", "--state=active,activating,reloading",
+                                     "--no-legend", "--plain", "gpunuma-*.service"], environ_update={"LC_ALL": "C"})
+    return sorted(line.split()[0] for line in out.splitlines() if line.strip()) if rc == 0 else []
 
 
 def _nvml():
@@ -179,11 +248,27 @@ def main():
             remote_node=dict(type="int"),
             timeout_s=dict(type="int", default=h2d.DEFAULTS["timeout_s"]),
             libcuda_path=dict(type="str", default="libcuda.so.1"),
+            load=dict(type="str", default="idle", choices=list(h2d_load.LOADS)),
+            load_memory_workers=dict(type="int", default=h2d_load.DEFAULT_MEMORY_WORKERS),
+            load_max_seconds=dict(type="int", default=h2d_load.DEFAULT_MAX_SECONDS),
+            load_memory_node=dict(type="int"),
+            load_cpus=dict(type="str"),
+            allow_busy=dict(type="bool", default=False),
+            plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
             output=dict(type="path"),
         ),
         supports_check_mode=True,
     )
-    params = {k: v for k, v in module.params.items() if k != "output"}
+    params = {k: v for k, v in module.params.items() if k not in ("output", "allow_busy", "plan_path")}
+    if params["load"] != "idle":
+        params["load_cpus"] = _load_cpus(module)
+        busy = _running_instances(module)
+        if busy and not module.params["allow_busy"]:
+            module.fail_json(msg="load %s would load a node whose gpunuma instances are running (%s): the stressors "
+                                 "would slow them and they would load the measurement; validate a drained node, or "
+                                 "set gpu_validate_allow_busy: true" % (params["load"], ", ".join(busy)))
+    else:
+        params["load_cpus"] = None
     if params["gpus"] is not None:
         params["gpus"] = [int(g) if g.isdigit() else g for g in params["gpus"]]
     try:

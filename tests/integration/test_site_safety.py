@@ -303,3 +303,25 @@ def test_a_thread_re_pinned_after_start_is_found_by_the_audit(node, tmp_path):
     # One node: every page the instance allocated is local (judged for bind and preferred instances).
     assert live.get("local_share_anon", 1.0) == 1.0, live
     assert ("local_share_anon" in live) == (thr["mem_policy"] in ("bind", "preferred")), (thr["mem_policy"], live)
+
+
+def test_validation_under_load_refuses_a_node_whose_instances_run(node, tmp_path):
+    # Runs on the node the tests above left: gpunuma instances running. The busy check comes before any
+    # stressor or CUDA call, so no GPU is needed to see it.
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {node.name: {
+        "ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+    proc = subprocess.run([os.path.join(BINDIR, "ansible"), node.name, "-i", str(inventory), "-m", "h2d_probe_info",
+                           "-a", "load=memory"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          env=ansible_env())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "load memory would load a node whose gpunuma instances are running (" in out, out[-3000:]
+    for unit in ("gpunuma-thr.service", "gpunuma-w1.service", "gpunuma-w3.service"):
+        assert unit in out, (unit, out[-3000:])
+    assert "gpu_validate_allow_busy: true" in out
+    # Idle validation is not refused for running instances (it starts nothing): it gets as far as the driver.
+    proc = subprocess.run([os.path.join(BINDIR, "ansible"), node.name, "-i", str(inventory), "-m", "h2d_probe_info"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=ansible_env())
+    out = proc.stdout + proc.stderr
+    assert "would load a node" not in out and '"status": "skipped"' in out, out[-3000:]

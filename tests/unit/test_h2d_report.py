@@ -337,3 +337,16 @@ def test_recorded_h200_cpu_overhead_is_summarised_per_placement(run, policy):
         assert place["small_cpu_us_per_copy"] == per_round[len(per_round) // 2]
         # More than the copy itself takes on the GPU: launch, events and the wait.
         assert place["small_cpu_us_per_copy"] > place["small_p50_us"]
+
+
+def test_the_load_a_probe_ran_under_is_in_the_report_and_the_fleet_table(policy):
+    with open(os.path.join(ROUNDS_DIR, "idle-1.json")) as fh:
+        probe = json.load(fh)
+    idle = h2d_report.build_report(probe, policy, profile="strict")
+    assert idle["load"] == {"kind": "idle"}  # a probe from before the load option ran idle
+    assert "under load" not in "\n".join(h2d_report.fleet_table([idle]))
+    load = {"kind": "memory", "cpus": [0, 1], "memory_node": 0,
+            "stressors": [{"kind": "memory", "node": 0, "gbps": 9.5}], "gbps": {"memory": 9.5}}
+    report = h2d_report.build_report(dict(probe, load=load), policy, profile="strict")
+    assert report["load"] == load
+    assert "[under load: memory]" in "\n".join(h2d_report.fleet_table([report]))

@@ -30,6 +30,7 @@ import time
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.common import schemas
+from ansible.module_utils.gpunuma.verify import h2d_load
 from ansible.module_utils.gpunuma.verify.h2d_cuda import (  # noqa: F401 (the probe's API, re-exported)
     BUSY_CODES, COMPUTE_MODES, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_EVENT_DEFAULT, CU_MEMHOSTALLOC_PORTABLE,
     CU_MEMHOSTREGISTER_PORTABLE, CU_STREAM_NON_BLOCKING, CUDA_ERROR_DEVICE_UNAVAILABLE, CUDA_ERROR_DEVICES_UNAVAILABLE,
@@ -62,6 +63,12 @@ DEFAULTS = {
     "libcuda_path": "libcuda.so.1",
     "remote_node": None,
     "gpus": None,
+    # Load while measuring (verify/h2d_load.py): idle, copies, memory or both.
+    "load": "idle",
+    "load_memory_workers": h2d_load.DEFAULT_MEMORY_WORKERS,
+    "load_max_seconds": h2d_load.DEFAULT_MAX_SECONDS,
+    "load_memory_node": None,
+    "load_cpus": None,
 }
 
 
@@ -117,6 +124,8 @@ def check_options(opts):
     if gpus is not None:
         if not isinstance(gpus, (list, tuple)) or not all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus):
             errors.append("gpus is %r; it must be a list of GPU indices, UUIDs or PCI bus ids" % (gpus,))
+    errors.extend(h2d_load.check(out["load"], out["load_memory_workers"], out["load_max_seconds"],
+                                 out["load_memory_node"], out["load_cpus"]))
     if not isinstance(out["libcuda_path"], str) or not out["libcuda_path"]:
         errors.append("libcuda_path is %r; it must be a library name or path" % (out["libcuda_path"],))
     if errors:
@@ -542,7 +551,8 @@ def probe(options, root="/", nvml=None, hostname=None):
     started = time.time()
     report = {"schema": SCHEMA, "hostname": hostname or platform.node(), "status": "ok", "reason": None,
               "options": {k: opts[k] for k in ("placements", "large_bytes", "small_bytes", "repeats",
-                                                "small_repeats", "warmup", "rounds", "warmup_round", "pinned_alloc")},
+                                                "small_repeats", "warmup", "rounds", "warmup_round", "pinned_alloc",
+                                                "load")},
               "driver_version": None, "numa_nodes": {}, "gpus": []}
     nodes = read_numa_nodes(root)
     report["numa_nodes"] = {str(n): {"cpus": format_cpulist(nodes[n]["cpus"]), "distances": nodes[n]["distances"]}
@@ -567,6 +577,33 @@ def probe(options, root="/", nvml=None, hostname=None):
         report.update(status="skipped", reason="no NVIDIA GPU on this node (the CUDA driver reports none)")
         return report
     gpus = select_gpus(listing["ok"]["gpus"], opts["gpus"])
+    if opts["load"] == "idle":
+        report["load"] = {"kind": "idle"}
+        _probe_gpus(report, gpus, nodes, opts, root, nvml)
+    else:
+        first = gpu_numa_node(gpus[0]["pci_bus_id"], nodes, root)[0] if gpus else None
+        memory_node = opts["load_memory_node"]
+        if memory_node is None and first is not None:
+            far = choose_remote(first, nodes, None)
+            memory_node = first if far is None else far
+        cpus = opts["load_cpus"] or (sorted(nodes[memory_node]["cpus"]) if memory_node in nodes else None)
+        with h2d_load.Load(opts["load"], [g["index"] for g in gpus], opts["libcuda_path"], memory_node, cpus,
+                           opts["load_memory_workers"], opts["load_max_seconds"]) as load:
+            _probe_gpus(report, gpus, nodes, opts, root, nvml)
+        report["load"] = load.describe()
+    statuses = {g["status"] for g in report["gpus"]}
+    if "error" in statuses:
+        report["status"] = "error"
+        report["reason"] = "; ".join(g["reason"] for g in report["gpus"] if g["status"] == "error")
+    elif statuses == {"skipped"}:
+        report["status"] = "skipped"
+        report["reason"] = "; ".join(g["reason"] for g in report["gpus"])
+    report["seconds"] = round(time.time() - started, 3)
+    return report
+
+
+def _probe_gpus(report, gpus, nodes, opts, root, nvml):
+    """Measure every GPU of ``gpus`` in every placement into ``report["gpus"]``."""
     for gpu in gpus:
         entry = dict(gpu)
         node, how = gpu_numa_node(gpu["pci_bus_id"], nodes, root)
@@ -597,12 +634,3 @@ def probe(options, root="/", nvml=None, hostname=None):
             targets[placement] = (cpus, mems)
         _measure_rounds(gpu, entry, targets, opts)
         report["gpus"].append(entry)
-    statuses = {g["status"] for g in report["gpus"]}
-    if "error" in statuses:
-        report["status"] = "error"
-        report["reason"] = "; ".join(g["reason"] for g in report["gpus"] if g["status"] == "error")
-    elif statuses == {"skipped"}:
-        report["status"] = "skipped"
-        report["reason"] = "; ".join(g["reason"] for g in report["gpus"])
-    report["seconds"] = round(time.time() - started, 3)
-    return report

@@ -376,7 +376,7 @@ def _build_report(probe, policy, hostname, profile, ladder, generated_at, previo
     report = {"schema": REPORT_SCHEMA, "hostname": hostname, "generated_at": generated_at,
               "policy": policy.get("name"), "profile": profile, "probe_status": probe.get("status"),
               "probe_reason": probe.get("reason"), "driver_version": probe.get("driver_version"),
-              "probe_options": probe.get("options"), "gpus": []}
+              "probe_options": probe.get("options"), "load": probe.get("load") or {"kind": "idle"}, "gpus": []}
     counts = {"pass": 0, "fail": 0, "waived": 0, "not_applicable": 0}
     before = _previous_verdicts(previous)
     for gpu in probe.get("gpus", []):
@@ -437,6 +437,9 @@ def fleet_table(reports):
             verdict = gpu["verdict"]
             if gpu.get("status") != "ok":
                 verdict += ": %s" % gpu.get("reason")
+            load = (report.get("load") or {}).get("kind", "idle")
+            if load != "idle":
+                verdict += " [under load: %s]" % load
             if gpu.get("suggested_rollback"):
                 verdict += " (roll back to %s)" % gpu["suggested_rollback"]
             elif gpu["verdict"] == VERDICT_HURTS:
