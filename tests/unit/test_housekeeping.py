@@ -185,3 +185,61 @@ def test_irq_pinning_is_refused_while_irqbalance_runs_or_without_housekeeping():
 def test_irq_pinning_off_removes_the_script_and_leaves_the_unit_to_the_prune():
     result = housekeeping_files(hgx_plan(), irq_pin=False, topology=hgx_topology())
     assert SCRIPT in result["absent"] and PIN_UNIT not in result["absent"] and result["services"] == []
+
+
+def nps4_topology(distances_known=True):
+    """Two sockets of four NUMA nodes each (EPYC NPS4): SLIT 10 local, 12 on the socket, 32 across."""
+    nodes = []
+    for n in range(8):
+        row = [10 if m == n else (12 if m // 4 == n // 4 else 32) for m in range(8)] if distances_known else []
+        nodes.append({"id": n, "cpus": "%d-%d" % (n * 8, n * 8 + 7), "has_cpus": True, "distances": row})
+    gpus = [{"index": i, "pci_bus_id": "0000:%02x:00.0" % (0x10 + i), "numa_node": node}
+            for i, node in enumerate((1, 3, 5, 7))]
+    return {"sockets": 2, "numa_nodes": nodes, "gpus": gpus, "nics": []}
+
+
+def nps4_plan(housekeeping):
+    return {"profile": "strict", "housekeeping": housekeeping,
+            "worker_cpus": {str(n): "%d-%d" % (n * 8, n * 8 + 7) for n in range(8)},
+            "instances": [{"name": "g%d" % i, "unit": "gpunuma-g%d.service" % i, "gpus": [i], "nics": []}
+                          for i in range(4)]}
+
+
+def test_irq_pinning_never_crosses_a_socket():
+    # Housekeeping only on node 0 (socket 0) and node 6 (socket 1): the GPUs on nodes 1 and 3 go to node 0's
+    # CPUs, those on 5 and 7 to node 6's, never the other socket's, although the union has both.
+    plan = nps4_plan({"0": "0-1", "1": "", "2": "", "3": "", "4": "", "5": "", "6": "48-49", "7": ""})
+    result = housekeeping_files(plan, irq_pin=True, topology=nps4_topology())
+    assert result["problems"] == [], result["problems"]
+    pinned = {p["pci_bus_id"]: (p["cpus"], p["cpus_node"]) for p in result["irq_pinned"]}
+    assert pinned == {"0000:10:00.0": ("0-1", 0), "0000:11:00.0": ("0-1", 0),
+                      "0000:12:00.0": ("48-49", 6), "0000:13:00.0": ("48-49", 6)}, pinned
+
+
+def test_a_device_whose_socket_keeps_no_housekeeping_cpu_keeps_the_default_affinity():
+    plan = nps4_plan({"0": "0-1", "1": "", "2": "", "3": "", "4": "", "5": "", "6": "", "7": ""})
+    result = housekeeping_files(plan, irq_pin=True, topology=nps4_topology())
+    pinned = {p["pci_bus_id"] for p in result["irq_pinned"]}
+    assert pinned == {"0000:10:00.0", "0000:11:00.0"}
+    assert any("GPU 2 (0000:12:00.0) keeps the kernel's default affinity: no housekeeping CPU on its socket" in n
+               for n in result["notes"]), result["notes"]
+    # Unknown distances: only a device's own node counts (a guess could cross a socket).
+    result = housekeeping_files(plan, irq_pin=True, topology=nps4_topology(distances_known=False))
+    assert result["irq_pinned"] == [] and not result["services"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.booleans(), min_size=8, max_size=8))
+def test_every_pinned_device_stays_on_its_socket(keeps):
+    """Property: whichever nodes keep housekeeping CPUs, a device is pinned to CPUs of its own socket only, and
+    to its own node's when that node keeps some."""
+    housekeeping = {str(n): ("%d" % (n * 8) if keep else "") for n, keep in enumerate(keeps)}
+    result = housekeeping_files(nps4_plan(housekeeping), irq_pin=True, topology=nps4_topology())
+    for item in result["irq_pinned"]:
+        node = item["numa_node"]
+        assert item["cpus_node"] // 4 == node // 4, item
+        if keeps[node]:
+            assert item["cpus_node"] == node, item
+    for i, node in enumerate((1, 3, 5, 7)):
+        on_socket = any(keeps[n] for n in range(node // 4 * 4, node // 4 * 4 + 4))
+        assert any(p["pci_bus_id"] == "0000:%02x:00.0" % (0x10 + i) for p in result["irq_pinned"]) == on_socket

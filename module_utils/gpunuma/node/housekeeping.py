@@ -21,8 +21,12 @@ numa_binding_irqbalance_ban) and both are plain systemd drop-ins, so the
   after Environment=), so such a file is refused rather than silently lost.
 * IRQ pinning (numa_binding_irq_pin), the operator's alternative to the ban:
   the interrupts of the instances' GPUs and of their NICs pinned to the
-  housekeeping CPUs of the device's own NUMA node (all housekeeping CPUs
-  where that node keeps none), by a oneshot unit (gpunuma-irq-affinity.service)
+  housekeeping CPUs of the device's own NUMA node, else of the nearest node
+  on the same socket by the SLIT distances (``irq_target``), never of another
+  socket (an interrupt served across the socket interconnect is the cost
+  binding avoids; kernel Documentation/core-api/irq/irq-affinity.rst,
+  irqbalance(1)'s NUMA-local placement); a device with no such CPUs keeps
+  the kernel's default affinity, with a note. By a oneshot unit (gpunuma-irq-affinity.service)
   that runs at every boot and puts the kernel's default affinity back when it
   is stopped. Refused while irqbalance runs: it would move them again.
   Kernel-managed interrupts (whose affinity the driver sets, e.g. NVMe
@@ -110,6 +114,44 @@ def banned_in_default(text):
         if match and (match.group(2) or "").strip().strip("\"'"):
             found.append(line.strip())
     return found
+
+
+def socket_mates(topology, node):
+    """The CPU-bearing nodes on ``node``'s socket (``node`` first, then nearest first by SLIT), or [node].
+
+    Sockets are not listed per node: with ``sockets`` sockets and k CPU-bearing nodes per socket (NPS2/NPS4,
+    SNC2/SNC4), a node's socket mates are its k-1 nearest nodes, when they are strictly nearer than every other
+    node. Anything less clear (distances unknown, uneven nodes per socket, a tie at the border) gives the node
+    alone: never a guess that could cross a socket.
+    """
+    nodes = [n for n in (topology or {}).get("numa_nodes") or [] if isinstance(n, dict) and n.get("has_cpus")]
+    ids = [n.get("id") for n in (topology or {}).get("numa_nodes") or [] if isinstance(n, dict)]
+    sockets = (topology or {}).get("sockets")
+    me = [n for n in nodes if n.get("id") == node]
+    if not me or not isinstance(sockets, int) or sockets < 1 or len(nodes) % sockets:
+        return [node]
+    per_socket = len(nodes) // sockets
+    row = me[0].get("distances") or []
+    if per_socket == 1 or len(row) != len(ids):
+        return [node]
+    others = sorted((row[ids.index(n["id"])], n["id"]) for n in nodes if n["id"] != node)
+    mates, rest = others[:per_socket - 1], others[per_socket - 1:]
+    if rest and mates and mates[-1][0] >= rest[0][0]:
+        return [node]
+    return [node] + [n for _, n in mates]
+
+
+def irq_target(topology, housekeeping_by_node, node):
+    """``(cpus, from_node)``: the housekeeping CPUs a device of ``node`` is pinned to (its own node's, else the
+    nearest socket mate's that keeps some), or ``(None, None)`` when its socket keeps none or its node is
+    unknown."""
+    if node is None:
+        return None, None
+    for mate in socket_mates(topology, node):
+        cpus = housekeeping_by_node.get(str(mate))
+        if cpus:
+            return cpus, mate
+    return None, None
 
 
 def irq_devices(plan, topology):
@@ -225,9 +267,15 @@ def housekeeping_files(plan, unit_dir="/etc/systemd/system", confine=False, irqb
         by_node = dict((str(n), _union([t])) for n, t in ((plan or {}).get("housekeeping") or {}).items())
         groups = {}
         for node, bdf, what in irq_devices(plan, topology):
-            cpus = by_node.get(str(node)) or housekeeping
+            cpus, source = irq_target(topology, by_node, node)
+            if cpus is None:
+                notes.append("numa_binding_irq_pin: %s (%s) keeps the kernel's default affinity: %s" % (
+                    what, bdf, "its NUMA node is unknown" if node is None else
+                    "no housekeeping CPU on its socket (node %s and its socket mates keep none)" % node))
+                continue
             groups.setdefault(format_cpulist(cpus), []).append(bdf)
-            pinned.append({"device": what, "pci_bus_id": bdf, "numa_node": node, "cpus": format_cpulist(cpus)})
+            pinned.append({"device": what, "pci_bus_id": bdf, "numa_node": node, "cpus": format_cpulist(cpus),
+                           "cpus_node": source})
         if not pinned:
             notes.append("numa_binding_irq_pin: no GPU or NIC of %s's instances has a PCI address in the topology; "
                          "nothing to pin" % host)

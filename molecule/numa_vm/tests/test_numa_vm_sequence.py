@@ -23,9 +23,11 @@ numa_binding_settle_seconds later); with 2 they restart together.
 
 IRQ pinning, the alternative to the ban, with irqbalance stopped: the
 interrupts of llm0's NIC (the vmxnet3 behind node 1's bridge) go to the
-housekeeping CPUs (node 1 keeps none, so all of them), and back to the
-kernel's default when the option is turned off. The run that turns it off
-is the ladder's first step.
+housekeeping CPU of node 1, its own node (housekeeping for this run: node
+0's CPUs and node 1's first; each node of the guest is a socket of its own,
+so node 0's CPUs, on the other socket, are never used for them), and back
+to the kernel's default when a plain site.yml run (the inventory's
+settings) turns the option off. The ladder starts from that run.
 
 The rollback ladder, where the binding is real: strict -> down -> off ->
 strict with playbooks/rollback.yml (the real playbook, molecule's
@@ -35,8 +37,7 @@ off: every CPU of both nodes), the node's state history, and that spill,
 whose binding is the same under strict and preferred (its declared memory
 exceeds node 1, so strict plans it preferred), kept its PID. The `previous`
 action, whose live result is strict's again, is walked on the container of
-molecule `rollback` (strict -> down -> previous -> off -> strict). rollback.yml applies with site.yml and the
-inventory's settings, so its first step also turns IRQ pinning off.
+molecule `rollback` (strict -> down -> previous -> off -> strict).
 
 pytest collects files in name order: this runs after test_numa_vm.py and
 ends on strict with the converged settings, so the reboot checks
@@ -160,7 +161,9 @@ def test_housekeeping_irq_pinning_and_the_rollback_ladder(host):
         # Every CPU first, so the pinning is what puts them on the housekeeping CPUs.
         host.check_output(f"for f in /proc/irq/*/smp_affinity_list; do echo {every} > $f 2>/dev/null; done; true")
         before = {name: active_since(host, name) for name in probe.INSTANCES}
-        site(numa_binding_irq_pin=True, gpunuma_housekeeping_cpus=housekeeping,
+        node1 = cpus_of(workers)
+        own = str(node1[0])  # node 1's housekeeping CPU for this run; the rest of node 1 stays the workers'
+        site(numa_binding_irq_pin=True, gpunuma_housekeeping_cpus=cpulist(cpus_of(housekeeping) + [node1[0]]),
              numa_binding_restart_batch=2, numa_binding_settle_seconds=SETTLE)
         assert restart_gap_s(host, before) < SETTLE
         for path in DROPINS + [IRQ_DROPIN, f"{UNIT_DIR}/gpunuma.slice"]:
@@ -171,16 +174,16 @@ def test_housekeeping_irq_pinning_and_the_rollback_ladder(host):
         assert new_service_cpus(host) == every
         for name in probe.INSTANCES:
             assert host.check_output(f"systemctl show --property=Slice --value gpunuma-{name}.service") == "system.slice"
-        assert probe.status_field(host, probe.main_pid(host, "llm0"), "Cpus_allowed_list") == workers
+        assert probe.status_field(host, probe.main_pid(host, "llm0"), "Cpus_allowed_list") == cpulist(node1[1:])
         assert host.service("gpunuma-irq-affinity.service").is_enabled
         assert host.check_output("systemctl is-active gpunuma-irq-affinity.service") == "active"
-        assert set(nic_irqs(host).values()) == {housekeeping}
+        # The NIC's own node's housekeeping CPU, never node 0's (another socket).
+        assert set(nic_irqs(host).values()) == {own}
 
-        # 3. The ladder's first step (rollback.yml, the inventory's settings):
-        # IRQ pinning is off, so its unit stops and the interrupts get the
-        # default back.
-        ladder = rollback_ladder(host, workers, every)
-        next(ladder)
+        # 3. site.yml with the inventory's settings: IRQ pinning is off, so its
+        # unit stops and the interrupts get the default back; node 1's CPU
+        # returns to the instances. The ladder starts from there.
+        site()
         assert not host.file(f"{UNIT_DIR}/gpunuma-irq-affinity.service").exists
         assert not host.file("/usr/local/libexec/gpunuma/irq-affinity").exists
         assert set(nic_irqs(host).values()) == {every}
@@ -188,8 +191,8 @@ def test_housekeeping_irq_pinning_and_the_rollback_ladder(host):
         host.check_output("systemctl start irqbalance.service")
     assert "IRQBALANCE_BANNED_CPULIST" not in irqbalance_env(host)
 
-    # 4. The rest of the ladder, with irqbalance running again.
-    for _ in ladder:
+    # 4. The ladder, with irqbalance running again.
+    for _ in rollback_ladder(host, workers, every):
         pass
 
 
@@ -218,6 +221,27 @@ def rollback_ladder(host, cpus, every):
             spill_pid = live(host, "spill")[0]
         yield entry
     assert history(host)[0]["history"][len(start)]["reason"] == "P99 spike"
+
+
+def cpus_of(text):
+    """The CPU ids of a kernel CPU list ("0-1,4")."""
+    out = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        out.extend(range(int(low), int(high or low) + 1))
+    return out
+
+
+def cpulist(cpus):
+    """The kernel's canonical CPU list of ids."""
+    cpus, parts, start = sorted(set(cpus)), [], None
+    for i, cpu in enumerate(cpus):
+        if start is None:
+            start = cpu
+        if i + 1 == len(cpus) or cpus[i + 1] != cpu + 1:
+            parts.append(str(start) if start == cpu else "%d-%d" % (start, cpu))
+            start = None
+    return ",".join(parts)
 
 
 def nic_irqs(host):
