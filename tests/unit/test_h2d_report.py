@@ -350,3 +350,38 @@ def test_the_load_a_probe_ran_under_is_in_the_report_and_the_fleet_table(policy)
     report = h2d_report.build_report(dict(probe, load=load), policy, profile="strict")
     assert report["load"] == load
     assert "[under load: memory]" in "\n".join(h2d_report.fleet_table([report]))
+
+
+LOAD_DIR = os.path.join(FIXTURES, "recorded", "h200-probe-load")
+
+
+def test_recorded_runs_idle_and_under_every_load_agree_and_never_say_hurts(policy):
+    """One real H200 (README in the fixture): five idle runs and three under each load kind. The load is real
+    (the GPU's own copy stressor takes a third of the link and p99 rises from about 10 us to about 1 ms; the
+    memory stressors copy about 20 GB/s), yet every run gives the same verdict, none says hurts, none suggests a
+    rollback, and the link-fraction control is judged only where the link is not shared by design."""
+    runs = [os.path.join(ROUNDS_DIR, "idle-%d.json" % n) for n in range(1, 6)]
+    runs += [os.path.join(LOAD_DIR, "%s-%d.json" % (kind, n)) for kind in ("copies", "memory", "both")
+             for n in range(1, 4)]
+    verdicts = {}
+    for path in runs:
+        with open(path) as fh:
+            probe = json.load(fh)
+        report = h2d_report.build_report(probe, policy, profile="strict")
+        kind = report["load"]["kind"]
+        gpu = report["gpus"][0]
+        assert report["status"] == "passed", (path, [c for c in gpu["controls"] if c["status"] == "fail"])
+        assert gpu["suggested_rollback"] is None
+        verdicts[os.path.basename(path)] = gpu["verdict"]
+        link = {c["id"]: c for c in gpu["controls"]}["gpunuma-h2d-01"]
+        assert link["status"] == ("not_applicable" if kind in ("copies", "both") else "pass"), (path, link)
+        local = gpu["placements"]["local"]
+        if kind in ("copies", "both"):
+            # What the load did: the link shared, the small copies queued behind the stressor's.
+            assert local["h2d_pinned_gbps"] < 40 and local["small_p99_us"] > 500, (path, local)
+            assert probe["load"]["gbps"]["copies"] > 40
+        if kind in ("memory", "both"):
+            assert probe["load"]["gbps"]["memory"] > 10
+        assert not [s for s in (probe.get("load") or {}).get("stressors", []) if s.get("error")]
+    assert set(verdicts.values()) == {"no measurable difference"}, verdicts
+    assert len(verdicts) == 14

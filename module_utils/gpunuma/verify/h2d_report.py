@@ -204,10 +204,18 @@ def _waived(policy, control_id, hostname):
     return None
 
 
-def _evaluate(control, gpu, places, hostname, policy):
+# Loads whose stressors copy over the GPUs' own links (verify/h2d_load.py): the link is shared by design.
+LINK_SHARING_LOADS = ("copies", "both")
+
+
+def _evaluate(control, gpu, places, hostname, policy, load="idle"):
     check = control["check"]
     local = places.get("local", {})
     if check == "pinned_link_fraction":
+        if load in LINK_SHARING_LOADS:
+            return "not_applicable", ("under load %s the GPU's link is shared with the load's copies by design; the "
+                                      "fraction of the link is judged on an idle run, the placements are compared "
+                                      "by the verdict" % load)
         link = gpu["link"]["theoretical_gbps"]
         if not link:
             return "not_applicable", "the PCIe link of this GPU is unknown (no NVML, no sysfs link speed)"
@@ -394,7 +402,7 @@ def _build_report(probe, policy, hostname, profile, ladder, generated_at, previo
             for control in policy["controls"]:
                 if control.get("enabled", True) is False:
                     continue
-                status, detail = _evaluate(control, entry, places, hostname, policy)
+                status, detail = _evaluate(control, entry, places, hostname, policy, report["load"].get("kind", "idle"))
                 justification = _waived(policy, control["id"], hostname) if status == "fail" else None
                 if justification:
                     status, detail = "waived", "%s; waived: %s" % (detail, justification)
