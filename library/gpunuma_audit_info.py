@@ -327,9 +327,7 @@ def main():
             pages, threads, pids = {"anon": {}, "file": {}}, {}, _unit_pids(props.get("ControlGroup"), pid)
             for each in pids:
                 maps = proc["numa_maps"] if each == pid else _read(os.path.join(p["proc_root"], str(each), "numa_maps"))
-                for kind, by_node in metricslib.numa_maps_kinds(maps or "").items():
-                    for node, nbytes in by_node.items():
-                        pages[kind][node] = pages[kind].get(node, 0) + nbytes
+                metricslib.add_numa_maps(pages, maps or "")
                 threads.update(metricslib.thread_cpus(each, p["proc_root"]))
             proc.update(pages=pages, threads=threads, pids=pids)
         item_findings, live = auditlib.audit_instance(item, unit, proc, p["min_local_share"])

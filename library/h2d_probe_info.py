@@ -189,6 +189,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import atomic, bounded
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
+from ansible.module_utils.gpunuma.operate import state as statelib
 from ansible.module_utils.gpunuma.verify import h2d, h2d_load
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
@@ -198,10 +199,11 @@ def _load_cpus(module):
     default: the memory node's CPUs)."""
     text = module.params["load_cpus"]
     if text is None:
+        # The reader of the applied plan the state step uses (bounded, a regular file), parsed with the depth cap.
+        raw = statelib.read_text(module.params["plan_path"])
         try:
-            plan = json.loads(bounded.read_bounded(module.params["plan_path"], 16 * 1024 * 1024,
-                                                   what="the applied plan").decode("utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
+            plan = bounded.loads_json(raw) if isinstance(raw, str) else None
+        except ValueError:
             return None
         housekeeping = plan.get("housekeeping") if isinstance(plan, dict) else None
         text = ",".join(v for v in (housekeeping or {}).values() if isinstance(v, str) and v) or None

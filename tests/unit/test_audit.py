@@ -239,9 +239,7 @@ def _every_process(maps_by_pid, threads):
 
     pages = {"anon": {}, "file": {}}
     for maps in maps_by_pid.values():
-        for kind, by_node in metrics.numa_maps_kinds(maps).items():
-            for node, nbytes in by_node.items():
-                pages[kind][node] = pages[kind].get(node, 0) + nbytes
+        metrics.add_numa_maps(pages, maps)
     return {"pages": pages, "threads": threads, "pids": sorted(maps_by_pid)}
 
 

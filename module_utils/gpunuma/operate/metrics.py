@@ -209,6 +209,15 @@ def numa_maps_kinds(text):
     return out
 
 
+def add_numa_maps(kinds, text):
+    """Add a numa_maps text's bytes per node, by kind (numa_maps_kinds), into ``kinds``; returns ``kinds``."""
+    for kind, by_node in numa_maps_kinds(text).items():
+        into = kinds.setdefault(kind, {})
+        for node, nbytes in by_node.items():
+            into[node] = into.get(node, 0) + nbytes
+    return kinds
+
+
 def numa_maps_bytes(text):
     """{node: bytes} resident per NUMA node from a numa_maps text (both kinds)."""
     out = {}
@@ -315,9 +324,7 @@ def plan_metrics(expo, plan, probe=None, sysfs_root="/"):
         for pid in pids:
             try:
                 with open(os.path.join(sysfs_root, "proc", str(pid), "numa_maps")) as fh:
-                    for kind, by_node in numa_maps_kinds(fh.read()).items():
-                        for node, nbytes in by_node.items():
-                            kinds[kind][node] = kinds[kind].get(node, 0) + nbytes
+                    add_numa_maps(kinds, fh.read())
             except OSError:
                 continue
             threads.update(thread_cpus(pid, os.path.join(sysfs_root, "proc")))
