@@ -103,8 +103,9 @@ options:
     description:
       - Memory kept back on every NUMA node for the kernel and system daemons when checking declared
         C(memory) under C(bind), either C(auto) or a size such as C(16G).
-      - "C(auto) follows GKE's reservation tiers per node (25% of the first 4 GiB, 20% of the next 4,
-        10% of the next 8, 6% of the next 112, 2% above 128 GiB; 255 MiB below 1 GiB)."
+      - "C(auto) follows GKE's reservation tiers for the machine (25% of the first 4 GiB, 20% of the next 4,
+        10% of the next 8, 6% of the next 112, 2% above 128 GiB; 255 MiB below 1 GiB) and spreads them over the
+        nodes by size; a size is kept on every node."
       - "Free memory (MemFree) is never used: it counts page cache as used and moves at run time."
     type: raw
     default: auto

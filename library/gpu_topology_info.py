@@ -34,7 +34,7 @@ description:
     socket, a device node or a symbolic link such as one to C(/dev/zero) is refused without being opened)
     of at most 64 KiB (a sysfs attribute holds at most one page, 64 KiB on arm64 with 64K pages). The
     files a user names may be symbolic links to regular files outside C(/dev), of at most 1 MiB
-    (O(nvidia_smi_topo_file)) and 16 MiB (O(nvml_dump)).
+    (O(nvidia_smi_topo_file)), 2 MiB (O(lscpu_file)) and 16 MiB (O(nvml_dump)).
   - Files that define NUMA nodes and hyperthread siblings (C(node<N>/cpulist), C(cpu<N>/topology/*)) fail
     the task, naming the file, when unreadable or malformed; PCI attributes, node C(meminfo) and
     C(distance), C(numa_balancing) degrade to a warning naming the file. Any such loss makes
@@ -59,6 +59,16 @@ options:
     description:
       - A saved C(nvidia-smi topo -m) output. Given alone (without O(sysfs_root) or
         O(nvml_dump)), the topology is built from that text only and nothing local is read.
+    type: path
+  lscpu_file:
+    description:
+      - A saved C(lscpu) output of the same machine, read with O(nvidia_smi_topo_file) alone (the topo text
+        lists only the NUMA nodes of its GPUs and no hyperthread siblings nor L3 caches). C(lscpu -p=CPU,CORE,SOCKET,NODE,CACHE)
+        and C(lscpu -e) give every node, the siblings and the L3 domains; the C(lscpu) summary gives the nodes
+        and sockets only.
+      - Without it, the nodes a topo text leaves out are inferred from the CPU ids it leaves out where exactly
+        one reading fits (with a warning), else those CPUs are returned as RV(topology.unplaced_cpus) and the
+        planner binds no CPUs (docs/topology-v1.md).
     type: path
   nvml_dump:
     description:
@@ -220,6 +230,7 @@ def main():
         argument_spec=dict(
             sysfs_root=dict(type="path"),
             nvidia_smi_topo_file=dict(type="path"),
+            lscpu_file=dict(type="path"),
             nvml_dump=dict(type="path"),
             record_nvml_dump=dict(type="path"),
             sources=dict(type="list", elements="str", choices=["nvml", "nvidia_smi", "sysfs"],
@@ -251,6 +262,7 @@ def main():
             sources=params["sources"],
             run_nvidia_smi=run_nvidia_smi,
             keep_nvml_dump=bool(params["record_nvml_dump"]),
+            lscpu_file=params["lscpu_file"],
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc))

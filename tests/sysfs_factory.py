@@ -86,18 +86,20 @@ def build_tree(
     symlinks=True,
     numa=True,
     online=None,
+    l3=None,
 ):
     """Write a sysfs/procfs tree under ``root`` and return ``root`` (a str).
 
     ``nodes``: ``[{"id": 0, "cpus": [0, 1] or "0-1", "mem_kb": int,
-    "free_kb": int}]``; ``distances``: SLIT rows in the order of ``nodes``
+    "free_kb": int, "hugepages": {size_kb: count}}]``; ``distances``: SLIT rows in the order of ``nodes``
     (default 10 on the diagonal, 20 elsewhere); ``cpus``: ``{cpu: (package,
     core, siblings)}`` (siblings a list or CPU list string; default: one
     package 0, every CPU its own core); ``online``: the online CPUs (default
     every CPU of ``nodes`` and ``cpus``); ``numa_balancing``: the
     ``kernel.numa_balancing`` value, ``None`` to leave the file out;
     ``numa=False`` leaves ``sys/devices/system/node`` out (kernel without
-    NUMA).
+    NUMA); ``l3``: ``{cpu: CPU list}`` written as ``cache/index3`` (level 3,
+    ``shared_cpu_list``), none by default.
 
     ``pci``: ``[{"bdf": "0000:18:00.0", "vendor", "device", "class",
     "numa_node" (default -1), "local_cpus" (default: the CPUs of that node,
@@ -143,6 +145,8 @@ def build_tree(
                 "Node %d HugePages_Total:     0\n" % (nid, total, nid, free, nid, total - free, nid),
             )
             _write(os.path.join(node_dir, "distance"), " ".join(str(d) for d in distances[index]) + "\n")
+            for size_kb, count in (node.get("hugepages") or {}).items():
+                _write(os.path.join(node_dir, "hugepages", "hugepages-%dkB" % size_kb, "nr_hugepages"), "%d\n" % count)
         ids = [node["id"] for node in nodes]
         _write(os.path.join(node_root, "online"), format_cpulist(ids) + "\n")
         _write(os.path.join(node_root, "possible"), format_cpulist(ids) + "\n")
@@ -174,6 +178,10 @@ def build_tree(
         _write(os.path.join(topo, "thread_siblings_list"), format_cpulist(_cpuset(siblings)) + "\n")
         _write(os.path.join(topo, "package_cpus_list"), members)
         _write(os.path.join(topo, "core_siblings_list"), members)
+        if l3 and cpu in l3:
+            cache = os.path.join(cpu_dir, "cache", "index3")
+            _write(os.path.join(cache, "level"), "3\n")
+            _write(os.path.join(cache, "shared_cpu_list"), format_cpulist(_cpuset(l3[cpu])) + "\n")
 
     # PCI
     _write_pci(sys_dir, list(pci), node_cpus, online_set, nbits, symlinks)

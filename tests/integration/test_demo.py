@@ -58,6 +58,9 @@ def test_nps4_pairs_stay_on_one_node(demo):
     plan = plan_of(state, "dgx-a100-nps4")
     assert sorted(i["numa_nodes"][0] for i in plan["instances"]) == [1, 3, 5, 7]
     assert all(len(i["numa_nodes"]) == 1 and len(i["gpus"]) == 2 for i in plan["instances"])
+    # the text names only the GPU nodes; with the host's lscpu the system runs on the other four
+    assert sorted(int(n) for n, cpus in plan["housekeeping"].items() if cpus) == [0, 2, 4, 6]
+    assert all(i["cpus"].count(",") == 1 for i in plan["instances"])  # each a whole node: 16 cores, 2 ranges
 
 
 def test_unplaceable_gpus_are_not_guessed(demo):

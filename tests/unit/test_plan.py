@@ -320,6 +320,65 @@ def test_memory_reserve_per_node_option():
     ]
 
 
+def test_auto_reserve_is_per_machine_and_spread_by_node_size():
+    """GKE's tiers are per machine: a two-node 2 TiB host keeps ~47 GiB in all, not ~27 GiB on each node."""
+    from ansible.module_utils.gpunuma.plan.capacity import auto_reserve
+
+    topo = topology("hgx-h200-8gpu-2socket-ht")
+    totals = dict((n["id"], n["memory_total_bytes"]) for n in topo["numa_nodes"] if n["cpus"])
+    plan = make_plan(topo, "strict", [])
+    whole = sum(totals.values())
+    kept = dict((n, totals[n] - plan["memory_capacity"][str(n)]) for n in totals)
+    assert abs(sum(kept.values()) - auto_reserve(whole)) <= len(kept)
+    assert sum(kept.values()) < sum(auto_reserve(t) for t in totals.values()) * 0.9
+    # each node keeps its share in proportion to its size
+    for node, total in totals.items():
+        assert abs(kept[node] - auto_reserve(whole) * total // whole) <= 1
+    # an explicit size is still kept on every node
+    plan = make_plan(topo, "strict", [], memory_reserve_per_node="16G")
+    assert all(totals[n] - plan["memory_capacity"][str(n)] == 16 * GIB for n in totals)
+
+
+def test_hugetlb_pools_are_not_capacity(tmp_path):
+    """Persistent HugeTLB pages count in MemTotal but serve only hugetlbfs mappings: read per node, kept back."""
+    from ansible.module_utils.gpunuma.discovery.discover import discover
+    from sysfs_factory import GIB_KB, build_tree
+
+    nodes = [{"id": 0, "cpus": "0-7", "mem_kb": 64 * GIB_KB, "free_kb": 60 * GIB_KB,
+              "hugepages": {2048: 4096, 1048576: 16}},
+             {"id": 1, "cpus": "8-15", "mem_kb": 64 * GIB_KB, "free_kb": 60 * GIB_KB}]
+    root = build_tree(str(tmp_path), nodes)
+    topo = discover("huge", sysfs_root=root, sources=["sysfs"])["topology"]
+    assert topo["numa_nodes"][0]["hugetlb_bytes"] == 4096 * (2 << 20) + 16 * GIB
+    assert "hugetlb_bytes" not in topo["numa_nodes"][1]
+    plan = make_plan(topo, "strict", [], allow_unknown_siblings=True)
+    capacity = plan["memory_capacity"]
+    assert capacity["1"] - capacity["0"] == 24 * GIB
+    instances = [{"name": "a", "numa_node": 0, "memory": capacity["0"] + 1, "command": ["/bin/a"]}]
+    (inst,) = make_plan(topo, "strict", instances, allow_unknown_siblings=True)["instances"]
+    assert inst["mem_policy"] == "preferred"
+    assert "reserve and 24.0 GiB of HugeTLB pools)" in inst["fallback"]
+
+
+def test_identical_instances_get_one_capacity_decision():
+    topo = topology("hgx-h200-8gpu-2socket-ht")
+    capacity = make_plan(topo, "strict", [])["memory_capacity"]["0"]
+    each = capacity // 4 + GIB  # three fit, four do not
+    instances = [{"name": "r%d" % i, "gpus": [i], "command": ["/bin/serve"], "memory": each} for i in range(4)]
+    plan = make_plan(topo, "strict", instances)
+    assert [i["mem_policy"] for i in plan["instances"]] == ["preferred"] * 4
+    assert len(set(i["fallback"] for i in plan["instances"])) == 1
+    assert "declared by each of 4 identical instances (r0, r1, r2, r3" in plan["instances"][0]["fallback"]
+    problems = problems_of(topo, instances, strict_capacity="error")
+    assert len(problems) == 1
+    assert problems[0].startswith("gpunuma_instances[0].memory, gpunuma_instances[1].memory, "
+                                  "gpunuma_instances[2].memory, gpunuma_instances[3].memory: ")
+    assert "for the group (equal instances get one decision)" in problems[0]
+    # three that fit all bind; a different size is its own decision
+    plan = make_plan(topo, "strict", instances[:3] + [dict(instances[3], memory=capacity)])
+    assert [i["mem_policy"] for i in plan["instances"]] == ["bind", "bind", "bind", "preferred"]
+
+
 def test_capacity_that_fits_stays_strict():
     plan = make_plan(
         "h200-1gpu-vm", "strict", [{"name": "small", "gpus": [0], "command": ["/bin/srv"], "memory": "3G"}]
@@ -821,7 +880,7 @@ def test_known_siblings_are_reported_as_from_the_topology():
     ],
 )
 def test_sibling_offset_is_inferred_only_from_unambiguous_layouts(layout, offset):
-    from ansible.module_utils.gpunuma.plan.topology import infer_sibling_offset
+    from ansible.module_utils.gpunuma.common.cpulist import infer_sibling_offset
 
     assert infer_sibling_offset({n: parse_cpulist(c) for n, c in layout.items()}) == offset
 
@@ -1842,9 +1901,18 @@ def test_kept_capacity_messages_match_the_applied_plan():
 
 @pytest.mark.parametrize("total", [0, 100 << 20, 255 << 20, GIB - 1, GIB, 3 * GIB + 12345, 4 * GIB, 7 * GIB + 1,
                                    16 * GIB, 200 * GIB + 7, 2048 * GIB])
-def test_total_for_inverts_the_auto_reserve(total):
-    from ansible.module_utils.gpunuma.plan.capacity import _total_for, auto_reserve
+def test_totals_for_inverts_the_auto_reserve(total):
+    from ansible.module_utils.gpunuma.plan.capacity import _totals_for, auto_reserve
 
     capacity = max(total - auto_reserve(total), 0)
-    back = _total_for(capacity, None)
+    (back,) = _totals_for({0: capacity}, None).values()
     assert max(back - auto_reserve(back), 0) == capacity
+    if total < 2 * GIB:
+        return  # below 1 GiB the reserve is a flat 255 MiB, and machines of two nodes are larger
+    # two nodes of one machine: the machine's reserve spread by size, recovered node by node
+    halves = {0: total // 3, 1: total - total // 3}
+    reserve = auto_reserve(total)
+    capacities = dict((n, t - (reserve * t // total if total else 0)) for n, t in halves.items())
+    back = _totals_for(capacities, None)
+    for node, node_total in halves.items():
+        assert abs(back[node] - node_total) <= 2 + node_total // (1 << 30)

@@ -771,7 +771,9 @@ def test_does_not_walk_unrelated_sysfs(tmp_path, monkeypatch):
     sysfs.read_host(root)
     relative = [os.path.relpath(p, root) for p in touched]
     assert not [p for p in relative if p.startswith(("sys/class", "sys/kernel")) or "/cache" in p
-                or "hugepages" in p]
+                or ("hugepages" in p and not p.endswith(("/hugepages", "/nr_hugepages")))]
+    # the HugeTLB pools of each node are listed (capacity), nothing else under them is read
+    assert sum(p.endswith("/hugepages") for p in relative) == 2
     # siblings share a core, CPUs of a package share its id: 96 cores, 2 packages
     assert sum(p.endswith("/thread_siblings_list") for p in relative) == 96
     assert sum(p.endswith("/physical_package_id") for p in relative) == 2

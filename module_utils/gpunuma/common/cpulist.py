@@ -221,3 +221,48 @@ def cpus_from_affinity_words(words, word_bits=64, what="NVML CPU affinity"):
         width = len(bits)
         cpus.update(base + width - 1 - i for i, bit in enumerate(bits) if bit == "1")
     return frozenset(cpus)
+
+
+def runs(cpus):
+    """Maximal runs of consecutive ids: ``{0,1,2,8,9}`` -> ``[(0, 2), (8, 9)]``."""
+    found = []
+    for cpu in sorted(cpus):
+        if found and cpu == found[-1][1] + 1:
+            found[-1] = (found[-1][0], cpu)
+        else:
+            found.append((cpu, cpu))
+    return found
+
+
+def infer_sibling_offset(node_cpus):
+    """The sibling offset (half the machine's CPU count) when the layout shows it unambiguously, else None.
+
+    Linux numbers x86 hyperthreads so that the second thread of core ``c``
+    is CPU ``c + T/2`` (``T`` CPUs in all): each socket/NUMA node then holds
+    two equal ranges ``a..b`` and ``a+T/2..b+T/2``, as ``nvidia-smi topo -m``
+    prints them (``0-47,96-143``). Only that exact shape counts as evidence:
+    every CPU-bearing node two equal ranges, one offset ``d`` for all nodes,
+    every first range below ``d`` and every second below ``2d`` (so ``d`` is
+    half the CPU count; a text that shows only the GPUs' nodes, as on a DGX
+    A100 in NPS4, still qualifies). A single range per node (no SMT, SMT
+    numbered otherwise, a VM's ``0-15``) is no evidence.
+    """
+    offset = None
+    lows = []
+    highs = []
+    for cpus in node_cpus.values():
+        pieces = runs(cpus)
+        if len(pieces) != 2:
+            return None
+        (a, b), (c, d) = pieces
+        if b - a != d - c:
+            return None
+        if offset is None:
+            offset = c - a
+        elif c - a != offset:
+            return None
+        lows.append(b)
+        highs.append(d)
+    if offset is None or max(lows) >= offset or max(highs) >= 2 * offset:
+        return None
+    return offset

@@ -35,3 +35,7 @@ class NvmlError(GpunumaError):
 
 class TopologyError(GpunumaError):
     """The sources disagree or cannot be combined into a topology."""
+
+
+class LscpuError(GpunumaError, ValueError):
+    """lscpu text that cannot be read as a CPU layout; the message names the line."""

@@ -10,6 +10,7 @@ import os
 
 from ansible.module_utils.gpunuma.discovery import nvml as nvml_source
 from ansible.module_utils.gpunuma.discovery import sysfs as sysfs_source
+from ansible.module_utils.gpunuma.discovery.cpu_layout import MAX_LSCPU_CHARS, LscpuError, parse_lscpu
 from ansible.module_utils.gpunuma.common.errors import NvmlError, SysfsError, TopoParseError
 from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
 from ansible.module_utils.gpunuma.discovery.topology import build_topology
@@ -24,13 +25,16 @@ MAX_TOPO_TEXT_BYTES = 1 << 20
 _LOST_NAMED = 5
 
 
-def _read_topo_file(path):
+def _read_text(path, option, limit, error, what):
     try:
-        raw = sysfs_source.read_bounded(path, MAX_TOPO_TEXT_BYTES, follow_symlinks=True,
-                                        what="an nvidia-smi topo -m text")
+        raw = sysfs_source.read_bounded(path, limit, follow_symlinks=True, what=what)
     except (IOError, OSError) as exc:
-        raise TopoParseError("nvidia_smi_topo_file %s cannot be read: %s" % (path, exc.strerror or exc))
+        raise error("%s %s cannot be read: %s" % (option, path, exc.strerror or exc))
     return raw.decode("utf-8", "replace")
+
+
+def _read_topo_file(path):
+    return _read_text(path, "nvidia_smi_topo_file", MAX_TOPO_TEXT_BYTES, TopoParseError, "an nvidia-smi topo -m text")
 
 
 def _lost_warning(lost):
@@ -46,7 +50,7 @@ def _nvml_absent(message):
 
 
 def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=ALL_SOURCES,
-             run_nvidia_smi=None, nvml_module=None, keep_nvml_dump=False):
+             run_nvidia_smi=None, nvml_module=None, keep_nvml_dump=False, lscpu_file=None):
     """Return ``{"topology": ..., "nvml_dump": dump-or-None, "nvml_error": str-or-None}``.
 
     Explicit offline inputs that are broken (a missing ``sysfs_root``, an
@@ -97,6 +101,15 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
         used.append("nvidia_smi")
         warnings.extend(smi.get("warnings") or [])
 
+    layout = None
+    if lscpu_file is not None:
+        if not text_only:
+            raise LscpuError("lscpu_file %s: only read with nvidia_smi_topo_file alone (no sysfs_root, no "
+                             "nvml_dump); sysfs has the CPU layout itself" % lscpu_file)
+        layout = parse_lscpu(_read_text(lscpu_file, "lscpu_file", MAX_LSCPU_CHARS, LscpuError, "an lscpu capture"),
+                             source="lscpu_file %s" % lscpu_file)
+        used.append("lscpu")
+
     host = None
     if "sysfs" in sources and not text_only:
         root = sysfs_root if sysfs_root is not None else "/"
@@ -105,7 +118,8 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
         host = sysfs_source.read_host(root)
         used.append("sysfs")
 
-    topology = build_topology(hostname, host=host, nvml=dump, smi=smi, warnings=warnings, sources=used)
+    topology = build_topology(hostname, host=host, nvml=dump, smi=smi, warnings=warnings, sources=used,
+                              cpu_layout_host=layout)
     if nvml_error and dump is None and any(g["uuid"] is None for g in topology["gpus"]):
         # GPUs are visible but NVML could not name them: say why, once.
         topology["complete"] = False

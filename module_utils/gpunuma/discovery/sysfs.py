@@ -4,7 +4,8 @@
 the live host, or a copy of the relevant files (support bundles, captured
 fixtures, synthetic test trees). Only the files discovery needs are opened:
 
-* ``sys/devices/system/node/node<N>/{cpulist,cpumap,meminfo,distance}``
+* ``sys/devices/system/node/node<N>/{cpulist,cpumap,meminfo,distance}`` and
+  ``node<N>/hugepages/hugepages-<size>kB/nr_hugepages``
 * ``sys/devices/system/cpu/online`` and
   ``sys/devices/system/cpu/cpu<N>/topology/{core_id,thread_siblings_list}``
   once per core, ``{physical_package_id,package_cpus_list}`` (or
@@ -104,6 +105,7 @@ _BDF_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0
 _HEX_RE = re.compile(r"0x[0-9a-f]{1,8}", re.ASCII)
 # 18 digits fit any 64-bit value and stay clear of Python's int() digit limit.
 _INT_RE = re.compile(r"-?[0-9]{1,18}", re.ASCII)
+_HUGEPAGES_DIR_RE = re.compile(r"hugepages-([0-9]{1,10})kB", re.ASCII)
 _MEMINFO_NODE_RE = re.compile(r"Node\s+([0-9]{1,7})\s+(\S+):\s+([0-9]{1,18})(?:\s+kB)?\s*", re.ASCII)
 _MEMINFO_RE = re.compile(r"(\S+):\s+([0-9]{1,18})(?:\s+kB)?\s*", re.ASCII)
 _DISTANCE_RE = re.compile(r"[0-9]{1,9}", re.ASCII)
@@ -398,7 +400,26 @@ class _HostReader:
                     "_cpuset": cpus,
                 }
             )
+            hugetlb = self.read_node_hugetlb(os.path.join(node_dir, "hugepages"))
+            if hugetlb:
+                nodes[-1]["hugetlb_bytes"] = hugetlb
         return nodes
+
+    def read_node_hugetlb(self, path):
+        """Bytes of the node's persistent HugeTLB pools (``hugepages-<size>kB/nr_hugepages``), 0 when none.
+
+        HugeTLB pages are counted in MemTotal but only a hugetlbfs or
+        ``MAP_HUGETLB`` mapping can use them (Documentation/admin-guide/mm/hugetlbpage.rst).
+        """
+        pooled = 0
+        for entry in self.listdir(path, "HugeTLB pools"):
+            match = _HUGEPAGES_DIR_RE.fullmatch(entry)
+            if not match:
+                continue
+            count = self.optional_int(os.path.join(path, entry, "nr_hugepages"), allow_negative=False)
+            if count:
+                pooled += count * int(match.group(1)) * 1024
+        return pooled
 
     def read_node_meminfo(self, path, node_id):
         text = self.read_text(path, warn_missing=True)

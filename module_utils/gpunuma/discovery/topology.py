@@ -26,6 +26,7 @@ import json
 
 from ansible.module_utils.gpunuma.common import cpulist
 from ansible.module_utils.gpunuma.common.errors import TopologyError
+from ansible.module_utils.gpunuma.discovery import cpu_layout
 from ansible.module_utils.gpunuma.discovery.nvml import gpu_link_matrix, is_error
 from ansible.module_utils.gpunuma.discovery.sysfs import gpu_functions, nic_functions, nvme_functions, pcie_gen_from_speed
 from ansible.module_utils.gpunuma.common import schemas
@@ -165,7 +166,33 @@ def _nodes_from_smi(smi, warnings):
         })
     check_disjoint_nodes(nodes, smi.get("source") or "nvidia-smi topo text",
                          dict((nid, ", ".join(texts)) for nid, texts in evidence.items()))
-    return nodes
+    inferred, unplaced = cpu_layout.infer_missing_nodes(
+        dict((n["id"], cpulist.parse_cpulist(n["cpus"])) for n in nodes if n["has_cpus"]))
+    taken = set(n["id"] for n in nodes)
+    if any(node_id in taken for node_id, _ in inferred):
+        # a CPU-less node of the text already holds the id: the reading is not unique
+        unplaced = frozenset().union(*[cpus for _, cpus in inferred])
+        inferred = []
+    for node_id, cpus in inferred:
+        nodes.append({"id": node_id, "cpus": cpulist.format_cpulist(cpus), "has_cpus": True,
+                      "memory_total_bytes": None, "memory_free_bytes": None, "distances": [],
+                      "cores": None, "inferred": True})
+    nodes.sort(key=lambda n: n["id"])
+    if inferred:
+        warnings.append(
+            "NUMA node%s %s %s not in the nvidia-smi topo text (it lists only the nodes of its GPUs); inferred "
+            "from the CPU ids it leaves out: %s (equal blocks of consecutive CPUs, node ids rising with CPU ids, "
+            "as Linux numbers an x86 machine's nodes). Discover with sysfs, or give gpu_topology_lscpu_file, "
+            "to read them" % ("s" if len(inferred) > 1 else "", ", ".join(str(n) for n, _ in inferred),
+                              "are" if len(inferred) > 1 else "is",
+                              "; ".join("node %d %s" % (n, cpulist.format_cpulist(c)) for n, c in inferred)))
+    if unplaced:
+        warnings.append(
+            "CPUs %s are not in the nvidia-smi topo text, which lists only the nodes of its GPUs, and the NUMA "
+            "nodes holding them cannot be inferred from it: instances are not bound to CPUs (unplaced_cpus). "
+            "Discover with sysfs, or give gpu_topology_lscpu_file (`lscpu -p=CPU,CORE,SOCKET,NODE,CACHE`)"
+            % cpulist.format_cpulist(unplaced))
+    return nodes, unplaced
 
 
 def _l3_groups(cpus, l3_of):
@@ -209,6 +236,8 @@ def _nodes_from_host(host):
         l3_groups = _l3_groups(cpus, l3_of)
         if l3_groups is not None:
             nodes[-1]["l3_groups"] = l3_groups
+        if node.get("hugetlb_bytes"):
+            nodes[-1]["hugetlb_bytes"] = node["hugetlb_bytes"]
     return nodes
 
 
@@ -273,19 +302,54 @@ def _select_node(candidates, nodes, warnings, label):
     return None, None, cpuless
 
 
-def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sources=None):
-    """Combine the sources into a topology/v1 dict (see docs/topology-v1.md)."""
+def _nodes_from_layout(layout, smi):
+    """NUMA nodes from a user's lscpu capture (no memory, no distances), checked against the topo text's GPUs."""
+    nodes = _nodes_from_host(layout)
+    for node in nodes:
+        node["memory_total_bytes"] = None
+        node["memory_free_bytes"] = None
+        if node["cpus"] and not layout.get("cpus"):
+            node["cores"] = None  # the lscpu summary names no CPU's core
+    check_disjoint_nodes(nodes, "gpu_topology_lscpu_file")
+    by_id = dict((n["id"], cpulist.parse_cpulist(n["cpus"])) for n in nodes)
+    for gpu in (smi or {}).get("gpus", []):
+        affinity = gpu.get("numa_affinity") or []
+        if len(affinity) != 1 or not gpu.get("cpu_affinity"):
+            continue
+        cpus = cpulist.parse_cpulist(gpu["cpu_affinity"])
+        if affinity[0] not in by_id or not cpus <= by_id[affinity[0]]:
+            raise TopologyError(
+                "gpu_topology_lscpu_file: GPU%d's CPU Affinity %s on NUMA node %d (nvidia-smi topo text) is not "
+                "within that node's CPUs in the lscpu capture (%s); the two captures are not of one machine"
+                % (gpu["index"], gpu["cpu_affinity"], affinity[0],
+                   cpulist.format_cpulist(by_id[affinity[0]]) if affinity[0] in by_id else "no such node"))
+    return nodes
+
+
+def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sources=None, cpu_layout_host=None):
+    """Combine the sources into a topology/v1 dict (see docs/topology-v1.md).
+
+    ``cpu_layout_host``: a user's lscpu capture (``cpu_layout.parse_lscpu``), read in place of
+    sysfs's CPU layout where sysfs is not a source.
+    """
     warnings = list(warnings or [])
     sources = list(sources or [])
     if host is None and nvml is None and smi is None:
         raise TopologyError("no topology source: give sysfs, an NVML dump or nvidia-smi topo text")
 
+    unplaced = frozenset()
+    sockets = (host or {}).get("sockets")
     if host is not None:
         numa_nodes = _nodes_from_host(host)
         check_disjoint_nodes(numa_nodes, "sysfs")
         warnings.extend(host.get("warnings") or [])
+    elif cpu_layout_host is not None:
+        numa_nodes = _nodes_from_layout(cpu_layout_host, smi)
+        sockets = cpu_layout_host.get("sockets")
+        warnings.append("NUMA nodes from gpu_topology_lscpu_file (lscpu %s format): memory sizes and distances "
+                        "unknown" % cpu_layout_host.get("format"))
     elif smi is not None:
-        numa_nodes = _nodes_from_smi(smi, warnings)
+        numa_nodes, unplaced = _nodes_from_smi(smi, warnings)
         warnings.append("NUMA nodes inferred from nvidia-smi topo text alone: memory sizes and distances unknown")
     else:
         numa_nodes = []
@@ -438,7 +502,7 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
         "complete": True,
         "driver_version": _value(driver),
         "numa_balancing": (host or {}).get("numa_balancing"),
-        "sockets": (host or {}).get("sockets"),
+        "sockets": sockets,
         "numa_nodes": numa_nodes,
         "gpus": gpus,
         "gpu_links": gpu_links,
@@ -446,6 +510,8 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
         "gpu_nic_links": gpu_nic_links,
         "nvme": nvme,
     }
+    if unplaced:
+        topology["unplaced_cpus"] = cpulist.format_cpulist(unplaced)
     topology["fingerprint"] = fingerprint(topology)
     return topology
 

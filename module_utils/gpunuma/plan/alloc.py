@@ -351,6 +351,27 @@ def check_siblings_known(specs, topo, allow_unknown_siblings, problems):
         )
 
 
+def check_cpus_placed(specs, topo, problems):
+    """Refuse to bind CPUs where the topology proves CPUs exist whose NUMA node it cannot tell.
+
+    A text-only topology lists only the nodes of its GPUs; where the nodes of
+    the CPU ids it leaves out cannot be inferred (``discovery/cpu_layout``),
+    housekeeping would land on GPU nodes and shares would be cut without the
+    other nodes in view.
+    """
+    if not topo.unplaced_cpus:
+        return
+    users = [spec.name for spec in specs if spec.cpu_binding]
+    if users:
+        problems.append(
+            "topology.unplaced_cpus: CPUs %s of %s exist but their NUMA nodes are not in the topology (a "
+            "nvidia-smi topo text lists only the nodes of its GPUs, and these could not be inferred), so instances "
+            "%s cannot be bound to CPUs; allowed: a topology discovered with sysfs, or gpu_topology_lscpu_file "
+            "(lscpu -p=CPU,CORE,SOCKET,NODE,CACHE of the same machine) beside the topo text"
+            % (format_cpulist(topo.unplaced_cpus), topo.hostname, ", ".join(repr(n) for n in users))
+        )
+
+
 def check_shares(specs, topo):
     """Refuse a plan whose CPU shares break the invariants (a planner defect).
 

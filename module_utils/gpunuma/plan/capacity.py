@@ -73,26 +73,47 @@ def parse_reserve(value, problems):
         return None
 
 
-def node_capacity(node, reserve):
-    """``(capacity, reserve)`` of a node for bound memory, or ``(None, None)`` when MemTotal is unknown."""
+def machine_memory(topo):
+    """MemTotal of the machine: the sum over its CPU-bearing nodes whose size is known (0 when none is)."""
+    return sum(topo.nodes[n].total for n in topo.cpu_node_ids if is_int(topo.nodes[n].total))
+
+
+def node_capacity(node, reserve, machine_total=None):
+    """``(capacity, reserve)`` of a node for bound memory, or ``(None, None)`` when MemTotal is unknown.
+
+    ``reserve`` None (``auto``): GKE's tiers apply to the machine's memory
+    (``machine_total``, the CPU-bearing nodes' MemTotal together; the node's
+    own when not given), and each node keeps its share in proportion to its
+    MemTotal. A size is kept back on every node.
+    """
     if not is_int(node.total):
         return None, None
-    kept = auto_reserve(node.total) if reserve is None else reserve
+    if reserve is not None:
+        kept = reserve
+    else:
+        whole = machine_total if machine_total and machine_total >= node.total else node.total
+        kept = auto_reserve(whole) * node.total // whole if whole else 0
+    # HugeTLB pools are in MemTotal but serve only hugetlbfs/MAP_HUGETLB mappings
+    # (Documentation/admin-guide/mm/hugetlbpage.rst): never capacity for instances.
+    kept += node.hugetlb
     return max(node.total - kept, 0), kept
 
 
-def _total_for(capacity, reserve):
-    """The MemTotal whose capacity (MemTotal minus the reserve) is ``capacity``: the inverse of node_capacity."""
+def _totals_for(capacities, reserve):
+    """The MemTotals whose capacities are ``capacities`` (``{node: bytes}``): the inverse of node_capacity."""
     if reserve is not None:
-        return capacity + reserve
-    low, high = capacity, 2 * capacity + GIB
+        return dict((n, c + reserve) for n, c in capacities.items())
+    wanted = sum(capacities.values())
+    low, high = wanted, 2 * wanted + GIB
     while low < high:
         mid = (low + high) // 2
-        if mid - auto_reserve(mid) < capacity:
+        if mid - auto_reserve(mid) < wanted:
             low = mid + 1
         else:
             high = mid
-    return low
+    if not wanted:
+        return dict((n, 0) for n in capacities)
+    return dict((n, c * low // wanted) for n, c in capacities.items())
 
 
 def applied_capacities(applied_plan, topo, reserve_option):
@@ -110,7 +131,7 @@ def applied_capacities(applied_plan, topo, reserve_option):
     capacities = applied_plan.get("memory_capacity")
     if not isinstance(capacities, dict) or set(capacities) != set(str(n) for n in topo.cpu_node_ids):
         return None
-    out = {}
+    known = {}
     for node_id in topo.cpu_node_ids:
         value = capacities[str(node_id)]
         if value is None:
@@ -119,10 +140,11 @@ def applied_capacities(applied_plan, topo, reserve_option):
             continue
         if not is_int(value) or value < 0:
             return None
-        kept = reserve_option if is_int(reserve_option) else None
-        total = _total_for(value, kept)
-        out[node_id] = (value, kept if kept is not None else total - value, total)
-    return out
+        known[node_id] = value
+    kept = reserve_option if is_int(reserve_option) else None
+    # the reserve is found from capacity plus the node's HugeTLB pools, which node_capacity took off
+    totals = _totals_for(dict((n, c + topo.nodes[n].hugetlb) for n, c in known.items()), kept)
+    return dict((n, (c, totals[n] - c, totals[n])) for n, c in known.items())
 
 
 def _decisions(specs):
@@ -135,7 +157,8 @@ def stable_capacity(specs, topo, strict_capacity, problems, reserve, applied_pla
     Returns ``{node id: capacity}`` of the figures used (for the plan's
     ``memory_capacity``).
     """
-    today = {n: node_capacity(topo.nodes[n], reserve)[0] for n in topo.cpu_node_ids}
+    whole = machine_memory(topo)
+    today = {n: node_capacity(topo.nodes[n], reserve, whole)[0] for n in topo.cpu_node_ids}
     kept = applied_capacities(applied_plan, topo, reserve_option)
     if kept and any(kept[n][0] != today[n] for n in kept):
         now_specs, now_problems = copy.deepcopy(specs), []
@@ -157,14 +180,15 @@ def check_capacity(specs, topo, strict_capacity, problems, reserve=None, overrid
     node's MemTotal-based figures (stable_capacity).
     """
     overrides = overrides or {}
+    whole = machine_memory(topo)
 
     def figures(node_id):
         if node_id in overrides:
             return overrides[node_id]
-        capacity, kept = node_capacity(topo.nodes[node_id], reserve)
+        capacity, kept = node_capacity(topo.nodes[node_id], reserve, whole)
         return capacity, kept, topo.nodes[node_id].total
 
-    committed = {}
+    groups = {}
     for spec in specs:
         memory = spec.memory_bytes
         if spec.mem_policy == "default" or not spec.mem_nodes:
@@ -188,29 +212,46 @@ def check_capacity(specs, topo, strict_capacity, problems, reserve=None, overrid
                     % (format_gib(memory), nodes_text)
                 )
             continue
-        node_id = spec.mem_nodes[0]
-        capacity, kept, total = capacities[0]
-        earlier = committed.get(node_id, 0)
-        if earlier + memory <= capacity:
-            committed[node_id] = earlier + memory
-            continue
-        declared = "memory %s declared%s" % (
-            format_gib(memory),
-            " (plus %s by earlier instances bound there)" % format_gib(earlier) if earlier else "",
+        groups.setdefault((spec.mem_nodes[0], memory), []).append((spec, capacities[0]))
+    committed = {}
+    for (node_id, memory), members in groups.items():
+        _fit_group(node_id, memory, members, committed, strict_capacity, problems, topo.nodes[node_id].hugetlb)
+
+
+def _fit_group(node_id, memory, members, committed, strict_capacity, problems, hugetlb):
+    """Bind every instance of a group (same node, same declared memory) or none: identical instances, one decision."""
+    capacity, kept, total = members[0][1]
+    earlier = committed.get(node_id, 0)
+    need = memory * len(members)
+    if earlier + need <= capacity:
+        committed[node_id] = earlier + need
+        return
+    specs = [spec for spec, _ in members]
+    if len(specs) == 1:
+        declared = "memory %s declared" % format_gib(memory)
+    else:
+        declared = "memory %s declared by each of %d identical instances (%s: %s together)" % (
+            format_gib(memory), len(specs), ", ".join(s.name for s in specs), format_gib(need))
+    if earlier:
+        declared += " (plus %s by earlier instances bound there)" % format_gib(earlier)
+    room = "the %s NUMA node %d holds for instances (%s MemTotal minus a %s reserve%s)" % (
+        format_gib(capacity),
+        node_id,
+        format_gib(total),
+        format_gib(kept - hugetlb),
+        " and %s of HugeTLB pools" % format_gib(hugetlb) if hugetlb else "",
+    )
+    if strict_capacity == "error":
+        paths = ", ".join("%s.memory" % s.path for s in specs)
+        problems.append(
+            "%s: %s exceeds %s; membind fails allocations once the node is full; "
+            "allowed: at most %s on this node%s, or strict_capacity: fallback to plan %s as preferred"
+            % (paths, declared, room, format_gib(max(capacity - earlier, 0)),
+               " for the group (equal instances get one decision)" if len(specs) > 1 else "",
+               "them" if len(specs) > 1 else "it")
         )
-        room = "the %s NUMA node %d holds for instances (%s MemTotal minus a %s reserve)" % (
-            format_gib(capacity),
-            node_id,
-            format_gib(total),
-            format_gib(kept),
-        )
-        if strict_capacity == "error":
-            problems.append(
-                "%s.memory: %s exceeds %s; membind fails allocations once the node is full; "
-                "allowed: at most %s on this node, or strict_capacity: fallback to plan it as preferred"
-                % (spec.path, declared, room, format_gib(max(capacity - earlier, 0)))
-            )
-            continue
+        return
+    for spec in specs:
         spec.mem_policy = "preferred"
         spec.fallback = (
             "%s exceeds %s; membind fails allocations once the node is full: "

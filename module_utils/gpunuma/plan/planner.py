@@ -35,6 +35,7 @@ from ansible.module_utils.gpunuma.plan.alloc import (  # noqa: F401 (choose_gpu_
     apply_profile,
     assign_gpus,
     check_shares,
+    check_cpus_placed,
     check_siblings_known,
     choose_gpu_group,
 )
@@ -285,6 +286,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
                                                         else (), spec.secret_environment))
     allocate_cpus(specs, topo, problems)
     check_siblings_known(specs, topo, allow_unknown_siblings, problems)
+    check_cpus_placed(specs, topo, problems)
     reserve_option = memory_reserve_per_node if reserve is None else reserve
     capacity = stable_capacity(specs, topo, strict_capacity, problems, reserve, applied_plan, reserve_option)
     if problems:

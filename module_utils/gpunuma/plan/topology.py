@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, infer_sibling_offset, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError
 from ansible.module_utils.gpunuma.plan.model import TOPOLOGY_SCHEMA, PlanError, is_int
 
@@ -31,51 +31,6 @@ def link_rank(code):
     if match:
         return 100 + int(match.group(1))
     return _LINK_RANK.get(code, 0)
-
-
-def _runs(cpus):
-    """Maximal runs of consecutive ids: ``{0,1,2,8,9}`` -> ``[(0, 2), (8, 9)]``."""
-    runs = []
-    for cpu in sorted(cpus):
-        if runs and cpu == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], cpu)
-        else:
-            runs.append((cpu, cpu))
-    return runs
-
-
-def infer_sibling_offset(node_cpus):
-    """The sibling offset (half the machine's CPU count) when the layout shows it unambiguously, else None.
-
-    Linux numbers x86 hyperthreads so that the second thread of core ``c``
-    is CPU ``c + T/2`` (``T`` CPUs in all): each socket/NUMA node then holds
-    two equal ranges ``a..b`` and ``a+T/2..b+T/2``, as ``nvidia-smi topo -m``
-    prints them (``0-47,96-143``). Only that exact shape counts as evidence:
-    every CPU-bearing node two equal ranges, one offset ``d`` for all nodes,
-    every first range below ``d`` and every second below ``2d`` (so ``d`` is
-    half the CPU count; a text that shows only the GPUs' nodes, as on a DGX
-    A100 in NPS4, still qualifies). A single range per node (no SMT, SMT
-    numbered otherwise, a VM's ``0-15``) is no evidence.
-    """
-    offset = None
-    lows = []
-    highs = []
-    for cpus in node_cpus.values():
-        runs = _runs(cpus)
-        if len(runs) != 2:
-            return None
-        (a, b), (c, d) = runs
-        if b - a != d - c:
-            return None
-        if offset is None:
-            offset = c - a
-        elif c - a != offset:
-            return None
-        lows.append(b)
-        highs.append(d)
-    if offset is None or max(lows) >= offset or max(highs) >= 2 * offset:
-        return None
-    return offset
 
 
 AUTO_HOUSEKEEPING = "auto"
@@ -100,6 +55,7 @@ class PlanNode:
     cpus: frozenset
     free: Optional[int] = None
     total: Optional[int] = None
+    hugetlb: int = 0  # bytes of persistent HugeTLB pools: in MemTotal, but not for ordinary allocations
     cores: List[frozenset] = field(default_factory=list)  # sibling groups, by lowest CPU
     # Where the sibling groups come from: "topology" (sysfs thread_siblings),
     # "inferred" (the standard x86 enumeration, see infer_siblings) or
@@ -184,7 +140,7 @@ class PlanTopology(object):
                 continue
             owners.update((cpu, raw["id"]) for cpu in cpus)
             bad_bytes = False
-            for key in ("memory_total_bytes", "memory_free_bytes"):
+            for key in ("memory_total_bytes", "memory_free_bytes", "hugetlb_bytes"):
                 value = raw.get(key)
                 if value is not None and (not is_int(value) or value < 0):
                     problems.append("%s.%s: %r is not a byte count; allowed: an integer 0 or more, or null" % (where, key, value))
@@ -202,12 +158,20 @@ class PlanTopology(object):
                 cpus=cpus if raw.get("has_cpus", True) is not False else frozenset(),
                 free=raw.get("memory_free_bytes"),
                 total=raw.get("memory_total_bytes"),
+                hugetlb=raw.get("hugetlb_bytes") or 0,
             )
             node.cores = self._cores(raw, node, where, warnings, problems)
             node.l3_groups = self._l3_groups(raw, node, where, problems)
             self.nodes[node.id] = node
         self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
         self.all_cpus = frozenset(owners)
+        # CPUs a text-only discovery proved to exist but could not place on a node.
+        self.unplaced_cpus = frozenset()
+        if topology.get("unplaced_cpus"):
+            try:
+                self.unplaced_cpus = parse_cpulist(topology["unplaced_cpus"], "topology.unplaced_cpus")
+            except CpuListError as exc:
+                problems.append(str(exc))
         self._resolve_siblings(warnings)
 
         self.gpus = {}
