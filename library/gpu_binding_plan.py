@@ -66,9 +66,9 @@ options:
         drop-in. Optional C(user), C(group), C(environment), C(secret_environment) (names of C(environment) whose values are secret), C(memory) (bytes or C(32G)), C(cpus)
         (a count, or a CPU list string), C(share_cpus), C(binding_method) (C(numactl) or C(systemd)),
         C(memlock), C(nic_environment) (a list of C(UCX_NET_DEVICES), C(NCCL_IB_HCA) to set to the
-        instance's nearest NICs), C(engine) (C(generic), C(vllm) or C(sglang); for the last two a
-        multi-GPU instance gets one CPU sub-share per GPU and the engine's own NUMA flags appended to
-        its command).
+        instance's nearest NICs), C(engine) (C(generic), C(vllm), C(sglang) or C(trtllm)) and
+        C(engine_version) (the engine's release), which decide what the engine's own worker binding is handed (per-GPU
+        CPU sub-shares, its NUMA flags appended to the command, its variables; docs/plan-v1.md, section Engines).
       - An empty list gives a plan with no instances.
     type: list
     elements: dict
@@ -76,7 +76,8 @@ options:
   housekeeping_cores_per_node:
     description:
       - Whole cores (with their hyperthread siblings) kept per CPU-bearing node for the system,
-        kubelet and network threads, taken from the lowest-numbered cores; never given to a worker.
+        kubelet and network threads, carved out by the L3-aware partitioner (one L3 domain where they fit, else
+        the lowest-numbered cores); never given to a worker.
       - C(auto) (the default) follows the node, ceil(cores / 24) and at least 1 per node; on a
         machine whose CPU-bearing nodes are not all GPU nodes (AMD NPS2/NPS4, Intel SNC) the
         housekeeping cores go on the GPU-less nodes and the GPU nodes keep every core for workers.
@@ -129,6 +130,14 @@ options:
         dry run, or a node known to have SMT off).
     type: bool
     default: false
+  fence:
+    description:
+      - Whether the instances' units get the cgroup fence (C(AllowedCPUs=)) on this node; the numa_binding role
+        passes what O(fence) resolves to there (C(numa_binding_fence)).
+      - Engines' own per-GPU binding flags (vLLM C(--numa-bind), SGLang C(--numa-node)) make them call C(numactl
+        --cpunodebind), which widens to whole NUMA nodes; they are added only with C(true). Unset means not
+        known, and no such flags are added (docs/plan-v1.md, Engines).
+    type: bool
   applied_plan:
     description:
       - The plan the node runs now (the content of C(/etc/gpunuma/plan.json)), if any. It is checked
@@ -221,10 +230,12 @@ plan:
       description: Name of the profile the plan was computed under.
       type: str
     schema_minor:
-      description: Minor version of C(gpunuma.plan/v1) (additive fields); 1 adds C(siblings).
+      description: Minor version of C(gpunuma.plan/v1) (additive fields); 1 adds C(siblings), 3 C(engine_version)
+        and C(options.fence).
       type: int
     options:
-      description: C(housekeeping_cores_per_node), C(strict_capacity) and C(allow_unknown_siblings) as used.
+      description: C(housekeeping_cores_per_node), C(strict_capacity), C(allow_unknown_siblings), C(fence) and the
+        memory reserve as used.
       type: dict
     memory_capacity:
       description: CPU-bearing node id (string) -> bytes it holds for bound instances (MemTotal minus the reserve), or null.
@@ -312,6 +323,7 @@ def main():
             # dict conversion would only say "dictionary requested").
             applied_plan=dict(type="raw"),
             allow_unknown_siblings=dict(type="bool", default=False),
+            fence=dict(type="bool"),
             memory_reserve_per_node=dict(type="raw", default="auto"),
             secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS)),
         ),
@@ -344,6 +356,7 @@ def main():
             memory_reserve_per_node=params["memory_reserve_per_node"],
             housekeeping_cpus=params["housekeeping_cpus"],
             secret_patterns=params["secret_patterns"],
+            fence=params["fence"],
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))

@@ -121,7 +121,7 @@ def _ccds_of(cpus):
 
 def test_tp4_rank_slices_each_stay_in_one_ccd_and_leave_the_rest_to_the_engine():
     # Two TP4 vLLM instances on socket 0 (GPUs 0-3 then 4-7 would be socket 1: use 0-3 twice via share).
-    instances = [{"name": "tp-a", "gpus": [0, 1, 2, 3], "engine": "vllm", "memory": "64G",
+    instances = [{"name": "tp-a", "gpus": [0, 1, 2, 3], "engine": "vllm", "engine_version": "0.23.0", "memory": "64G",
                   "command": ["/opt/vllm/bin/vllm", "serve", "m"]},
                  {"name": "cpu-side", "numa_node": 0, "memory": "8G", "command": ["/bin/tok"]}]
     plan = make_plan(_ccds(topology("hgx-h200-8gpu-2socket-ht")), "strict", instances)
@@ -153,3 +153,21 @@ def test_without_l3_data_counted_cores_come_in_core_order():
     plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict", instances)
     small, nxt = [parse_cpulist(i["cpus"]) for i in plan["instances"]]
     assert min(nxt) == max(c for c in small if c < 96) + 1
+
+
+def test_housekeeping_goes_through_the_partitioner():
+    """Housekeeping is a carve-out like any other: its cores share one L3 domain, the smallest that holds them."""
+    topo = _ccds(topology("hgx-h200-8gpu-2socket-ht"))
+    plan = make_plan(topo, "strict", [], housekeeping_cores_per_node=3)
+    for node, cpus in plan["housekeeping"].items():
+        assert len(_ccds_of(parse_cpulist(cpus))) == 1, (node, cpus)
+    # equal domains: the first one, which holds CPU 0
+    assert parse_cpulist(plan["housekeeping"]["0"]) == parse_cpulist("0-2,96-98")
+    # a smaller domain that holds them takes them, leaving the whole 8-core CCDs to workers
+    node0 = topo["numa_nodes"][0]
+    node0["l3_groups"] = ["0-9,96-105", "10-15,106-111"] + node0["l3_groups"][2:]
+    plan = make_plan(topo, "strict", [], housekeeping_cores_per_node=3)
+    assert parse_cpulist(plan["housekeeping"]["0"]) == parse_cpulist("10-12,106-108")
+    # more than a domain holds: whole domains first, the fewest domains touched
+    plan = make_plan(_ccds(topology("hgx-h200-8gpu-2socket-ht")), "strict", [], housekeeping_cores_per_node=10)
+    assert len(_ccds_of(parse_cpulist(plan["housekeeping"]["0"]))) == 2

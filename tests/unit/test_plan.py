@@ -862,7 +862,7 @@ def test_topology_without_cores_is_refused_unless_allowed(cores):
 def test_known_siblings_are_reported_as_from_the_topology():
     plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict", per_gpu([0]))
     assert plan["siblings"] == {"0": "topology", "1": "topology"}
-    assert plan["schema_minor"] == 2
+    assert plan["schema_minor"] == 3
 
 
 @pytest.mark.parametrize(
@@ -1700,11 +1700,20 @@ def test_nic_environment_conflicts_with_environment():
 # Tensor-parallel instances: per-GPU worker shares and engine flags
 
 
-def test_vllm_spanning_instance_gets_a_local_share_per_gpu():
+VLLM_CMD = ["/opt/vllm/bin/vllm", "serve", "/m", "-tp", "8"]
+
+
+def _tp8(version="0.23.0", fence=True, **extra):
+    item = {"name": "tp8", "gpus": list(range(8)), "engine": "vllm", "memory": "64G", "command": list(VLLM_CMD)}
+    if version is not None:
+        item["engine_version"] = version
+    item.update(extra)
     topo = topology("hgx-h200-8gpu-2socket-ht")
-    plan = make_plan(topo, "strict", [{"name": "tp8", "gpus": list(range(8)), "engine": "vllm", "memory": "64G",
-                                       "command": ["/opt/vllm/bin/vllm", "serve", "/m", "-tp", "8"]}])
-    inst = plan["instances"][0]
+    return topo, make_plan(topo, "strict", [item], fence=fence)["instances"][0]
+
+
+def test_vllm_spanning_instance_gets_a_local_share_per_gpu():
+    topo, inst = _tp8()
     whole = parse_cpulist(inst["cpus"])
     shares = [parse_cpulist(c) for c in inst["worker_cpus"]]
     siblings = sibling_groups(topo)
@@ -1717,8 +1726,77 @@ def test_vllm_spanning_instance_gets_a_local_share_per_gpu():
         assert all(siblings[c] <= share for c in share)
     assert inst["engine_args"] == (["--numa-bind", "--numa-bind-nodes", "0", "0", "0", "0", "1", "1", "1", "1",
                                     "--numa-bind-cpus"] + inst["worker_cpus"])
-    assert inst["command"] == ["/opt/vllm/bin/vllm", "serve", "/m", "-tp", "8"] + inst["engine_args"]
-    assert inst["worker_cpus"][0] == "1-12,97-108"
+    assert inst["command"] == VLLM_CMD + inst["engine_args"]
+    assert inst["engine_version"] == "0.23.0"
+    assert inst["environment"]["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    # two whole cores of the share stay outside every rank's slice: vLLM's API server and EngineCore
+    assert len(whole - set().union(*shares)) >= 2
+    assert any("stay for the API server and engine core" in w for w in inst["warnings"])
+
+
+@pytest.mark.parametrize("version, flags", [
+    ("0.19.1", None),
+    ("0.20.0", ["--numa-bind", "--numa-bind-nodes"]),
+    ("0.22.1", ["--numa-bind", "--numa-bind-nodes"]),
+    ("0.23.0", ["--numa-bind", "--numa-bind-nodes", "--numa-bind-cpus"]),
+    ("0.34.0rc1", ["--numa-bind", "--numa-bind-nodes", "--numa-bind-cpus"]),
+])
+def test_vllm_flags_follow_what_each_release_accepts(version, flags):
+    _, inst = _tp8(version)
+    given = [a for a in inst["engine_args"] if a.startswith("--")]
+    if flags is None:
+        assert inst["engine_args"] == [] and any("has no --numa-bind" in w for w in inst["warnings"])
+        return
+    assert given == flags
+    if "--numa-bind-cpus" not in flags:
+        assert any("first rank's --numa-bind-cpus list" in w for w in inst["warnings"])
+
+
+def test_vllm_flags_need_a_version_and_the_fence():
+    _, inst = _tp8(version=None)
+    assert inst["engine_args"] == [] and any("engine_version is not given" in w for w in inst["warnings"])
+    for fence, words in ((False, "not on for this node"), (None, "unknown to the planner")):
+        _, inst = _tp8(fence=fence)
+        assert inst["engine_args"] == []
+        assert any("added only with the cgroup fence" in w and words in w for w in inst["warnings"])
+        assert inst["exec_prefix"][0] == "numactl"  # the instance-wide binding is kept
+    _, inst = _tp8(version="0.40.0")
+    assert any("newer than the newest vLLM" in w for w in inst["warnings"])
+
+
+def test_command_that_binds_itself_is_fenced_not_bound_twice():
+    _, inst = _tp8(command=VLLM_CMD + ["--numa-bind"])
+    assert inst["engine_args"] == [] and inst["worker_cpus"] is None
+    assert inst["exec_prefix"] == [] and inst["cpus"]  # the fence (AllowedCPUs=) holds it to its share
+    assert any("binds its workers itself (--numa-bind)" in w and "fence alone" in w for w in inst["warnings"])
+    assert inst["environment"]["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    _, inst = _tp8(command=VLLM_CMD + ["--numa-bind"], fence=False)
+    assert inst["exec_prefix"][0] == "numactl"
+    assert any("without the cgroup fence" in w for w in inst["warnings"])
+
+
+def test_engines_that_pin_themselves_are_told_not_to_where_gpunuma_binds():
+    plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
+                     [{"name": "trt", "gpus": [0], "engine": "trtllm", "memory": "8G", "command": ["/bin/trt"]},
+                      {"name": "sg", "gpus": [1], "engine": "sglang", "memory": "8G", "command": ["/bin/sg"]},
+                      {"name": "sg2", "gpus": [2], "engine": "sglang", "memory": "8G", "command": ["/bin/sg"],
+                       "environment": {"SGLANG_AUTO_NUMA_BIND": "1"}}], fence=True)
+    trt, sg, sg2 = plan["instances"]
+    assert trt["environment"]["TLLM_NUMA_AWARE_WORKER_AFFINITY"] == "0"
+    assert sg["environment"]["SGLANG_AUTO_NUMA_BIND"] == "0"
+    assert sg2["environment"]["SGLANG_AUTO_NUMA_BIND"] == "1"
+    assert any("environment.SGLANG_AUTO_NUMA_BIND kept as given" in w for w in sg2["warnings"])
+    # profile off binds nothing: the engines keep their own defaults
+    off = make_plan("hgx-h200-8gpu-2socket-ht", "off",
+                    [{"name": "trt", "gpus": [0], "engine": "trtllm", "command": ["/bin/trt"]}], fence=True)
+    assert "TLLM_NUMA_AWARE_WORKER_AFFINITY" not in off["instances"][0]["environment"]
+
+
+def test_single_gpu_vllm_below_three_cores_warns():
+    plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
+                     [{"name": "one", "gpus": [0], "engine": "vllm", "cpus": 4, "memory": "8G", "command": ["/bin/v"]}])
+    assert any("2 physical cores for one GPU worker, below vLLM's minimum of 3" in w
+               for w in plan["instances"][0]["warnings"])
 
 
 def test_generic_engine_keeps_the_instance_wide_binding():
@@ -1732,18 +1810,20 @@ def test_generic_engine_keeps_the_instance_wide_binding():
 
 def test_sglang_flags_only_when_alone_on_its_nodes():
     alone = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
-                      [{"name": "sg", "gpus": [0, 1, 4, 5], "engine": "sglang", "memory": "8G", "command": ["/bin/sg"]}])
+                      [{"name": "sg", "gpus": [0, 1, 4, 5], "engine": "sglang", "memory": "8G", "command": ["/bin/sg"]}],
+                      fence=True)
     assert alone["instances"][0]["engine_args"] == ["--numa-node", "0", "0", "1", "1"]
     shared = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
                        [{"name": "sg", "gpus": [0, 1, 4, 5], "engine": "sglang", "memory": "8G", "command": ["/bin/sg"]},
-                        {"name": "w2", "gpus": [2], "memory": "8G", "command": ["/bin/x"]}])
+                        {"name": "w2", "gpus": [2], "memory": "8G", "command": ["/bin/x"]}], fence=True)
     sg = shared["instances"][0]
     assert sg["engine_args"] == [] and any("whole NUMA node, which instances 'w2'" in w for w in sg["warnings"])
 
 
 def test_vllm_below_its_minimum_cores_warns():
     plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
-                     [{"name": "tp", "gpus": [0, 1], "engine": "vllm", "cpus": 6, "memory": "8G", "command": ["/bin/v"]}])
+                     [{"name": "tp", "gpus": [0, 1], "engine": "vllm", "engine_version": "0.23.0", "cpus": 6,
+                       "memory": "8G", "command": ["/bin/v"]}], fence=True)
     inst = plan["instances"][0]
     assert any("engine vllm: 3 physical cores for 2 GPU workers, below vLLM's minimum of 4" in w
                for w in inst["warnings"])
@@ -1752,9 +1832,10 @@ def test_vllm_below_its_minimum_cores_warns():
 @pytest.mark.parametrize(
     "instance, expected",
     [
-        ({"engine": "tgi"}, "gpunuma_instances[0].engine: 'tgi' is not allowed; allowed: generic, vllm, sglang"),
-        ({"engine": "vllm", "command": ["/bin/v", "--numa-bind-nodes", "0"]},
-         "gpunuma_instances[0].command[1]: '--numa-bind-nodes' is written by gpunuma for engine vllm"),
+        ({"engine": "tgi"}, "gpunuma_instances[0].engine: 'tgi' is not allowed; allowed: generic, vllm, sglang, trtllm"),
+        ({"engine": "vllm", "engine_version": "latest"},
+         "gpunuma_instances[0].engine_version: 'latest' is not a release number"),
+        ({"engine_version": "0.23.0"}, "gpunuma_instances[0].engine_version: given without engine"),
     ],
 )
 def test_bad_engine(instance, expected):

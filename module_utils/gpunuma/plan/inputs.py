@@ -16,7 +16,7 @@ from ansible.module_utils.gpunuma.common import sizes
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError
 from ansible.module_utils.gpunuma.node.limits import LimitError, parse_limit
-from ansible.module_utils.gpunuma.plan.engines import ENGINE_FLAGS, ENGINES
+from ansible.module_utils.gpunuma.plan.engines import ENGINES, parse_version, self_binding_flags
 from ansible.module_utils.gpunuma.plan.model import (
     APPLIED_PLAN_SOURCE,
     DEFAULT_SERVICE_USER,
@@ -51,6 +51,7 @@ INSTANCE_KEYS = (
     "memlock",
     "nic_environment",
     "engine",
+    "engine_version",
     "ready",
 )
 READY_KEYS = ("url", "command", "timeout", "interval")
@@ -433,19 +434,23 @@ def _check_nic_environment(raw, spec, topo, problems):
 
 def _check_engine(raw, spec, topo, problems):
     engine = raw.get("engine")
+    version = raw.get("engine_version")
+    if version is not None:
+        spec.engine_version = parse_version(version)
+        if spec.engine_version is None:
+            problems.append("%s.engine_version: %r is not a release number; allowed: the installed engine's version "
+                            "such as \"0.23.0\"" % (spec.path, version))
     if engine is None:
+        if version is not None:
+            problems.append("%s.engine_version: given without engine; allowed: engine_version with engine: %s"
+                            % (spec.path, ", ".join(e for e in ENGINES if e != "generic")))
         return
     if engine not in ENGINES:
         problems.append("%s.engine: %r is not allowed; allowed: %s" % (spec.path, engine, ", ".join(ENGINES)))
         return
     spec.engine = engine
-    for cpos, arg in enumerate(spec.command or []):
-        flag = arg.split("=", 1)[0] if isinstance(arg, str) else None
-        if flag in ENGINE_FLAGS.get(engine, ()):
-            problems.append(
-                "%s.command[%d]: %r is written by gpunuma for engine %s; allowed: leave the NUMA flags to gpunuma, "
-                "or engine: generic" % (spec.path, cpos, arg, engine)
-            )
+    # The command binds the engine's workers itself: gpunuma does not bind them twice (engines.py).
+    spec.engine_self_binds = self_binding_flags(engine, spec.command)
 
 
 # In this order: problems are reported in it.

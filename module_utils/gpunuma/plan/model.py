@@ -21,8 +21,9 @@ SCHEMA = schemas.PLAN
 # Additive fields raise the minor version; readers of v1 ignore fields they
 # do not know. 1: siblings, memory_capacity, options.allow_unknown_siblings,
 # options.memory_reserve_per_node, options.housekeeping_cpus, instance nics,
-# gpu_nics, engine, worker_cpus, engine_args (docs/plan-v1.md, Versions).
-SCHEMA_MINOR = 2
+# gpu_nics, engine, worker_cpus, engine_args; 2: secret_environment; 3:
+# instance engine_version, options.fence (docs/plan-v1.md, Versions).
+SCHEMA_MINOR = 3
 TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 INSTANCES_VAR = "gpunuma_instances"
 APPLIED_PLAN_SOURCE = "/etc/gpunuma/plan.json"
@@ -82,6 +83,8 @@ class InstanceSpec:
     requested_cpu_list: Optional[frozenset] = None
     nic_environment: List[str] = field(default_factory=list)
     engine: str = "generic"
+    engine_version: Optional[tuple] = None  # (major, minor, patch) of engine_version
+    engine_self_binds: List[str] = field(default_factory=list)  # the engine's binding flags the command has
     # Decisions.
     gpus: List[int] = field(default_factory=list)  # assigned GPUs, in the order given
     numa_nodes: List[int] = field(default_factory=list)  # binding nodes

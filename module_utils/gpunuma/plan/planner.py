@@ -104,7 +104,7 @@ def nic_environment_value(variable, nics):
     return "=" + ",".join(rdma) if rdma else None
 
 
-def render_instance(spec, topo, profile):
+def render_instance(spec, topo, profile, fence=None):
     """The plan entry of one instance (docs/plan-v1.md, Output)."""
     gpus = list(spec.gpus) if spec.placement != "numa_node" else []
     uuids = [topo.gpus[g].uuid for g in gpus]
@@ -124,7 +124,10 @@ def render_instance(spec, topo, profile):
 
     systemd = {}
     exec_prefix = []
-    if spec.binding_method == "systemd":
+    if spec.engine_self_binds and fence:
+        # The engine binds its workers itself; the fence alone holds it to its share (engines.py).
+        args = []
+    elif spec.binding_method == "systemd":
         if cpus:
             systemd["CPUAffinity"] = cpus
         if spec.mem_policy != "default":
@@ -199,6 +202,7 @@ def render_instance(spec, topo, profile):
         "secret_environment": list(spec.secret_names),
         "command": list(spec.command) + list(spec.engine_args) if spec.command is not None else None,
         "engine": spec.engine,
+        "engine_version": ".".join(str(p) for p in spec.engine_version) if spec.engine_version else None,
         "engine_args": list(spec.engine_args),
         "worker_cpus": [format_cpulist(c) for c in spec.worker_cpus] if spec.worker_cpus is not None else None,
         "user": spec.user,
@@ -218,7 +222,7 @@ def render_instance(spec, topo, profile):
 
 def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto", strict_capacity="fallback",
                applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto",
-               housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS):
+               housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
@@ -230,7 +234,9 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     counts. ``memory_reserve_per_node`` is ``auto`` or a size kept
     back on every node for the kernel and daemons. A plan that binds
     CPUs on a node whose hyperthread siblings are unknown (and cannot be
-    inferred) is refused unless ``allow_unknown_siblings``. Raises
+    inferred) is refused unless ``allow_unknown_siblings``. ``fence``: whether
+    the node's units get the cgroup fence (True/False; None when not known),
+    which engines' own binding flags need (``engines.py``). Raises
     :class:`PlanError` listing every problem found.
     """
     problems = []
@@ -295,11 +301,11 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     for spec in specs:
         split_worker_shares(spec, topo)
     for spec in specs:
-        spec.engine_args = engine_arguments(spec, topo, specs)
+        spec.engine_args = engine_arguments(spec, topo, specs, fence)
     if not instances:
         warnings.append("%s is empty: nothing to bind on %s" % (INSTANCES_VAR, topo.hostname))
 
-    rendered = [render_instance(spec, topo, profile) for spec in specs]
+    rendered = [render_instance(spec, topo, profile, fence) for spec in specs]
     for item in rendered:
         warnings.extend("%s: %s" % (item["name"], w) for w in item["warnings"])
     return {
@@ -314,6 +320,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
             "strict_capacity": strict_capacity,
             "allow_unknown_siblings": bool(allow_unknown_siblings),
             "memory_reserve_per_node": reserve_option,
+            "fence": fence if fence is None else bool(fence),
         },
         "memory_capacity": dict((str(n), capacity[n]) for n in topo.cpu_node_ids),
         "housekeeping": dict(

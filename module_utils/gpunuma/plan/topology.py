@@ -14,6 +14,7 @@ from typing import List, Optional
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, infer_sibling_offset, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError
+from ansible.module_utils.gpunuma.plan import partition
 from ansible.module_utils.gpunuma.plan.model import TOPOLOGY_SCHEMA, PlanError, is_int
 
 _UUID_RE = re.compile(r"(GPU|MIG)-[A-Za-z0-9-]{1,80}")
@@ -304,10 +305,10 @@ class PlanTopology(object):
                     size = 0  # the system runs on the GPU-less nodes
                 else:
                     size = auto_housekeeping_cores(len(node.cores))
-                node.housekeeping = node.cores[:size]
+                node.housekeeping = partition.take(node.cores, node.l3_groups, size)
                 why = "housekeeping_cores_per_node: auto"
             else:
-                node.housekeeping = node.cores[:count]
+                node.housekeeping = partition.take(node.cores, node.l3_groups, count)
                 why = "housekeeping_cores_per_node: %d" % count
             kept = set(node.housekeeping)
             node.worker_cores = [core for core in node.cores if core not in kept]
