@@ -138,6 +138,13 @@ options:
         --cpunodebind), which widens to whole NUMA nodes; they are added only with C(true). Unset means not
         known, and no such flags are added (docs/plan-v1.md, Engines).
     type: bool
+  preferred_many:
+    description:
+      - Whether the node accepts C(numactl --preferred-many) (MPOL_PREFERRED_MANY, Linux 5.15+); the numa_binding
+        role probes it. Used for a C(preferred) instance whose node's nearest other memory is a GPU's HBM
+        (Grace), so its node and the other CPU nodes are preferred and a spill stays in CPU memory first. Unset
+        means not known, and plain C(--preferred) is used with a warning saying where a spill goes.
+    type: bool
   applied_plan:
     description:
       - The plan the node runs now (the content of C(/etc/gpunuma/plan.json)), if any. It is checked
@@ -324,6 +331,7 @@ def main():
             applied_plan=dict(type="raw"),
             allow_unknown_siblings=dict(type="bool", default=False),
             fence=dict(type="bool"),
+            preferred_many=dict(type="bool"),
             memory_reserve_per_node=dict(type="raw", default="auto"),
             secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS)),
         ),
@@ -357,6 +365,7 @@ def main():
             housekeeping_cpus=params["housekeeping_cpus"],
             secret_patterns=params["secret_patterns"],
             fence=params["fence"],
+            preferred_many=params["preferred_many"],
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))

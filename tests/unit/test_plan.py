@@ -191,6 +191,45 @@ def test_grace_binds_to_cpu_node_never_gpu_memory_node():
     assert plan["instances"][1]["cpus"] == "37-71"
 
 
+def _gb200(grace_distance=40):
+    topo = copy.deepcopy(topology("gb200-4gpu-34numa"))
+    for node in topo["numa_nodes"][:2]:
+        other = 1 - node["id"]
+        node["distances"][other] = grace_distance
+    return topo
+
+
+def test_grace_preferred_spill_is_said_and_kept_on_cpu_memory_where_it_can():
+    one = [{"name": "g0", "gpus": [0], "command": ["/bin/srv"], "memory": "8G"}]
+    # GB200 as shipped: the other Grace (40) is nearer than the GPU's HBM (80): nothing to say
+    plan = make_plan(_gb200(), "preferred", one, preferred_many=True)
+    assert plan["instances"][0]["numactl_args"][-1] == "--preferred=0"
+    assert not any("HBM" in w for w in plan["instances"][0]["warnings"])
+    # HBM nearer than the other CPU node: MPOL_PREFERRED_MANY over the CPU nodes where the node accepts it
+    plan = make_plan(_gb200(120), "preferred", one, preferred_many=True)
+    inst = plan["instances"][0]
+    assert inst["numactl_args"][-1] == "--preferred-many=0-1"
+    assert any("before GPU memory nodes 2,10 (HBM, SLIT distance 80)" in w for w in inst["warnings"])
+    for known, words in ((False, "the node did not accept it"), (None, "not known to the planner")):
+        inst = make_plan(_gb200(120), "preferred", one, preferred_many=known)["instances"][0]
+        assert inst["numactl_args"][-1] == "--preferred=0"
+        assert any("go to GPU memory nodes 2,10 (HBM" in w and words in w for w in inst["warnings"])
+
+
+def test_gh200_preferred_spill_can_only_go_to_hbm_and_says_so():
+    topo = _gb200()
+    # one Grace node: drop node 1's CPUs and memory
+    topo["numa_nodes"][1].update(cpus="", has_cpus=False, memory_total_bytes=0, memory_free_bytes=0, cores=[])
+    topo["gpus"] = [g for g in topo["gpus"] if g["numa_node"] == 0]
+    topo["gpu_links"] = [row[:2] for row in topo["gpu_links"][:2]]
+    topo["gpu_nic_links"] = topo["gpu_nic_links"][:2]
+    inst = make_plan(topo, "preferred", [{"name": "g0", "gpus": [0], "command": ["/bin/srv"], "memory": "8G"}],
+                     preferred_many=True)["instances"][0]
+    assert inst["numactl_args"][-1] == "--preferred=0"
+    assert any("allocations go to GPU memory node" in w and "can only land in GPU memory" in w
+               for w in inst["warnings"])
+
+
 def test_grace_interleave_skips_cpu_less_nodes():
     plan = make_plan("gb200-4gpu-34numa", "interleave", per_gpu(range(4)))
     for inst in plan["instances"]:
@@ -451,7 +490,14 @@ def test_capacity_under_preferred_warns_about_spill():
     inst = plan["instances"][0]
     assert inst["mem_policy"] == "preferred"
     assert inst["fallback"] is None
-    assert any("spill to other nodes" in w for w in inst["warnings"])
+    # one node: there is nowhere to spill, and the warning says so instead of promising spill
+    assert not any("will spill" in w for w in inst["warnings"])
+    assert any("no other NUMA node has memory to spill to, so allocations past them fail (OOM)" in w
+               for w in inst["warnings"])
+    # two nodes: the rest goes to the other one
+    plan = make_plan("hgx-h200-8gpu-2socket-ht", "preferred",
+                     [{"name": "big", "gpus": [0], "command": ["/bin/srv"], "memory": "1500G"}])
+    assert any("allocations will spill to other nodes (1)" in w for w in plan["instances"][0]["warnings"])
 
 
 # --------------------------------------------------------------------------
@@ -1790,6 +1836,30 @@ def test_engines_that_pin_themselves_are_told_not_to_where_gpunuma_binds():
     off = make_plan("hgx-h200-8gpu-2socket-ht", "off",
                     [{"name": "trt", "gpus": [0], "engine": "trtllm", "command": ["/bin/trt"]}], fence=True)
     assert "TLLM_NUMA_AWARE_WORKER_AFFINITY" not in off["instances"][0]["environment"]
+
+
+def test_ranks_bound_node_by_node_are_checked_per_node():
+    """vLLM's --numa-bind puts each worker under --membind=<its node>: interleave cannot spill for them."""
+    topo, inst = _tp8(memory="1100G")  # 137.5 GiB a rank, 550 GiB a node: fits
+    assert inst["engine_args"][:2] == ["--numa-bind", "--numa-bind-nodes"]
+    topo, inst = _tp8(memory="2200G")  # 275 GiB a rank x 4 = 1100 GiB a node: does not
+    assert inst["engine_args"] == [] and inst["mem_policy"] == "interleave"
+    (why,) = [w for w in inst["warnings"] if "binds each rank's memory" in w]
+    assert "1100.0 GiB on NUMA node 0 (4 ranks x 275.0 GiB" in why
+    assert "engine's binding flags are not added" in why
+    # a two-node machine: interleave over both has nowhere to spill, and says so
+    assert not any("will spill" in w for w in inst["warnings"])
+    assert any("no other NUMA node has memory to spill to" in w for w in inst["warnings"])
+    item = {"name": "tp8", "gpus": list(range(8)), "engine": "vllm", "engine_version": "0.23.0", "memory": "2200G",
+            "command": list(VLLM_CMD)}
+    problems = problems_of(topo, [item], strict_capacity="error", fence=True)
+    assert any(p.startswith("gpunuma_instances[0].memory: engine vllm binds each rank's memory") for p in problems)
+    # memory already bound on a node by another instance counts against the ranks there
+    other = {"name": "big", "numa_node": 0, "memory": "600G", "command": ["/bin/x"]}
+    plan = make_plan(topo, "strict", [other, dict(item, memory="1100G")], fence=True)
+    big, tp = plan["instances"]
+    assert big["mem_policy"] == "bind" and tp["engine_args"] == []
+    assert any("384.0 GiB left of the 984.0 GiB" in w for w in tp["warnings"])
 
 
 def test_single_gpu_vllm_below_three_cores_warns():

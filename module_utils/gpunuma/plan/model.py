@@ -93,6 +93,7 @@ class InstanceSpec:
     mem_policy: str = "default"
     mem_nodes: List[int] = field(default_factory=list)
     fallback: Optional[str] = None
+    preferred_many: Optional[list] = None  # nodes of MPOL_PREFERRED_MANY when used instead of preferred
     cpu_list_rejected: bool = False  # the explicit list lies outside its nodes (a problem was reported)
     allocated_cpus: set = field(default_factory=set)
     worker_cpus: Optional[list] = None  # per GPU (engines that bind their own workers)

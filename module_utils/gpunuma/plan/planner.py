@@ -40,7 +40,12 @@ from ansible.module_utils.gpunuma.plan.alloc import (  # noqa: F401 (choose_gpu_
     choose_gpu_group,
 )
 from ansible.module_utils.gpunuma.plan.engines import engine_arguments, split_worker_shares
-from ansible.module_utils.gpunuma.plan.capacity import parse_reserve, stable_capacity
+from ansible.module_utils.gpunuma.plan.capacity import (
+    check_preferred_spill,
+    check_rank_capacity,
+    parse_reserve,
+    stable_capacity,
+)
 from ansible.module_utils.gpunuma.plan.inputs import (  # noqa: F401 (constants are public here)
     BINDING_METHODS,
     INSTANCE_KEYS,
@@ -117,6 +122,8 @@ def render_instance(spec, topo, profile, fence=None):
         args.append("--physcpubind=%s" % cpus)
     if spec.mem_policy == "bind":
         args.append("--membind=%s" % nodes_text)
+    elif spec.mem_policy == "preferred" and spec.preferred_many:
+        args.append("--preferred-many=%s" % format_cpulist(spec.preferred_many))
     elif spec.mem_policy == "preferred":
         args.append("--preferred=%d" % mem_nodes[0])
     elif spec.mem_policy == "interleave":
@@ -222,7 +229,7 @@ def render_instance(spec, topo, profile, fence=None):
 
 def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto", strict_capacity="fallback",
                applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto",
-               housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None):
+               housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None, preferred_many=None):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
@@ -236,7 +243,10 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     CPUs on a node whose hyperthread siblings are unknown (and cannot be
     inferred) is refused unless ``allow_unknown_siblings``. ``fence``: whether
     the node's units get the cgroup fence (True/False; None when not known),
-    which engines' own binding flags need (``engines.py``). Raises
+    which engines' own binding flags need (``engines.py``); ``preferred_many``:
+    whether the node accepts ``numactl --preferred-many`` (None: not known),
+    used where a ``preferred`` spill would land in GPU memory
+    (``capacity.check_preferred_spill``). Raises
     :class:`PlanError` listing every problem found.
     """
     problems = []
@@ -302,6 +312,10 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
         split_worker_shares(spec, topo)
     for spec in specs:
         spec.engine_args = engine_arguments(spec, topo, specs, fence)
+    check_rank_capacity(specs, topo, capacity, strict_capacity, problems)
+    check_preferred_spill(specs, topo, preferred_many)
+    if problems:
+        raise PlanError(problems)
     if not instances:
         warnings.append("%s is empty: nothing to bind on %s" % (INSTANCES_VAR, topo.hostname))
 
@@ -321,6 +335,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
             "allow_unknown_siblings": bool(allow_unknown_siblings),
             "memory_reserve_per_node": reserve_option,
             "fence": fence if fence is None else bool(fence),
+            "preferred_many": preferred_many if preferred_many is None else bool(preferred_many),
         },
         "memory_capacity": dict((str(n), capacity[n]) for n in topo.cpu_node_ids),
         "housekeeping": dict(

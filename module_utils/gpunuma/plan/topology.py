@@ -57,6 +57,7 @@ class PlanNode:
     free: Optional[int] = None
     total: Optional[int] = None
     hugetlb: int = 0  # bytes of persistent HugeTLB pools: in MemTotal, but not for ordinary allocations
+    distance: dict = field(default_factory=dict)  # other node id -> SLIT distance; {} when unknown
     cores: List[frozenset] = field(default_factory=list)  # sibling groups, by lowest CPU
     # Where the sibling groups come from: "topology" (sysfs thread_siblings),
     # "inferred" (the standard x86 enumeration, see infer_siblings) or
@@ -166,6 +167,7 @@ class PlanTopology(object):
             self.nodes[node.id] = node
         self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
         self.all_cpus = frozenset(owners)
+        self._distances(topology["numa_nodes"])
         # CPUs a text-only discovery proved to exist but could not place on a node.
         self.unplaced_cpus = frozenset()
         if topology.get("unplaced_cpus"):
@@ -318,6 +320,16 @@ class PlanTopology(object):
                     "numa node %d has %d cores, all kept for housekeeping (%s); no worker can bind there"
                     % (node.id, len(node.cores), why)
                 )
+
+    def _distances(self, raw_nodes):
+        """Each node's SLIT row as ``{node id: distance}`` where the row has one whole number per listed node."""
+        ids = [raw.get("id") if isinstance(raw, dict) else None for raw in raw_nodes]
+        for raw in raw_nodes:
+            if not isinstance(raw, dict) or raw.get("id") not in self.nodes:
+                continue
+            row = raw.get("distances")
+            if isinstance(row, list) and len(row) == len(ids) and all(is_int(d) and d > 0 for d in row):
+                self.nodes[raw["id"]].distance = dict((i, d) for i, d in zip(ids, row) if i in self.nodes)
 
     def _resolve_siblings(self, warnings):
         """Infer the sibling groups of nodes whose topology has none, or say they are unknown."""
