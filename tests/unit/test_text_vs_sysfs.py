@@ -256,3 +256,68 @@ def test_lscpu_needs_the_topo_text_alone(tmp_path):
     with pytest.raises(GpunumaError) as caught:
         discover("m", sysfs_root=str(tmp_path), lscpu_file=str(tmp_path / "lscpu.txt"))
     assert "only read with nvidia_smi_topo_file alone" in str(caught.value)
+
+
+POWER9_SUMMARY = """\
+Architecture:                    ppc64le
+Thread(s) per core:              4
+Core(s) per socket:              20
+Socket(s):                       2
+NUMA node(s):                    2
+NUMA node0 CPU(s):               0-79
+NUMA node8 CPU(s):               80-159
+"""
+
+
+def test_smt4_summary_refuses_planning_each_cpu_as_a_core(tmp_path):
+    """POWER9 numbers a core's four threads consecutively: 0-79 says nothing of siblings, lscpu says SMT4."""
+    machine = Machine(2, 1, 80, 1, 80, [0, 1])
+    text = machine.topo_text().replace("\t1\n", "\t8\n")
+    (tmp_path / "topo.txt").write_text(text)
+    (tmp_path / "lscpu.txt").write_text(POWER9_SUMMARY)
+    topology = discover("p9", topo_file=str(tmp_path / "topo.txt"),
+                        lscpu_file=str(tmp_path / "lscpu.txt"))["topology"]
+    assert topology["threads_per_core"] == 4
+    instances = [{"name": "w%d" % i, "gpus": [i], "command": ["/x"]} for i in range(2)]
+    with pytest.raises(PlanError) as caught:
+        build_plan(topology, profile("strict"), instances, allow_unknown_siblings=True)
+    assert "states 4 threads per core (lscpu)" in str(caught.value)
+    # without the opt-in the unknown siblings are refused as before; without lscpu the opt-in is the user's word
+    with pytest.raises(PlanError) as caught:
+        build_plan(topology, profile("strict"), instances)
+    assert "hyperthread siblings of NUMA node" in str(caught.value)
+    bare = discover("p9", topo_file=str(tmp_path / "topo.txt"))["topology"]
+    assert "threads_per_core" not in bare
+    assert build_plan(bare, profile("strict"), instances, allow_unknown_siblings=True)["instances"]
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(machine=machines())
+def test_every_plan_is_local_exclusive_on_true_cores_and_l3_minimal_or_says_why(tmp_path_factory, machine):
+    """The sysfs plan of a generated machine: each worker on its GPU's node, whole cores, no CPU twice (nor a
+    housekeeping one), housekeeping where it is planned, and each share touching the fewest L3 domains its
+    core count needs, or a warning that the node's shares cannot follow its L3 groups."""
+    root, _, _ = _captures(machine, str(tmp_path_factory.mktemp("m")), with_l3=True)
+    topology = discover("m", sysfs_root=root, sources=["sysfs"])["topology"]
+    plan = _plan(topology, _instances(machine))
+    if isinstance(plan, PlanError):
+        assert "not enough whole cores" in str(plan), plan
+        return
+    housekeeping = set().union(*[parse_cpulist(c) for c in plan["housekeeping"].values() if c])
+    # the system runs on GPU-less nodes where the machine has them, else on every node
+    gpu_less = set(range(machine.node_count)) - set(machine.gpu_nodes)
+    keeping = sorted(int(n) for n, c in plan["housekeeping"].items() if c)
+    assert keeping == (sorted(gpu_less) if gpu_less else list(range(machine.node_count)))
+    taken = set()
+    for inst, node in zip(plan["instances"], machine.gpu_nodes):
+        cpus = parse_cpulist(inst["cpus"])
+        assert cpus <= set(machine.node_cpus(node))  # local
+        assert not cpus & housekeeping and not cpus & taken  # exclusive
+        taken |= cpus
+        cores = set(c % machine.core_count for c in cpus)
+        assert cpus == set(t for c in cores for t in machine.threads(c))  # true cores, siblings together
+        touched = set(machine.l3_of_core(c) for c in cores)
+        fewest = -(-len(cores) // machine.l3_cores)
+        if len(touched) > fewest:
+            assert any("cannot follow its" in w and "NUMA node %d" % node in w for w in plan["warnings"]), (
+                inst["name"], inst["cpus"], plan["warnings"])

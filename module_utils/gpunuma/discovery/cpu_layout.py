@@ -35,6 +35,7 @@ MAX_LSCPU_CHARS = 2 * 1024 * 1024
 
 _SUMMARY_NODE_RE = re.compile(r"NUMA node(\d{1,4}) CPU\(s\):\s*(\S*)\s*$")
 _SUMMARY_SOCKETS_RE = re.compile(r"Socket\(s\):\s*(\d{1,4})\s*$")
+_SUMMARY_THREADS_RE = re.compile(r"Thread\(s\) per core:\s*(\d{1,2})\s*$")
 
 
 def infer_missing_nodes(known):
@@ -164,7 +165,7 @@ def parse_lscpu(text, source="lscpu"):
 
     Returns ``{"numa_nodes": [{"id", "cpus"}], "cpus": [{"id", "siblings", "l3"}], "sockets": int|None,
     "format": "parse"|"extended"|"summary"}``; ``cpus`` is empty for the summary (it lists no CPU's
-    core nor cache). Raises ``LscpuError`` naming the line.
+    core nor cache), which gives ``threads_per_core`` instead. Raises ``LscpuError`` naming the line.
     """
     if not isinstance(text, str) or len(text) > MAX_LSCPU_CHARS:
         raise LscpuError("%s: not lscpu text (more than %d characters)" % (source, MAX_LSCPU_CHARS))
@@ -173,6 +174,7 @@ def parse_lscpu(text, source="lscpu"):
     rows = []
     summary_nodes = {}
     sockets = None
+    threads = None
     fmt = None
     for lineno, raw in enumerate(lines, 1):
         line = raw.strip()
@@ -189,6 +191,10 @@ def parse_lscpu(text, source="lscpu"):
         match = _SUMMARY_SOCKETS_RE.match(line)
         if match:
             sockets = int(match.group(1))
+            continue
+        match = _SUMMARY_THREADS_RE.match(line)
+        if match:
+            threads = int(match.group(1)) or None
             continue
         if fmt == "summary":
             continue
@@ -207,7 +213,7 @@ def parse_lscpu(text, source="lscpu"):
         if not summary_nodes:
             raise LscpuError("%s: no NUMA node lines" % source)
         nodes = [{"id": n, "cpus": format_cpulist(c)} for n, c in sorted(summary_nodes.items())]
-        return {"numa_nodes": nodes, "cpus": [], "sockets": sockets, "format": fmt}
+        return {"numa_nodes": nodes, "cpus": [], "sockets": sockets, "threads_per_core": threads, "format": fmt}
     if not rows:
         raise LscpuError("%s: neither `lscpu -p`, `lscpu -e` nor the lscpu summary (NUMA nodeN CPU(s): lines)"
                          % source)

@@ -338,6 +338,7 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
         raise TopologyError("no topology source: give sysfs, an NVML dump or nvidia-smi topo text")
 
     unplaced = frozenset()
+    threads_per_core = None
     sockets = (host or {}).get("sockets")
     if host is not None:
         numa_nodes = _nodes_from_host(host)
@@ -346,6 +347,7 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
     elif cpu_layout_host is not None:
         numa_nodes = _nodes_from_layout(cpu_layout_host, smi)
         sockets = cpu_layout_host.get("sockets")
+        threads_per_core = cpu_layout_host.get("threads_per_core")
         warnings.append("NUMA nodes from gpu_topology_lscpu_file (lscpu %s format): memory sizes and distances "
                         "unknown" % cpu_layout_host.get("format"))
     elif smi is not None:
@@ -512,6 +514,8 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
     }
     if unplaced:
         topology["unplaced_cpus"] = cpulist.format_cpulist(unplaced)
+    if threads_per_core:
+        topology["threads_per_core"] = threads_per_core
     topology["fingerprint"] = fingerprint(topology)
     return topology
 

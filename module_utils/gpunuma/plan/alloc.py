@@ -332,9 +332,19 @@ def check_siblings_known(specs, topo, allow_unknown_siblings, problems):
     housekeeping CPU. A text-only topology of a machine whose layout shows
     the siblings gets them inferred instead (``plan_topology``).
     """
-    if allow_unknown_siblings:
-        return
     unknown = set(n for n in topo.cpu_node_ids if topo.nodes[n].siblings == "unknown")
+    if allow_unknown_siblings:
+        smt = topo.threads_per_core or 1
+        if smt > 1 and unknown and any(spec.cpu_binding for spec in specs):
+            # SMT4/SMT8 (POWER) number a core's threads consecutively: planning each CPU as a core would
+            # split cores between workers and housekeeping. Only explicit evidence is used: lscpu's count.
+            problems.append(
+                "allow_unknown_siblings: the topology of %s states %d threads per core (lscpu), so planning each CPU "
+                "of NUMA node %s as a core would split physical cores between instances and housekeeping; "
+                "allowed: a topology that lists the cores (sysfs, or gpu_topology_lscpu_file from "
+                "lscpu -p=CPU,CORE,SOCKET,NODE,CACHE), or allow_unknown_siblings: false"
+                % (topo.hostname, smt, format_cpulist(unknown)))
+        return
     users = {}
     for spec in specs:
         if spec.cpu_binding:

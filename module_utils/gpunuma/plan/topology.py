@@ -168,6 +168,9 @@ class PlanTopology(object):
         self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
         self.all_cpus = frozenset(owners)
         self._distances(topology["numa_nodes"])
+        # Threads per core a user's lscpu summary states (explicit evidence where siblings are not listed).
+        tpc = topology.get("threads_per_core")
+        self.threads_per_core = tpc if is_int(tpc) and tpc > 0 else None
         # CPUs a text-only discovery proved to exist but could not place on a node.
         self.unplaced_cpus = frozenset()
         if topology.get("unplaced_cpus"):
