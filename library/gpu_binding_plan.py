@@ -138,6 +138,14 @@ options:
         --cpunodebind), which widens to whole NUMA nodes; they are added only with C(true). Unset means not
         known, and no such flags are added (docs/plan-v1.md, Engines).
     type: bool
+  irq_pin:
+    description:
+      - Whether the instances' GPU and NIC interrupts are pinned to housekeeping CPUs (the numa_binding role passes
+        C(numa_binding_irq_pin)). With C(housekeeping_cores_per_node=auto), a node that would take more interrupt
+        vectors (the topology's C(irq_vectors)) than its housekeeping CPUs hold (about 200 device vectors per x86
+        CPU) keeps more cores, with a warning.
+    type: bool
+    default: false
   preferred_many:
     description:
       - Whether the node accepts C(numactl --preferred-many) (MPOL_PREFERRED_MANY, Linux 5.15+); the numa_binding
@@ -332,6 +340,7 @@ def main():
             allow_unknown_siblings=dict(type="bool", default=False),
             fence=dict(type="bool"),
             preferred_many=dict(type="bool"),
+            irq_pin=dict(type="bool", default=False),
             memory_reserve_per_node=dict(type="raw", default="auto"),
             secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS)),
         ),
@@ -366,6 +375,7 @@ def main():
             secret_patterns=params["secret_patterns"],
             fence=params["fence"],
             preferred_many=params["preferred_many"],
+            irq_pin=params["irq_pin"],
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))

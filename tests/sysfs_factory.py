@@ -106,7 +106,8 @@ def build_tree(
     or every online CPU for -1), "max_link_speed", "max_link_width",
     "current_link_speed", "current_link_width" (left out when absent),
     "netdevs", "rdma", "nvme" (names), "virtio" (N: netdevs go under
-    ``virtio<N>/net/`` as for virtio-net), "parents" (bridge bdfs from the root
+    ``virtio<N>/net/`` as for virtio-net), "msi" (N: ``msi_irqs/`` entries),
+    "parents" (bridge bdfs from the root
     port down; bridges not listed themselves are created with class
     0x060400)}]``.
     """
@@ -247,6 +248,8 @@ def _write_pci(sys_dir, devices, node_cpus, online_set, nbits, symlinks):
         for sub, key in ((net, "netdevs"), ("infiniband", "rdma"), ("nvme", "nvme")):
             for name in dev.get(key, ()):
                 os.makedirs(os.path.join(dev_dir, sub, name), exist_ok=True)
+        for vector in range(dev.get("msi", 0)):
+            _write(os.path.join(dev_dir, "msi_irqs", str(1000 + vector)), "msix\n")
 
 
 def _link(gen_speed, width):

@@ -105,6 +105,7 @@ def test_captured_h200_gpu_and_nic():
             "rdma": [],
             "nvme": [],
             "realpath": "/sys/devices/pci0000:00/0000:00:06.0",
+            "msi_vectors": None,  # the capture has no msi_irqs/
         }
     ]
     nics = sysfs.nic_functions(host)

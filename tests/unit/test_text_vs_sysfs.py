@@ -321,3 +321,43 @@ def test_every_plan_is_local_exclusive_on_true_cores_and_l3_minimal_or_says_why(
         if len(touched) > fewest:
             assert any("cannot follow its" in w and "NUMA node %d" % node in w for w in plan["warnings"]), (
                 inst["name"], inst["cpus"], plan["warnings"])
+
+
+def test_irq_pinning_sizes_housekeeping_for_the_vectors_it_pins(tmp_path):
+    """Each x86 CPU holds about 200 device vectors: IRQ pinning onto too few housekeeping CPUs would fail."""
+    from sysfs_factory import GIB_KB, MELLANOX, build_tree
+
+    nodes = [{"id": n, "cpus": "%d-%d,%d-%d" % (16 * n, 16 * n + 15, 32 + 16 * n, 32 + 16 * n + 15),
+              "mem_kb": 64 * GIB_KB, "free_kb": 60 * GIB_KB} for n in (0, 1)]
+    cpus = dict((c, (c % 32 // 16, c % 32, [c % 32, c % 32 + 32])) for c in range(64))
+    pci = [dict(bdf="0000:%02x:00.0" % (0x10 + i), vendor=MELLANOX, device="0x1021", numa_node=0, msi=130,
+                rdma=["mlx5_%d" % i], **{"class": "0x020700"}) for i in range(4)]
+    root = build_tree(str(tmp_path), nodes, distances=[[10, 20], [20, 10]], cpus=cpus, pci=pci)
+    topology = discover("nics", sysfs_root=root, sources=["sysfs"])["topology"]
+    assert [n["irq_vectors"] for n in topology["nics"]] == [130] * 4
+    plain = build_plan(topology, profile("strict"), [])
+    pinned = build_plan(topology, profile("strict"), [], irq_pin=True)
+    # 520 vectors on node 0: 3 CPUs' worth, 2 cores of 2 threads, where auto keeps 1
+    assert plain["housekeeping"]["0"] == "0,32" and pinned["housekeeping"]["0"] == "0-1,32-33"
+    assert pinned["housekeeping"]["1"] == plain["housekeeping"]["1"]
+    assert any("2 cores instead of 1, for the 520 interrupt vectors" in w for w in pinned["warnings"])
+    assert pinned["options"]["irq_pin"] is True
+
+
+H200_RAW = os.path.join(FIXTURES, "captured", "h200-1gpu-vm", "raw")
+
+
+@pytest.mark.parametrize("name", ["lscpu_e.txt", "lscpu.txt"])
+def test_recorded_lscpu_of_the_h200_vm_reads_as_its_sysfs(name):
+    """Both lscpu captures of the lent H200 VM (lscpu -e and the summary, as recorded) give its sysfs layout."""
+    from ansible.module_utils.gpunuma.discovery import sysfs
+
+    with open(os.path.join(H200_RAW, name)) as handle:
+        layout = cpu_layout.parse_lscpu(handle.read())
+    host = sysfs.read_host(os.path.join(FIXTURES, "captured", "h200-1gpu-vm", "sysfs"))
+    assert [(n["id"], n["cpus"]) for n in layout["numa_nodes"]] == [(n["id"], n["cpus"]) for n in host["numa_nodes"]]
+    assert layout["sockets"] == 1
+    if layout["format"] == "extended":
+        assert [(c["id"], c["siblings"]) for c in layout["cpus"]] == [(c["id"], c["siblings"]) for c in host["cpus"]]
+    else:
+        assert layout["threads_per_core"] == 1

@@ -208,7 +208,10 @@ def parse_lscpu(text, source="lscpu"):
             fmt = "extended"
             continue
         if names is not None:
-            rows.append(_columns_row(names, _split(line, sep), source, lineno))
+            values = _split(line, sep)
+            if not values or not values[0].isdigit():
+                continue  # not a CPU row: a shell prompt, an exit status, a note around the capture
+            rows.append(_columns_row(names, values, source, lineno))
     if fmt == "summary":
         if not summary_nodes:
             raise LscpuError("%s: no NUMA node lines" % source)

@@ -756,7 +756,16 @@ class _HostReader:
             "rdma": rdma,
             "nvme": nvme,
             "realpath": self.read_realpath(dev_dir),
+            # MSI/MSI-X vectors of NICs and GPUs (msi_irqs/<irq>): what IRQ pinning puts on housekeeping CPUs.
+            "msi_vectors": self.msi_vectors(base) if pci_class is not None and pci_class[:4] in ("0x02", "0x03")
+            else None,
         }
+
+    def msi_vectors(self, base):
+        """How many MSI/MSI-X vectors the function has allocated (entries of ``msi_irqs/``), None without it."""
+        if not os.path.isdir(base + "msi_irqs"):
+            return None
+        return sum(1 for name in self.listdir(base + "msi_irqs", "MSI vectors") if name.isdigit())
 
     def virtio_netdevs(self, base):
         """Netdevs of a virtio-net function: they sit under ``virtio<N>/net/``, not ``net/``."""

@@ -461,6 +461,8 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
             warnings.append("%s: MIG is enabled; its MIG instances keep this GPU's placement (node %s)"
                             % (label, node))
         gpu["memory_total_bytes"] = _value(nv.get("memory_total_bytes"))
+        if pci and pci.get("msi_vectors"):
+            gpu["irq_vectors"] = pci["msi_vectors"]
 
     # --- NICs and NVMe from sysfs, or NIC names from the topo text
     def device_node(pci):
@@ -476,6 +478,8 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
         name = (pci.get("rdma") or [None])[0] or (pci.get("netdevs") or [None])[0]
         nics.append({"name": name, "netdevs": list(pci.get("netdevs") or []),
                      "pci_bus_id": pci["pci_bus_id"], "numa_node": device_node(pci)})
+        if pci.get("msi_vectors"):
+            nics[-1]["irq_vectors"] = pci["msi_vectors"]
     if not nics and smi is not None and host is None:
         nics = [{"name": name, "netdevs": [], "pci_bus_id": None, "numa_node": None} for name in smi["nics"]]
     nvme = []

@@ -229,7 +229,7 @@ def render_instance(spec, topo, profile, fence=None):
 
 def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto", strict_capacity="fallback",
                applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto",
-               housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None, preferred_many=None):
+               housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None, preferred_many=None, irq_pin=False):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
@@ -246,7 +246,9 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     which engines' own binding flags need (``engines.py``); ``preferred_many``:
     whether the node accepts ``numactl --preferred-many`` (None: not known),
     used where a ``preferred`` spill would land in GPU memory
-    (``capacity.check_preferred_spill``). Raises
+    (``capacity.check_preferred_spill``); ``irq_pin``: the node's GPU and NIC
+    interrupts are pinned to housekeeping CPUs, which ``auto`` then sizes for
+    their vectors (``PlanTopology._auto_sizes``). Raises
     :class:`PlanError` listing every problem found.
     """
     problems = []
@@ -268,7 +270,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
         else "auto"
     )
     reserved_cpus = parse_housekeeping_cpus(housekeeping_cpus, problems)
-    topo = PlanTopology(topology, housekeeping, warnings, reserved_cpus)
+    topo = PlanTopology(topology, housekeeping, warnings, reserved_cpus, irq_pin=irq_pin)
     if reserved_cpus is not None and not reserved_cpus <= topo.all_cpus:
         problems.append(
             "housekeeping_cpus: CPUs %s do not exist on %s; allowed: %s"
@@ -336,6 +338,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
             "memory_reserve_per_node": reserve_option,
             "fence": fence if fence is None else bool(fence),
             "preferred_many": preferred_many if preferred_many is None else bool(preferred_many),
+            "irq_pin": bool(irq_pin),
         },
         "memory_capacity": dict((str(n), capacity[n]) for n in topo.cpu_node_ids),
         "housekeeping": dict(

@@ -39,6 +39,10 @@ AUTO_HOUSEKEEPING = "auto"
 # kernel, kubelet/containerd, NIC and GPU driver interrupts, and the
 # engines' own API/tokenizer threads grow with the node (docs/plan-v1.md).
 CORES_PER_HOUSEKEEPING_CORE = 24
+# Device interrupt vectors one x86 CPU can take: vectors 0x20 (FIRST_EXTERNAL_VECTOR) up to the system
+# vectors (FIRST_SYSTEM_VECTOR, 0xec on x86-64) in arch/x86/include/asm/irq_vectors.h, about 200; an
+# smp_affinity write that would exceed a CPU's vector space fails (ENOSPC).
+IRQ_VECTORS_PER_CPU = 200
 
 
 def auto_housekeeping_cores(cores):
@@ -89,7 +93,7 @@ class PlanGpu:
 class PlanTopology(object):
     """The parts of a ``gpunuma.topology/v1`` document the planner uses, checked."""
 
-    def __init__(self, topology, housekeeping_cores, warnings, housekeeping_cpus=None):
+    def __init__(self, topology, housekeeping_cores, warnings, housekeeping_cpus=None, irq_pin=False):
         """``housekeeping_cores``: a count per node or ``"auto"``; ``housekeeping_cpus``: an explicit
         CPU set (reservedSystemCPUs / CpuSpecList style) that overrides the count."""
         problems = []
@@ -214,7 +218,8 @@ class PlanTopology(object):
         self.nic_links = self._nic_links(topology.get("gpu_nic_links"), gpu_rows, len(topology["gpus"]), warnings)
         if problems:
             raise PlanError(problems)
-        self._split_housekeeping(housekeeping_cores, housekeeping_cpus, warnings)
+        self.irq_vectors = self._irq_vectors(topology)
+        self._split_housekeeping(housekeeping_cores, housekeeping_cpus, warnings, irq_pin)
         self.gpu_ids = sorted(self.gpus)
         self.links = self._links(topology.get("gpu_links"), warnings)
 
@@ -289,10 +294,62 @@ class PlanTopology(object):
                 return nic
         return None
 
-    def _split_housekeeping(self, count, cpus, warnings):
-        """Each CPU-bearing node's housekeeping cores (whole cores, lowest first) and worker cores."""
+    def _irq_vectors(self, topology):
+        """``{node id: MSI/MSI-X vectors}`` of the GPUs and NICs on each node (topology ``irq_vectors``)."""
+        found = {}
+        for key in ("gpus", "nics"):
+            for raw in topology.get(key) or []:
+                if not isinstance(raw, dict):
+                    continue
+                count, node_id = raw.get("irq_vectors"), raw.get("numa_node")
+                if is_int(count) and count > 0 and is_int(node_id) and node_id in self.nodes:
+                    found[node_id] = found.get(node_id, 0) + count
+        return found
+
+    def _auto_sizes(self, irq_pin, warnings):
+        """Housekeeping cores per node under ``auto``: ceil(cores / 24) on the nodes that keep it, 0 on GPU nodes
+        where GPU-less nodes exist; with IRQ pinning, at least enough CPUs for the vectors pinned there."""
         gpu_nodes = set(g.node for g in self.gpus.values() if g.node is not None)
         gpu_less = [n for n in self.cpu_node_ids if n not in gpu_nodes]
+        sizes = {}
+        for node_id in self.cpu_node_ids:
+            if gpu_nodes and gpu_less and node_id in gpu_nodes:
+                sizes[node_id] = 0  # the system runs on the GPU-less nodes
+            else:
+                sizes[node_id] = auto_housekeeping_cores(len(self.nodes[node_id].cores))
+        if not irq_pin:
+            return sizes
+        pinned = {}
+        for node_id, count in self.irq_vectors.items():
+            target = node_id if sizes.get(node_id) else self._nearest_keeping(node_id, sizes)
+            if target is not None:
+                pinned[target] = pinned.get(target, 0) + count
+        for node_id, count in sorted(pinned.items()):
+            cores = self.nodes[node_id].cores
+            threads = max(len(core) for core in cores) if cores else 1
+            need_cpus = -(-count // IRQ_VECTORS_PER_CPU)
+            need = -(-need_cpus // threads)
+            if need > sizes[node_id] and len(cores) > 1:
+                grown = min(need, len(cores) - 1)
+                warnings.append(
+                    "housekeeping on NUMA node %d: %d cores instead of %d, for the %d interrupt vectors IRQ pinning "
+                    "puts there (x86 gives each CPU about %d vectors for devices: arch/x86/include/asm/irq_vectors.h; "
+                    "set housekeeping_cores_per_node to choose)" % (node_id, grown, sizes[node_id], count,
+                                                                      IRQ_VECTORS_PER_CPU))
+                sizes[node_id] = grown
+        return sizes
+
+    def _nearest_keeping(self, node_id, sizes):
+        """The node whose housekeeping a device of ``node_id`` is pinned to when its own keeps none (by SLIT)."""
+        distance = self.nodes[node_id].distance
+        keeping = [n for n in self.cpu_node_ids if sizes.get(n) and n in distance]
+        if not keeping:
+            return None
+        return min(keeping, key=lambda n: (distance[n], n))
+
+    def _split_housekeeping(self, count, cpus, warnings, irq_pin=False):
+        """Each CPU-bearing node's housekeeping cores (whole cores, lowest first) and worker cores."""
+        sizes = self._auto_sizes(irq_pin, warnings) if count == AUTO_HOUSEKEEPING and cpus is None else {}
         for node_id in self.cpu_node_ids:
             node = self.nodes[node_id]
             if cpus is not None:
@@ -306,11 +363,7 @@ class PlanTopology(object):
                     )
                 why = "housekeeping_cpus: %s" % (format_cpulist(cpus) or '""')
             elif count == AUTO_HOUSEKEEPING:
-                if gpu_nodes and gpu_less and node_id in gpu_nodes:
-                    size = 0  # the system runs on the GPU-less nodes
-                else:
-                    size = auto_housekeeping_cores(len(node.cores))
-                node.housekeeping = partition.take(node.cores, node.l3_groups, size)
+                node.housekeeping = partition.take(node.cores, node.l3_groups, sizes[node_id])
                 why = "housekeeping_cores_per_node: auto"
             else:
                 node.housekeeping = partition.take(node.cores, node.l3_groups, count)
