@@ -1883,6 +1883,8 @@ def test_sglang_flags_only_when_alone_on_its_nodes():
                       [{"name": "sg", "gpus": [0, 1, 4, 5], "engine": "sglang", "memory": "8G", "command": ["/bin/sg"]}],
                       fence=True)
     assert alone["instances"][0]["engine_args"] == ["--numa-node", "0", "0", "1", "1"]
+    # SGLang takes no CPU list per rank: no slices are recorded that nothing would apply
+    assert alone["instances"][0]["worker_cpus"] is None
     shared = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
                        [{"name": "sg", "gpus": [0, 1, 4, 5], "engine": "sglang", "memory": "8G", "command": ["/bin/sg"]},
                         {"name": "w2", "gpus": [2], "memory": "8G", "command": ["/bin/x"]}], fence=True)

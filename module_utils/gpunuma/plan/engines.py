@@ -16,7 +16,9 @@ released source (docs/plan-v1.md, "Engines", cites each):
   written only where the fence holds the instance to its share. The
   binding works only under ``VLLM_WORKER_MULTIPROC_METHOD=spawn``.
 * ``sglang`` (``python/sglang/srt/utils/numa_utils.py``): ``--numa-node
-  <node per rank>``; SGLang binds every rank by itself unless
+  <node per rank>``, each rank then bound to its node's part of the CPUs it
+  may use (no per-rank list exists, so no ``worker_cpus`` are recorded for
+  it); SGLang binds every rank by itself unless
   ``SGLANG_AUTO_NUMA_BIND=0``, which gpunuma sets wherever it binds the
   instance, so that only the ranks gpunuma names are bound, inside the fence.
 * ``trtllm``: TensorRT-LLM pins its workers itself unless
@@ -75,7 +77,9 @@ def self_binding_flags(engine, command):
 def split_worker_shares(spec, topo):
     """``spec.worker_cpus``: one CPU set per GPU (in ``spec.gpus`` order) from the instance's share, or None."""
     spec.worker_cpus = None
-    if (spec.engine == "generic" or len(spec.gpus) < 2 or not spec.cpu_binding or not spec.allocated_cpus
+    # Only vLLM takes a CPU list per rank (--numa-bind-cpus); SGLang binds each rank to its node's part of the
+    # instance's CPUs, so slices recorded for it would be applied by nothing.
+    if (spec.engine != "vllm" or len(spec.gpus) < 2 or not spec.cpu_binding or not spec.allocated_cpus
             or spec.engine_self_binds):
         return
     shares = {}
