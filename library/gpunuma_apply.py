@@ -56,10 +56,22 @@ options:
         type: list
         elements: str
       unit: {description: The systemd unit this file configures (a unit file or one of its drop-ins)., type: str}
+      restart:
+        description:
+          - What a change of this file does to O(files[].unit) - C(changed) restarts it (an instance service of
+            O(units.services) even when it was stopped, any other unit only when it runs), C(if-running) restarts
+            it only when it runs (a service gpunuma does not own, such as irqbalance), C(never) restarts nothing.
+          - systemd is reloaded whenever a unit file or drop-in changes, whatever the mode (a slice's
+            C(AllowedCPUs=) applies on the reload).
+        type: str
+        choices: [changed, if-running, never]
+        default: changed
   absent:
-    description: Paths that must not exist.
+    description:
+      - Paths that must not exist, each a path or a mapping of C(path) and C(unit); that unit (a service gpunuma
+        does not own whose drop-in goes, such as irqbalance) is restarted, when it runs, once the path is removed.
     type: list
-    elements: str
+    elements: raw
     default: []
   prune:
     description: Remove instance units and drop-ins gpunuma wrote that are not in O(files).
@@ -449,11 +461,12 @@ def main():
         dir_mode=dict(type="str", default="0755"),
         validate=dict(type="list", elements="str"),
         unit=dict(type="str"),
+        restart=dict(type="str", choices=["changed", "if-running", "never"], default="changed"),
     )
     module = AnsibleModule(
         argument_spec=dict(
             files=dict(type="list", elements="dict", default=[], options=file_options),
-            absent=dict(type="list", elements="str", default=[]),
+            absent=dict(type="list", elements="raw", default=[]),
             prune=dict(type="dict", options=dict(
                 unit_dir=dict(type="str", required=True),
                 unit_pattern=dict(type="str", default="gpunuma-*.service"),
@@ -477,14 +490,14 @@ def main():
             backups_keep=dict(type="int", default=5),
             # A file of files, but its content never printed, and private by default.
             secret_files=dict(type="list", elements="dict", default=[], options=dict(
-                {k: v for k, v in file_options.items() if k != "validate"},
+                {k: v for k, v in file_options.items() if k not in ("validate", "restart")},
                 content=dict(type="str", required=True, no_log=True),
                 mode=dict(type="str", default="0600"),
                 dir_mode=dict(type="str", default="0700"))),
             secret_absent=dict(type="list", elements="str", default=[]),
             lock=dict(type="dict", default={}, options=locklib.module_options()),
             after_success=dict(type="list", elements="dict", default=[], options=dict(
-                (k, v) for k, v in file_options.items() if k != "validate")),
+                (k, v) for k, v in file_options.items() if k not in ("validate", "restart"))),
             state_record=dict(type="dict", options=dict(
                 path=dict(type="path", default=statelib.DEFAULT_PATH),
                 plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
@@ -499,7 +512,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    for field in ("absent", "secret_absent"):
+    for field in ("secret_absent",):  # absent: normalise_absent checks each entry
         for index, path in enumerate(params[field]):
             if not os.path.isabs(path):
                 module.fail_json(msg="%s[%d] must be an absolute path, got %r" % (field, index, path))

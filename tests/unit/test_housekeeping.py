@@ -24,6 +24,11 @@ SCRIPT = "/usr/local/libexec/gpunuma/irq-affinity"
 PIN_UNIT = UNIT_DIR + "/gpunuma-irq-affinity.service"
 
 
+
+def _paths(absent):
+    """The paths of housekeeping's absent entries (a path, or {path, unit} for a drop-in of a service not ours)."""
+    return [a["path"] if isinstance(a, dict) else a for a in absent]
+
 def hgx_topology():
     with open(os.path.join(FIXTURES, "topologies", "hgx-h200-8gpu-2socket-ht.json")) as handle:
         return json.load(handle)
@@ -61,14 +66,16 @@ def test_confinement_holds_system_user_and_init_to_the_housekeeping_cpus():
     for instance in plan["instances"]:
         assert not parse_cpulist(instance["cpus"]) & housekeeping
     # The ban is off: its drop-in is in the removals (turning it off is the way back).
-    assert IRQ in result["absent"] and not set(CONFINE) & set(result["absent"])
+    assert IRQ in _paths(result["absent"]) and not set(CONFINE) & set(_paths(result["absent"]))
+    # irqbalance is not gpunuma's: once its drop-in goes it is restarted, when it runs, by gpunuma_apply
+    assert {"path": IRQ, "unit": "irqbalance.service"} in result["absent"]
 
 
 @pytest.mark.parametrize("confine, profile", [(False, "strict"), (True, "off")])
 def test_off_or_the_off_profile_removes_everything(confine, profile):
     result = housekeeping_files(hgx_plan(profile), confine=confine, irqbalance_ban=confine, irqbalance_loaded=True)
     assert result["files"] == [] and result["slice"] is None and result["problems"] == []
-    assert set(result["absent"]) == set(CONFINE + [SLICE, IRQ, SCRIPT])
+    assert set(_paths(result["absent"])) == set(CONFINE + [SLICE, IRQ, SCRIPT])
 
 
 def test_no_housekeeping_cpus_is_refused_naming_the_setting():
@@ -104,19 +111,19 @@ def test_irqbalance_is_told_the_workers_cpus():
     assert banned == every - housekeeping and banned
     mask = int(env["IRQBALANCE_BANNED_CPUS"].replace(",", ""), 16)
     assert {c for c in range(mask.bit_length()) if mask >> c & 1} == banned
-    assert set(CONFINE) <= set(result["absent"])
+    assert set(CONFINE) <= set(_paths(result["absent"]))
 
 
 def test_irqbalance_setting_of_its_own_is_refused_not_overridden():
     result = housekeeping_files(hgx_plan(), irqbalance_ban=True, irqbalance_loaded=True,
                                 irqbalance_default='export IRQBALANCE_BANNED_CPUS="ff"\n', host="gpu-a01")
-    assert result["files"] == [] and IRQ not in result["absent"]
+    assert result["files"] == [] and IRQ not in _paths(result["absent"])
     assert any("/etc/default/irqbalance" in p and "IRQBALANCE_BANNED_CPUS" in p for p in result["problems"])
 
 
 def test_no_irqbalance_means_nothing_to_tell():
     result = housekeeping_files(hgx_plan(), irqbalance_ban=True, irqbalance_loaded=False)
-    assert result["files"] == [] and result["problems"] == [] and IRQ in result["absent"]
+    assert result["files"] == [] and result["problems"] == [] and IRQ in _paths(result["absent"])
     assert any("not installed" in n for n in result["notes"])
 
 
@@ -140,7 +147,7 @@ def test_any_option_mix_gives_files_or_problems_and_never_both_write_and_remove(
     result = housekeeping_files(hgx_plan(profile, housekeeping_cores_per_node=cores), confine=confine,
                                 irqbalance_ban=ban, irqbalance_loaded=loaded)
     written = {f["path"] for f in result["files"]}
-    assert not written & set(result["absent"])
+    assert not written & set(_paths(result["absent"]))
     if result["problems"]:
         assert not result["confined"]
     for content in by_path(result).values():
@@ -152,7 +159,7 @@ def test_irq_pinning_puts_each_devices_interrupts_on_its_own_nodes_housekeeping_
     result = housekeeping_files(plan, irq_pin=True, topology=topo)
     assert result["problems"] == [] and result["services"] == ["gpunuma-irq-affinity.service"]
     files = by_path(result)
-    assert set(files) == {SCRIPT, PIN_UNIT} and SCRIPT not in result["absent"]
+    assert set(files) == {SCRIPT, PIN_UNIT} and SCRIPT not in _paths(result["absent"])
     pinned = {p["pci_bus_id"]: p for p in result["irq_pinned"]}
     gpus = {g["index"]: g for g in topo["gpus"]}
     nics = {n["name"]: n for n in topo["nics"]}
@@ -184,7 +191,7 @@ def test_irq_pinning_is_refused_while_irqbalance_runs_or_without_housekeeping():
 
 def test_irq_pinning_off_removes_the_script_and_leaves_the_unit_to_the_prune():
     result = housekeeping_files(hgx_plan(), irq_pin=False, topology=hgx_topology())
-    assert SCRIPT in result["absent"] and PIN_UNIT not in result["absent"] and result["services"] == []
+    assert SCRIPT in _paths(result["absent"]) and PIN_UNIT not in _paths(result["absent"]) and result["services"] == []
 
 
 def nps4_topology(distances_known=True):

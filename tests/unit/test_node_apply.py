@@ -334,6 +334,69 @@ def test_dropin_target_restarted_only_when_running(node, state, restarted):
     assert not result.get("failed")
 
 
+def test_slice_dropin_change_reloads_systemd_without_restarting_anything(node):
+    """A slice's AllowedCPUs= applies on a daemon-reload: a changed drop-in without a unit still reloads."""
+    fake = FakeSystemd({"system.slice": running()})
+    result = apply_run(fake, [node.entry("system.slice.d/50-gpunuma-confine.conf", "[Slice]\nAllowedCPUs=0-1\n")],
+                       units=dict(UNITS))
+    assert fake.reloads() == 1 and result["daemon_reload"] is True
+    assert fake.verb("restart") == [] and result["restarted"] == []
+    # unchanged: nothing at all
+    fake = FakeSystemd({"system.slice": running()})
+    result = apply_run(fake, [node.entry("system.slice.d/50-gpunuma-confine.conf", "[Slice]\nAllowedCPUs=0-1\n")],
+                       units=dict(UNITS))
+    assert fake.reloads() == 0 and not result["changed"]
+
+
+@pytest.mark.parametrize("state, restarted", [("active", True), ("inactive", False)])
+@pytest.mark.parametrize("start", [True, False])
+def test_removed_dropin_of_a_service_not_ours_restarts_it_when_it_runs(node, state, restarted, start):
+    """irqbalance's ban drop-in goes: irqbalance reads its environment again, if it runs (one engine, no YAML)."""
+    node.put("irqbalance.service.d/50-gpunuma-banned-cpus.conf", "[Service]\nEnvironment=X=1\n")
+    st = running("irq") if state == "active" else stopped("enabled")
+    fake = FakeSystemd({"irqbalance.service": st})
+    path = node.path("irqbalance.service.d/50-gpunuma-banned-cpus.conf")
+    result = apply_run(fake, [], absent=[{"path": path, "unit": "irqbalance.service"}],
+                       units=dict(UNITS, start=start))
+    assert not os.path.exists(path) and fake.reloads() == 1
+    assert fake.verb("restart") == (["irqbalance.service"] if restarted else [])
+    assert result["restarted"] == (["irqbalance.service"] if restarted else [])
+    # already gone: nothing restarts
+    fake = FakeSystemd({"irqbalance.service": running("irq")})
+    result = apply_run(fake, [], absent=[{"path": path, "unit": "irqbalance.service"}], units=dict(UNITS, start=start))
+    assert fake.verb("restart") == [] and not result["changed"]
+
+
+@pytest.mark.parametrize("mode, state, restarted", [
+    ("changed", "inactive", True),      # an instance service: restarted (started) even when stopped
+    ("if-running", "inactive", False),
+    ("if-running", "active", True),
+    ("never", "active", False),
+])
+def test_restart_modes_of_a_changed_file(node, mode, state, restarted):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    st = running() if state == "active" else stopped("enabled")
+    fake = FakeSystemd({"gpunuma-llm0.service": st})
+    entry = node.entry("gpunuma-llm0.service", unit_text("llm0"), unit="gpunuma-llm0.service", restart=mode)
+    result = apply_run(fake, [entry], units=dict(UNITS, services=["gpunuma-llm0.service"]))
+    assert fake.reloads() == 1
+    assert ("gpunuma-llm0.service" in result["restarted"]) == restarted
+
+
+def test_bad_restart_mode_and_absent_entries_are_refused(node):
+    with pytest.raises(ApplyError) as caught:
+        normalise_files([node.entry("a.service", "x", restart="sometimes")])
+    assert "files[0].restart: 'sometimes' is not allowed; allowed: changed, if-running, never" in str(caught.value)
+    fake = FakeSystemd()
+    for absent, words in (([{"path": "relative"}], "absent[0] must be an absolute path"),
+                          ([{"path": "/x", "unit": "irqbalance"}], "absent[0].unit must be a systemd unit name"),
+                          ([{"path": "/x", "mode": "0644"}], "absent[0]: mode not allowed; allowed: path, unit")):
+        with pytest.raises(ApplyError) as caught:
+            apply_run(fake, [], absent=absent, units=dict(UNITS))
+        assert words in str(caught.value)
+    assert fake.calls == []
+
+
 def test_units_not_started_when_start_is_false(node):
     node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
     fake = FakeSystemd({"gpunuma-llm0.service": running()})

@@ -146,11 +146,49 @@ def normalise_files(files, field="files"):
             "backup": bool(entry.get("backup", True)),
             "validate": validate,
             "unit": entry.get("unit"),
-            "restart": entry.get("restart", "changed"),
+            "restart": _restart_mode(entry.get("restart"), where),
             # A file holding secrets: its diff shows REDACTED, never the text (common/secrets.py).
             "secret": bool(entry.get("secret", False)),
         })
     return out
+
+
+RESTART_MODES = ("changed", "if-running", "never")
+
+
+def _restart_mode(value, where):
+    """A file's restart mode: ``changed`` (default: the unit restarts when the file changed; an instance
+    service listed in units.services even when stopped), ``if-running`` (only a running unit restarts),
+    ``never`` (written, systemd reloaded, nothing restarted)."""
+    if value is None:
+        return "changed"
+    if value not in RESTART_MODES:
+        raise ApplyError("%s.restart: %r is not allowed; allowed: %s" % (where, value, ", ".join(RESTART_MODES)))
+    return value
+
+
+def normalise_absent(absent, field="absent"):
+    """``absent`` entries as ``(paths, {path: unit})``: a path, or ``{path, unit}`` whose unit restarts, when
+    running, once the path is removed (a drop-in of a service gpunuma does not own, e.g. irqbalance)."""
+    paths, units = [], {}
+    for index, entry in enumerate(absent or []):
+        where = "%s[%d]" % (field, index)
+        unit = None
+        if isinstance(entry, dict):
+            unknown = sorted(set(entry) - {"path", "unit"})
+            if unknown:
+                raise ApplyError("%s: %s not allowed; allowed: path, unit" % (where, ", ".join(unknown)))
+            path, unit = entry.get("path"), entry.get("unit")
+            if unit is not None and (not isinstance(unit, str) or not unit.endswith(UNIT_SUFFIXES)):
+                raise ApplyError("%s.unit must be a systemd unit name, got %r" % (where, unit))
+        else:
+            path = entry
+        if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+            raise ApplyError("%s must be an absolute path, got %r" % (where, path))
+        paths.append(path)
+        if unit:
+            units[os.path.normpath(path)] = unit
+    return paths, units
 
 
 def _os_error(exc):
@@ -437,6 +475,7 @@ class Apply:
 
         ``secret_absent``: files holding secrets that must go, with every backup of them."""
         units = units or {}
+        absent, removal_units = normalise_absent(absent)
         if isinstance(backups_keep, bool) or not isinstance(backups_keep, int) or backups_keep < 0:
             raise ApplyError("backups_keep: %r is not allowed; allowed: 0 (keep every backup) or the number of "
                              "backups kept per file" % (backups_keep,))
@@ -496,7 +535,8 @@ class Apply:
             stale_paths = ([os.path.join(prune["unit_dir"], u) for u in stale_units]
                            + [os.path.join(prune["unit_dir"], u + ".d", prune["dropin_name"]) for u in stale_dropins])
         removed = self._remove(list(absent) + stale_paths + list(secret_absent), secret=set(secret_absent))
-        unit_files_changed = any(d["changed"] and d["unit"] for d in decisions)
+        # Any unit file or drop-in, a slice's included (AllowedCPUs= applies on the reload), or a file with a unit.
+        unit_files_changed = any(d["changed"] and (d["unit"] or is_systemd_path(d["path"])) for d in decisions)
         if (unit_files_changed or pending or any(is_systemd_path(p) for p in removed)) \
                 and units.get("daemon_reload", True):
             self.result["daemon_reload"] = True
@@ -506,8 +546,12 @@ class Apply:
                     raise ApplyError("systemctl daemon-reload failed: %s" % msg)
 
         self._live = []
+        # Services gpunuma does not own whose drop-in went: restarted when running, to read their settings again.
+        lost = [removal_units[os.path.normpath(p)] for p in removed if os.path.normpath(p) in removal_units]
+        if lost and not units.get("start", False):
+            self._restart_running(lost)
         if units.get("start", False):
-            ok = self._start(decisions, units, stale_dropins, pending)
+            ok = self._start(decisions, units, stale_dropins + lost, pending)
             if pending_path:
                 self._write_pending(pending_path, self._still_pending)
             if not ok:
@@ -557,12 +601,14 @@ class Apply:
         to_restart = []
         always = set()
         for d in changed_units:
-            if d["unit"] in services:
+            if d["restart"] == "never":
+                continue
+            if d["unit"] in services and d["restart"] == "changed":
                 if d["existed"]:
                     to_restart.append(d["unit"])
                     always.add(d["unit"])
             else:
-                to_restart.append(d["unit"])  # a drop-in's target: restarted only when running
+                to_restart.append(d["unit"])  # a drop-in's target, or if-running: restarted only when running
         for unit in unbound:
             to_restart.append(unit)
         # Left by a run that died before restarting them: restarted when running.
@@ -615,6 +661,18 @@ class Apply:
                 self._still_pending = [u for u in later if u in pending or u not in self.result["rolled_back"]]
                 return False
         return True
+
+    def _restart_running(self, units):
+        """Restart each of ``units`` that runs (check mode: report it); a failure fails the run naming the unit."""
+        for unit in dict.fromkeys(units):
+            if _show(self.runner, unit, ["ActiveState"]).get("ActiveState", "") not in ACTIVE_STATES:
+                continue
+            self.result["restarted"].append(unit)
+            self.result["changed"] = True
+            if not self.check_mode:
+                rc, msg = self._systemctl("restart", "--", unit)
+                if rc != 0:
+                    raise ApplyError("systemctl restart %s failed: %s" % (unit, msg))
 
     def _gone(self):
         """Why the controller went away, or None (check mode never asks)."""

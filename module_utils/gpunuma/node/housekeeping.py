@@ -239,14 +239,15 @@ def housekeeping_files(plan, unit_dir="/etc/systemd/system", confine=False, irqb
     if want_ban and not irqbalance_loaded:
         notes.append("numa_binding_irqbalance_ban: irqbalance.service is not installed on %s; nothing to tell" % host)
     if want_ban and irqbalance_loaded and not ban_problem and workers:
-        files.append({"path": irq_path, "unit": "irqbalance.service", "content": (
+        files.append({"path": irq_path, "unit": "irqbalance.service", "restart": "if-running", "content": (
             header + "%s: irqbalance keeps interrupts off the workers' CPUs and balances them over the\n"
             "# housekeeping CPUs (%s). IRQBALANCE_BANNED_CPULIST: irqbalance 1.8 and later;\n"
             "# IRQBALANCE_BANNED_CPUS: the older hex mask.\n"
             "[Service]\nEnvironment=IRQBALANCE_BANNED_CPULIST=%s\nEnvironment=IRQBALANCE_BANNED_CPUS=%s\n"
             % (MARKER, hk_text, worker_text, hex_mask(workers)))})
     elif not (want_ban and ban_problem):
-        absent.append(irq_path)
+        # irqbalance (not gpunuma's) reads its environment again: restarted by gpunuma_apply when it runs.
+        absent.append({"path": irq_path, "unit": "irqbalance.service"})
     irq_unit_path = "%s/%s" % (unit_dir, IRQ_UNIT)
     want_pin = bool(irq_pin) and not profile_off
     services = []
