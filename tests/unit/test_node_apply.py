@@ -383,6 +383,18 @@ def test_restart_modes_of_a_changed_file(node, mode, state, restarted):
     assert ("gpunuma-llm0.service" in result["restarted"]) == restarted
 
 
+@pytest.mark.parametrize("mode, restarted", [("if-running", True), ("never", False), ("changed", False)])
+def test_without_units_to_start_only_if_running_files_restart_their_unit(node, mode, restarted):
+    """memlock's own step (no units to start): containerd's drop-in restarts it only with consent (if-running)."""
+    fake = FakeSystemd({"containerd.service": running("c")})
+    entry = node.entry("containerd.service.d/50-gpunuma-memlock.conf", "[Service]\nLimitMEMLOCK=infinity\n",
+                       unit="containerd.service", restart=mode)
+    result = apply_run(fake, [entry])
+    assert fake.reloads() == 1
+    assert fake.verb("restart") == (["containerd.service"] if restarted else [])
+    assert result["restarted"] == (["containerd.service"] if restarted else [])
+
+
 def test_bad_restart_mode_and_absent_entries_are_refused(node):
     with pytest.raises(ApplyError) as caught:
         normalise_files([node.entry("a.service", "x", restart="sometimes")])

@@ -548,8 +548,11 @@ class Apply:
         self._live = []
         # Services gpunuma does not own whose drop-in went: restarted when running, to read their settings again.
         lost = [removal_units[os.path.normpath(p)] for p in removed if os.path.normpath(p) in removal_units]
-        if lost and not units.get("start", False):
-            self._restart_running(lost)
+        if not units.get("start", False):
+            # Without units to start, only what asked for it restarts: a removed drop-in's unit, and the unit of a
+            # changed file in mode if-running (a service gpunuma does not own, such as containerd).
+            self._restart_running(lost + [d["unit"] for d in decisions
+                                          if d["content_changed"] and d["unit"] and d["restart"] == "if-running"])
         if units.get("start", False):
             ok = self._start(decisions, units, stale_dropins + lost, pending)
             if pending_path:
