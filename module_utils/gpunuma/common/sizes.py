@@ -47,6 +47,11 @@ class SizeError(GpunumaError, ValueError):
         self.out_of_range = out_of_range
 
 
+def format_gib(count):
+    """Bytes as GiB with one decimal, as the planner's capacity messages print them: ``1.5 GiB``."""
+    return "%.1f GiB" % (count / float(1 << 30))
+
+
 def format_size(count):
     """``8 MiB``, ``1.5 GiB``, ``1000 bytes`` for messages (exact where it can be)."""
     for power, unit in ((6, "EiB"), (5, "PiB"), (4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):

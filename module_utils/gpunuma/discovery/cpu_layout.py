@@ -161,7 +161,7 @@ def _split(line, sep):
 
 
 def parse_lscpu(text, source="lscpu"):
-    """The CPU layout of an ``lscpu`` capture, as a host mapping ``_nodes_from_host`` reads.
+    """The CPU layout of an ``lscpu`` capture, as a host mapping ``nodes.nodes_from_host`` reads.
 
     Returns ``{"numa_nodes": [{"id", "cpus"}], "cpus": [{"id", "siblings", "l3"}], "sockets": int|None,
     "format": "parse"|"extended"|"summary"}``; ``cpus`` is empty for the summary (it lists no CPU's

@@ -40,12 +40,8 @@ from ansible.module_utils.gpunuma.plan.alloc import (  # noqa: F401 (choose_gpu_
     choose_gpu_group,
 )
 from ansible.module_utils.gpunuma.plan.engines import engine_arguments, split_worker_shares
-from ansible.module_utils.gpunuma.plan.capacity import (
-    check_preferred_spill,
-    check_rank_capacity,
-    parse_reserve,
-    stable_capacity,
-)
+from ansible.module_utils.gpunuma.plan.capacity import parse_reserve, stable_capacity
+from ansible.module_utils.gpunuma.plan.spill import check_preferred_spill, check_rank_capacity
 from ansible.module_utils.gpunuma.plan.inputs import (  # noqa: F401 (constants are public here)
     BINDING_METHODS,
     INSTANCE_KEYS,
