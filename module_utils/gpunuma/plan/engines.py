@@ -188,6 +188,16 @@ def _flags_need(spec, fence, what):
     return None
 
 
+def _rank_nodes(spec, topo, fence, what):
+    """Each rank's NUMA node, or None (with the warning why) when the engine may not bind its ranks here."""
+    why_not = _flags_need(spec, fence, what)
+    if why_not:
+        spec.warnings.append(why_not)
+        return None
+    nodes = [topo.gpus[g].node for g in spec.gpus]
+    return None if any(n is None for n in nodes) else nodes
+
+
 def _vllm_arguments(spec, topo, fence, binds):
     if len(spec.gpus) < 2:
         cores = len([c for n in spec.numa_nodes for c in topo.nodes[n].worker_cores if c <= spec.allocated_cpus])
@@ -209,12 +219,8 @@ def _vllm_arguments(spec, topo, fence, binds):
             "engine vllm: vLLM %s has no --numa-bind (added in 0.20.0); the instance-wide binding is kept"
             % _shown(version))
         return []
-    why_not = _flags_need(spec, fence, "--numa-bind")
-    if why_not:
-        spec.warnings.append(why_not)
-        return []
-    nodes = [topo.gpus[g].node for g in spec.gpus]
-    if any(n is None for n in nodes) or spec.worker_cpus is None:
+    nodes = _rank_nodes(spec, topo, fence, "--numa-bind")
+    if nodes is None or spec.worker_cpus is None:
         return []
     cores = sum(len([c for c in topo.nodes[n].worker_cores if c <= spec.allocated_cpus]) for n in spec.numa_nodes)
     want = len(spec.gpus) + VLLM_EXTRA_CORES
@@ -242,12 +248,8 @@ def _vllm_arguments(spec, topo, fence, binds):
 def _sglang_arguments(spec, topo, specs, fence, binds):
     if len(spec.gpus) < 2:
         return []
-    why_not = _flags_need(spec, fence, "--numa-node")
-    if why_not:
-        spec.warnings.append(why_not)
-        return []
-    nodes = [topo.gpus[g].node for g in spec.gpus]
-    if any(n is None for n in nodes):
+    nodes = _rank_nodes(spec, topo, fence, "--numa-node")
+    if nodes is None:
         return []
     # SGLang binds each rank to its node: only where no other instance has CPUs on those nodes.
     others = [s.name for s in specs if s is not spec and s.cpu_binding and set(s.numa_nodes) & set(spec.numa_nodes)]
