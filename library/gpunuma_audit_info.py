@@ -101,7 +101,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import bounded, seal
+from ansible.module_utils.gpunuma.common import bounded, documents, seal
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib
 from ansible.module_utils.gpunuma.operate import metrics as metricslib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
@@ -240,7 +240,12 @@ def main():
         "instances": [],
     }
 
-    plan, plan_error = _json(p["plan_path"])
+    # The applied plan through its one schema (common/documents.py): a damaged one names its fields.
+    plan_text = _read(p["plan_path"])
+    plan, plan_error = None, None
+    if plan_text is not None:
+        plan_doc, plan_error = documents.load_text(documents.Plan, plan_text, p["plan_path"])
+        plan = plan_doc.to_dict() if plan_doc is not None else None
     if plan_error:
         findings.append(Finding("plan-unreadable", "error", plan_error, expected=schemas.PLAN))
     elif plan is None:

@@ -276,3 +276,15 @@ def test_a_thread_re_pinned_after_start_is_thread_affinity_drift():
     # The main thread's own drift is cpu-affinity's, not repeated.
     ids, _, _ = run(status=STATUS.replace("1-3", "0-3"), more=_every_process({42: MAPS_BIND}, {42: "0-3"}))
     assert ids == ["cpu-affinity"]
+
+
+def test_damaged_plan_is_one_finding_naming_its_fields(tmp_path, capsys):
+    """plan.json read through the plan's one schema: a damaged one says which fields, and nothing else is judged."""
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"schema": "gpunuma.plan/v1", "profile": "strict", "instances": [{"name": "a", "cpus": 5}]}')
+    result = _audit_module(capsys, plan_path=str(plan), numa_balancing_file=str(tmp_path / "nb.conf"))
+    (finding,) = [f for f in result["audit"]["findings"] if f["id"] == "plan-unreadable"]
+    assert finding["severity"] == "error"
+    assert "plan.instances[0].cpus: 5 is not a string or null" in finding["message"]
+    assert "plan.instances[0].unit: missing" in finding["message"]
+    assert result["audit"]["instances"] == [] and result["audit"]["status"] == "drifted"

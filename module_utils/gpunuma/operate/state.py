@@ -23,7 +23,7 @@ import re
 
 from ansible.module_utils.gpunuma.common import bounded, seal
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.common import schemas
+from ansible.module_utils.gpunuma.common import documents, schemas
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 
 SCHEMA = schemas.STATE
@@ -88,32 +88,22 @@ def parse_state(text, path):
     edited = seal.problem(data)
     if edited:
         raise StateCorrupt("%s: %s" % (path, edited))
-    problems = []
+    # The shape (types, required keys) from the one schema of the document; then what only this module knows.
+    problems = documents.problems_of(SCHEMA, data, "state")
+    if problems:
+        raise StateCorrupt("%s: %s" % (path, "; ".join(problems)))
     profile = data.get("profile")
-    if profile is not None and (not isinstance(profile, str) or not _PROFILE_RE.fullmatch(profile)):
-        problems.append("profile: %r is not a profile name" % (profile,))
-    if not isinstance(data.get("pinned", False), bool):
-        problems.append("pinned: %r is not a boolean" % (data.get("pinned"),))
+    if profile is not None and not _PROFILE_RE.fullmatch(profile):
+        problems.append("state.profile: %r is not a profile name" % (profile,))
     history = data.get("history", [])
-    if not isinstance(history, list):
-        problems.append("history: must be a list, got %s" % type(history).__name__)
-        history = []
     for index, entry in enumerate(history):
-        where = "history[%d]" % index
-        if not isinstance(entry, dict):
-            problems.append("%s: must be an object" % where)
-            continue
-        if not isinstance(entry.get("time"), str) or not _TIME_RE.fullmatch(entry["time"]):
-            problems.append("%s.time: %r is not a UTC time like 2026-01-31T03:00:00Z" % (where, entry.get("time")))
+        where = "state.history[%d]" % index
+        if not _TIME_RE.fullmatch(entry["time"]):
+            problems.append("%s.time: %r is not a UTC time like 2026-01-31T03:00:00Z" % (where, entry["time"]))
         for field in ("from", "to"):
             value = entry.get(field)
-            if value is not None and (not isinstance(value, str) or not _PROFILE_RE.fullmatch(value)):
+            if value is not None and not _PROFILE_RE.fullmatch(value):
                 problems.append("%s.%s: %r is not a profile name" % (where, field, value))
-        if not isinstance(entry.get("to"), str):
-            problems.append("%s.to: missing" % where)
-        for field in ("action", "reason", "user"):
-            if entry.get(field) is not None and not isinstance(entry.get(field), str):
-                problems.append("%s.%s: must be a string" % (where, field))
     if problems:
         raise StateCorrupt("%s: %s" % (path, "; ".join(problems)))
     state = empty_state(data.get("hostname"))
@@ -224,11 +214,8 @@ def applied_profile(plan_path):
     text = read_text(plan_path)
     if not isinstance(text, str):
         return None
-    try:
-        plan = bounded.loads_json(text)
-    except ValueError:
-        return None
-    return base_profile(plan.get("profile")) if isinstance(plan, dict) else None
+    plan, _problem = documents.load_text(documents.Plan, text, plan_path)
+    return base_profile(plan.profile) if plan is not None else None
 
 
 def corrupt_backup_path(path, now):
