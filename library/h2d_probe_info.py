@@ -187,7 +187,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import atomic, bounded
+from ansible.module_utils.gpunuma.common import atomic, documents
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.operate import state as statelib
 from ansible.module_utils.gpunuma.verify import h2d, h2d_load
@@ -199,13 +199,10 @@ def _load_cpus(module):
     default: the memory node's CPUs)."""
     text = module.params["load_cpus"]
     if text is None:
-        # The reader of the applied plan the state step uses (bounded, a regular file), parsed with the depth cap.
+        # The reader of the applied plan the state step uses (bounded, a regular file), checked by its schema.
         raw = statelib.read_text(module.params["plan_path"])
-        try:
-            plan = bounded.loads_json(raw) if isinstance(raw, str) else None
-        except ValueError:
-            return None
-        housekeeping = plan.get("housekeeping") if isinstance(plan, dict) else None
+        plan = documents.load_text(documents.Plan, raw, module.params["plan_path"])[0] if isinstance(raw, str) else None
+        housekeeping = plan.to_dict().get("housekeeping") if plan is not None else None
         text = ",".join(v for v in (housekeeping or {}).values() if isinstance(v, str) and v) or None
         if text is None:
             return None

@@ -127,3 +127,26 @@ def test_no_stressor_outlives_a_probe_that_is_killed_or_interrupted(fake_libcuda
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+def test_stressor_cpus_come_from_the_applied_plan_read_through_its_schema(tmp_path):
+    """No load_cpus: the applied plan's housekeeping CPUs; a damaged plan.json gives the probe's default."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("h2d_probe_info", os.path.join(REPO_ROOT, "library",
+                                                                                 "h2d_probe_info.py"))
+    module_file = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module_file)
+
+    class Module:
+        def __init__(self, plan_path):
+            self.params = {"load_cpus": None, "plan_path": plan_path}
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema": "gpunuma.plan/v1", "profile": "strict", "instances": [],
+                                "housekeeping": {"0": "0-1", "1": "48-49"}}))
+    assert module_file._load_cpus(Module(str(plan))) == [0, 1, 48, 49]
+    plan.write_text(json.dumps({"schema": "gpunuma.plan/v1", "profile": "strict", "instances": 5,
+                                "housekeeping": {"0": "0-1"}}))
+    assert module_file._load_cpus(Module(str(plan))) is None
+    assert module_file._load_cpus(Module(str(tmp_path / "absent.json"))) is None
