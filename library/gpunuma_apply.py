@@ -250,7 +250,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import atomic
-from ansible.module_utils.gpunuma.node.apply import TEMP_PREFIX, Apply, ApplyError, backup_stamp, normalise_files
+from ansible.module_utils.gpunuma.node.apply import Apply
+from ansible.module_utils.gpunuma.node.apply_files import TEMP_PREFIX, ApplyError, backup_stamp, normalise_files
 from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib
 

@@ -53,210 +53,28 @@ err)`` and the clock through ``sleep``, so the logic is tested without a node.
 
 from __future__ import annotations
 
-import errno
-import fnmatch
 import grp
 import json
 import os
 import pwd
-import re
 import stat
 
 from ansible.module_utils.gpunuma.common import bounded
-from ansible.module_utils.gpunuma.common.secrets import REDACTED
+from ansible.module_utils.gpunuma.node.apply_files import (
+    TEMP_PREFIX,
+    ApplyError,
+    backup_stamp,
+    file_diff,
+    find_stale,
+    is_systemd_path,
+    normalise_absent,
+    normalise_files,
+    os_error_text,
+    plan_files,
+    read_file,
+)
 
-MAX_FILE_BYTES = 4 * 1024 * 1024
-# Name prefix of the temporary file of an atomic write (same directory as
-# the file); one left by an interrupted run is removed by the next.
-TEMP_PREFIX = ".gpunuma-"
-# What follows a file's name in its backups: ".<pid>.<YYYY-mm-dd@HH:MM:SS>~", as AnsibleModule.backup_local names them.
-BACKUP_SUFFIX_RE = r"\.([0-9]+)\.([0-9]{4}-[0-9]{2}-[0-9]{2}@[0-9]{2}:[0-9]{2}:[0-9]{2})~$"
 ACTIVE_STATES = ("active", "activating", "reloading")
-
-
-def backup_stamp(name, entry):
-    """``(time, pid)`` when directory entry ``entry`` is a backup of file ``name``, else None (a sort key)."""
-    match = re.match(re.escape(name) + BACKUP_SUFFIX_RE, entry)
-    return (match.group(2), int(match.group(1))) if match else None
-
-
-class ApplyError(Exception):
-    """A request the module refuses, or a step that failed before any unit was touched."""
-
-
-def _read(path):
-    """Current bytes of path, or None when it does not exist (bounded.read_bounded: a regular file, not a link)."""
-    try:
-        return bounded.read_bounded(path, MAX_FILE_BYTES, what="a file gpunuma manages")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise ApplyError("%s: %s; move it aside and run again" % (path, exc.strerror or exc))
-
-
-def _mode_int(mode, field):
-    if mode is None:
-        return None
-    if isinstance(mode, int):
-        return mode
-    text = str(mode)
-    try:
-        value = int(text, 8)
-    except ValueError:
-        raise ApplyError("%s: mode %r is not an octal mode such as '0644'" % (field, mode))
-    if not 0 <= value <= 0o7777:
-        raise ApplyError("%s: mode %r is out of range (0000-7777)" % (field, mode))
-    return value
-
-
-def normalise_files(files, field="files"):
-    """Check the file requests; return them as dicts with bytes content and int modes."""
-    seen = set()
-    out = []
-    for index, entry in enumerate(files or []):
-        where = "%s[%d]" % (field, index)
-        if not isinstance(entry, dict):
-            raise ApplyError("%s must be a mapping with path and content, got %r" % (where, entry))
-        path = entry.get("path")
-        if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
-            raise ApplyError("%s.path must be an absolute path, got %r" % (where, path))
-        path = os.path.normpath(path)
-        if path in seen:
-            raise ApplyError("%s.path %s is listed twice" % (where, path))
-        seen.add(path)
-        content = entry.get("content")
-        if not isinstance(content, str):
-            raise ApplyError("%s.content must be text, got %r" % (where, type(content).__name__))
-        data = content.encode("utf-8")
-        if len(data) > MAX_FILE_BYTES:
-            raise ApplyError("%s.content is %d bytes; at most %d" % (where, len(data), MAX_FILE_BYTES))
-        validate = entry.get("validate")
-        if validate is not None:
-            if not isinstance(validate, list) or not validate or not all(isinstance(w, str) for w in validate) \
-                    or not any("%s" in w for w in validate):
-                raise ApplyError("%s.validate must be a command as a list of words, one holding %%s "
-                                 "(the file to check), got %r" % (where, validate))
-        out.append({
-            "path": path,
-            "data": data,
-            "mode": _mode_int(entry.get("mode", "0644"), where + ".mode"),
-            "dir_mode": _mode_int(entry.get("dir_mode", "0755"), where + ".dir_mode"),
-            "owner": entry.get("owner"),
-            "group": entry.get("group"),
-            "backup": bool(entry.get("backup", True)),
-            "validate": validate,
-            "unit": entry.get("unit"),
-            "restart": _restart_mode(entry.get("restart"), where),
-            # A file holding secrets: its diff shows REDACTED, never the text (common/secrets.py).
-            "secret": bool(entry.get("secret", False)),
-        })
-    return out
-
-
-RESTART_MODES = ("changed", "if-running", "never")
-
-
-def _restart_mode(value, where):
-    """A file's restart mode: ``changed`` (default: the unit restarts when the file changed; an instance
-    service listed in units.services even when stopped), ``if-running`` (only a running unit restarts),
-    ``never`` (written, systemd reloaded, nothing restarted)."""
-    if value is None:
-        return "changed"
-    if value not in RESTART_MODES:
-        raise ApplyError("%s.restart: %r is not allowed; allowed: %s" % (where, value, ", ".join(RESTART_MODES)))
-    return value
-
-
-def normalise_absent(absent, field="absent"):
-    """``absent`` entries as ``(paths, {path: unit})``: a path, or ``{path, unit}`` whose unit restarts, when
-    running, once the path is removed (a drop-in of a service gpunuma does not own, e.g. irqbalance)."""
-    paths, units = [], {}
-    for index, entry in enumerate(absent or []):
-        where = "%s[%d]" % (field, index)
-        unit = None
-        if isinstance(entry, dict):
-            unknown = sorted(set(entry) - {"path", "unit"})
-            if unknown:
-                raise ApplyError("%s: %s not allowed; allowed: path, unit" % (where, ", ".join(unknown)))
-            path, unit = entry.get("path"), entry.get("unit")
-            if unit is not None and (not isinstance(unit, str) or not unit.endswith(UNIT_SUFFIXES)):
-                raise ApplyError("%s.unit must be a systemd unit name, got %r" % (where, unit))
-        else:
-            path = entry
-        if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
-            raise ApplyError("%s must be an absolute path, got %r" % (where, path))
-        paths.append(path)
-        if unit:
-            units[os.path.normpath(path)] = unit
-    return paths, units
-
-
-def _os_error(exc):
-    """``cannot write <path>: [Errno 28] ENOSPC: No space left on device`` from an OSError."""
-    name = errno.errorcode.get(exc.errno, "") if exc.errno else ""
-    path = exc.filename or "a file"
-    return "cannot write %s: [Errno %s] %s%s" % (path, exc.errno, (name + ": ") if name else "", exc.strerror or exc)
-
-
-def _diff(path, before, after, secret=False):
-    def text(data):
-        if data is None:
-            return ""
-        if secret:
-            return "%s (%d bytes)\n" % (REDACTED, len(data))
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            return "(binary content, %d bytes)\n" % len(data)
-    return {"before_header": path if before is not None else "%s (absent)" % path,
-            "after_header": path if after is not None else "%s (absent)" % path,
-            "before": text(before), "after": text(after)}
-
-
-def plan_files(files, fs):
-    """Compare the wanted files with the node: a list of per-file decisions."""
-    decisions = []
-    for entry in files:
-        current = _read(entry["path"])
-        meta = fs.meta(entry["path"]) if current is not None else None
-        content_changed = current != entry["data"]
-        attrs_changed = (current is not None and not content_changed
-                         and fs.attrs_differ(entry["path"], entry["mode"], entry["owner"], entry["group"], meta))
-        decisions.append(dict(entry, existed=current is not None, before=current,
-                              content_changed=content_changed, changed=content_changed or attrs_changed))
-    return decisions
-
-
-def find_stale(prune, keep_units, keep_dropins, listdir=os.listdir, read=_read):
-    """Files gpunuma wrote (marker line) that the plan no longer names.
-
-    Returns (stale unit names, stale drop-in target unit names), each sorted.
-    A gpunuma-*.service without the marker (someone else's) is never listed.
-    """
-    unit_dir = prune["unit_dir"]
-    try:
-        names = sorted(listdir(unit_dir))
-    except FileNotFoundError:
-        return [], []
-    stale_units, stale_dropins = [], []
-    for name in names:
-        path = os.path.join(unit_dir, name)
-        if fnmatch.fnmatch(name, prune["unit_pattern"]) and name not in keep_units:
-            try:
-                data = read(path)
-            except ApplyError:
-                continue
-            if data is not None and prune["unit_marker"].encode() in data:
-                stale_units.append(name)
-        if name.endswith(".d") and name[:-2] not in keep_dropins:
-            dropin = os.path.join(path, prune["dropin_name"])
-            try:
-                data = read(dropin) if os.path.isdir(path) and not os.path.islink(path) else None
-            except ApplyError:
-                continue
-            if data is not None and prune["dropin_marker"].encode() in data:
-                stale_dropins.append(name[:-2])
-    return stale_units, stale_dropins
 
 
 def _http_get(url, timeout):
@@ -270,15 +88,6 @@ def _http_get(url, timeout):
         return False, "HTTP %d" % exc.code
     except (URLError, OSError, ValueError) as exc:
         return False, str(getattr(exc, "reason", exc))
-
-
-UNIT_SUFFIXES = (".service", ".socket", ".timer", ".target", ".mount", ".slice", ".scope", ".path")
-
-
-def is_systemd_path(path):
-    """A unit file or a unit's drop-in (``<unit>.d/*.conf``): removing one needs a daemon-reload."""
-    parent = os.path.basename(os.path.dirname(path))
-    return path.endswith(UNIT_SUFFIXES) or (parent.endswith(".d") and parent[:-2].endswith(UNIT_SUFFIXES))
 
 
 def _show(runner, unit, props):
@@ -367,7 +176,7 @@ class Apply:
             if entry["changed"]:
                 self.result["changed"] = True
                 if entry["content_changed"]:
-                    self.result["diff"].append(_diff(entry["path"], entry["before"], entry["data"], entry["secret"]))
+                    self.result["diff"].append(file_diff(entry["path"], entry["before"], entry["data"], entry["secret"]))
                 if not self.check_mode:
                     try:
                         backup = self.fs.write(entry)
@@ -408,12 +217,12 @@ class Apply:
     def _remove(self, paths, secret=()):
         removed = []
         for path in paths:
-            before = _read(path)
+            before = read_file(path)
             if before is None:
                 continue
             removed.append(path)
             self.result["changed"] = True
-            self.result["diff"].append(_diff(path, before, None, path in secret))
+            self.result["diff"].append(file_diff(path, before, None, path in secret))
             if not self.check_mode:
                 self._removed[path] = (before, os.lstat(path))
                 self.fs.remove(path)
@@ -445,7 +254,7 @@ class Apply:
                     self.fs.remove(path)
 
     def _read_pending(self, path):
-        data = _read(path)
+        data = read_file(path)
         if data is None:
             return []
         try:
@@ -460,7 +269,7 @@ class Apply:
         if self.check_mode:
             return
         if not pending:
-            if _read(path) is not None:
+            if read_file(path) is not None:
                 self.fs.remove(path)
             return
         entry = normalise_files([{"path": path, "content": json.dumps(sorted(set(pending))) + "\n",
@@ -515,7 +324,7 @@ class Apply:
             if pending_path and set(touching) - set(pending):
                 self._write_pending(pending_path, pending)
             raise ApplyError("%s; %s, nothing was stopped, reloaded or restarted" % (
-                _os_error(exc), "the %d file(s) written before it were put back" % undone if undone
+                os_error_text(exc), "the %d file(s) written before it were put back" % undone if undone
                 else "no file had been written"))
         gone = self._gone()
         if gone:
@@ -565,7 +374,7 @@ class Apply:
             self._undo_writes(after_decisions)
             # The applied plan (and state) and the units stay one transaction.
             self._still_pending = [u for u in pending if u not in self._live]
-            self._abandon(decisions, units, _os_error(exc) + " (writing the applied plan)")
+            self._abandon(decisions, units, os_error_text(exc) + " (writing the applied plan)")
             if pending_path and units.get("start", False):
                 self._write_pending(pending_path, self._still_pending)
             self.result["msg"] += "; free the space (or fix the directory) and run again"
@@ -697,14 +506,14 @@ class Apply:
                     self._put_back(d)
                     put.append(d)
                 except OSError as exc:
-                    problems.append(_os_error(exc))
+                    problems.append(os_error_text(exc))
         for path, (data, st) in sorted(self._removed.items()):
             try:
                 self.fs.write({"path": path, "data": data, "before": None, "backup": False,
                                "mode": stat.S_IMODE(st.st_mode), "owner": None, "group": None, "dir_mode": None})
                 os.chown(path, st.st_uid, st.st_gid)
             except OSError as exc:
-                problems.append(_os_error(exc))
+                problems.append(os_error_text(exc))
         self._systemctl("daemon-reload")
         new_services = {d["unit"] for d in put if not d["existed"] and d["unit"] in services}
         for unit in dict.fromkeys(self._live):
