@@ -388,6 +388,29 @@ def _comparable(key, value):
 # Entry point
 
 
+class _Run(object):
+    """What one plan_kubelet call has read and decided so far (its sections below share it)."""
+
+    def __init__(self, topology, version, host, problems, warnings):
+        self.topology = topology
+        self.version = version
+        self.host = host
+        self.problems = problems
+        self.warnings = warnings
+        self.node_ids = sorted(n["id"] for n in topology["numa_nodes"])
+        self.cpu_nodes = sorted(n["id"] for n in topology["numa_nodes"] if n.get("has_cpus", True) and n.get("cpus"))
+        self.all_cpus = frozenset()
+        for node in topology["numa_nodes"]:
+            if node.get("cpus"):
+                self.all_cpus |= parse_cpulist(node["cpus"], "topology.numa_nodes[%s].cpus" % node["id"])
+        self.memory_total = sum(int(n.get("memory_total_bytes") or 0) for n in topology["numa_nodes"])
+        self.desired = {}
+        self.current = {}
+        self.gates = {}
+        self.final_reservations = {}
+        self.settings = {}
+
+
 def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, housekeeping_cores_per_node="auto",
                  housekeeping_cpus_list=None,
                  overrides=None, memory_spread="first_node", manage_reservations=False, cpu_state=None,
@@ -421,19 +444,36 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
         reserved = housekeeping_cpus(topology, profile, housekeeping_cores_per_node, housekeeping_cpus_list)
     except GpunumaError as exc:
         raise KubeletPlanError(list(getattr(exc, "problems", [str(exc)])) + problems)
-    node_ids = sorted(n["id"] for n in topology["numa_nodes"])
-    cpu_nodes = sorted(n["id"] for n in topology["numa_nodes"] if n.get("has_cpus", True) and n.get("cpus"))
-    all_cpus = frozenset()
-    for node in topology["numa_nodes"]:
-        if node.get("cpus"):
-            all_cpus |= parse_cpulist(node["cpus"], "topology.numa_nodes[%s].cpus" % node["id"])
-    memory_total = sum(int(n.get("memory_total_bytes") or 0) for n in topology["numa_nodes"])
+    run = _Run(topology, version, host, problems, warnings)
+    reservations = _desired(run, profile, preset, overrides, manage_reservations)
+    try:
+        parsed = parse_config(config_text, config_source)
+    except KubeletConfigError as exc:
+        raise KubeletPlanError([str(exc)] + problems)
+    run.current = plain(parsed.doc)
+    reservations = _reservation_overrides(run, reservations)
+    _policies(run)
+    run.final_reservations = dict(run.current)
+    run.final_reservations.update(reservations)
+    _cpu_manager(run, reserved, housekeeping_cores_per_node)
+    _topology_manager(run)
+    _memory_manager(run, memory_spread)
+    if problems:
+        raise KubeletPlanError(problems)
+    changes, config_text = _merge(run, parsed, reservations)
+    new_config = plain(parsed.doc)
+    remove = _stale_checkpoints(run, new_config, changes, cpu_state, memory_state, state_dir)
+    return KubeletPlan(new_config, config_text, [plain(c) for c in changes], remove, warnings, len(run.node_ids),
+                       run.settings["reservedSystemCPUs"], parsed.fmt, plain(run.settings))
 
-    # Desired owned settings: preset, then overrides.
+
+def _desired(run, profile, preset, overrides, manage_reservations):
+    """The owned settings wanted (the preset, then overrides) in ``run.desired``; returns the reservation overrides."""
+    problems = run.problems
     if not isinstance(preset, dict):
         raise KubeletPlanError(["preset: %r is not a mapping; allowed: the content of policies/kubelet/<profile>.yml"
                                 % (preset,)] + problems)
-    desired = {}
+    desired = run.desired
     for key, value in preset.items():
         if key in ("profile", "description"):
             continue
@@ -462,27 +502,30 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
         else:
             problems.append("overrides.%s: is not a key gpunuma manages; allowed: %s"
                             % (key, ", ".join(OWNED_KEYS + RESERVATION_KEYS)))
+    return reservations
 
-    try:
-        parsed = parse_config(config_text, config_source)
-    except KubeletConfigError as exc:
-        raise KubeletPlanError([str(exc)] + problems)
-    current = plain(parsed.doc)
+
+def _reservation_overrides(run, reservations):
+    """The reservation overrides checked; evictionHard keeps the kubelet's defaults it would otherwise drop."""
     for key, value in reservations.items():
         if not isinstance(value, dict):
-            problems.append("overrides.%s: %r is not a mapping; allowed: resource -> quantity" % (key, value))
+            run.problems.append("overrides.%s: %r is not a mapping; allowed: resource -> quantity" % (key, value))
             reservations[key] = None
-        elif key == "evictionHard" and "evictionHard" not in current:
+        elif key == "evictionHard" and "evictionHard" not in run.current:
             # evictionHard replaces the defaults as a whole: keep disk-pressure eviction on.
             merged = dict(EVICTION_HARD_DEFAULTS)
             merged.update(dict((str(k), str(v)) for k, v in value.items()))
             missing = sorted(set(EVICTION_HARD_DEFAULTS) - set(value))
             if missing:
-                warnings.append("evictionHard: written with the kubelet's defaults for %s as well, since an evictionHard "
-                                "without them switches those evictions off" % ", ".join(missing))
+                run.warnings.append("evictionHard: written with the kubelet's defaults for %s as well, since an "
+                                    "evictionHard without them switches those evictions off" % ", ".join(missing))
             reservations[key] = merged
-    reservations = dict((k, v) for k, v in reservations.items() if v is not None)
+    return dict((k, v) for k, v in reservations.items() if v is not None)
 
+
+def _policies(run):
+    """The four manager policies, each one the kubelet accepts, into ``run.settings``."""
+    desired, problems = run.desired, run.problems
     cpu_policy = desired.get("cpuManagerPolicy", DEFAULTS["cpuManagerPolicy"])
     memory_policy = desired.get("memoryManagerPolicy", DEFAULTS["memoryManagerPolicy"])
     topology_policy = desired.get("topologyManagerPolicy", DEFAULTS["topologyManagerPolicy"])
@@ -500,26 +543,29 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
     if topology_scope not in TOPOLOGY_SCOPES:
         problems.append("topologyManagerScope: %r is not a Topology Manager scope; allowed: %s"
                         % (topology_scope, ", ".join(TOPOLOGY_SCOPES)))
-    gates = current.get("featureGates") if isinstance(current.get("featureGates"), dict) else {}
-
-    settings = {
+    run.gates = run.current.get("featureGates") if isinstance(run.current.get("featureGates"), dict) else {}
+    run.settings.update({
         "cpuManagerPolicy": cpu_policy,
         "topologyManagerPolicy": topology_policy,
         "topologyManagerScope": topology_scope,
         "memoryManagerPolicy": memory_policy,
-    }
+    })
 
-    # CPU Manager options and reservation.
+
+def _cpu_manager(run, reserved, housekeeping_cores_per_node):
+    """CPU Manager options and reservation (``reservedSystemCPUs``: the planner's housekeeping CPUs)."""
+    desired, problems, warnings, host = run.desired, run.problems, run.warnings, run.host
+    cpu_policy = run.settings["cpuManagerPolicy"]
     cpu_options = _normalise_options("cpuManagerPolicyOptions", desired.get("cpuManagerPolicyOptions"), problems)
     if cpu_options and cpu_policy != "static":
         problems.append("cpuManagerPolicyOptions: %r is set under cpuManagerPolicy %r, which stops the kubelet; "
                         "allowed: options only with cpuManagerPolicy: static" % (cpu_options, cpu_policy))
     for name, value in sorted(cpu_options.items()):
-        line = _option_problem("cpuManagerPolicyOptions", name, value, CPU_POLICY_OPTIONS, version, gates,
+        line = _option_problem("cpuManagerPolicyOptions", name, value, CPU_POLICY_OPTIONS, run.version, run.gates,
                                "CPUManagerPolicyAlphaOptions", "CPUManagerPolicyBetaOptions")
         if line:
             problems.append(line)
-    settings["cpuManagerPolicyOptions"] = cpu_options or None
+    run.settings["cpuManagerPolicyOptions"] = cpu_options or None
 
     reserved_cpus = None
     if "reservedSystemCPUs" in desired and desired["reservedSystemCPUs"] is not None:
@@ -529,10 +575,11 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
             problems.append("%s; allowed: a CPU list of %s such as %s" % (exc, host, format_cpulist(reserved) or "0"))
             user_cpus = None
         if user_cpus is not None:
-            missing = user_cpus - all_cpus
+            missing = user_cpus - run.all_cpus
             if missing:
                 problems.append("reservedSystemCPUs: %r names CPUs %s that %s does not have; allowed: CPUs in %s"
-                                % (desired["reservedSystemCPUs"], format_cpulist(missing), host, format_cpulist(all_cpus)))
+                                % (desired["reservedSystemCPUs"], format_cpulist(missing), host,
+                                   format_cpulist(run.all_cpus)))
             elif user_cpus != reserved:
                 warnings.append("reservedSystemCPUs: %s is set by override and differs from the planner's housekeeping "
                                 "CPUs %s; pods and gpunuma workers may share CPUs"
@@ -540,8 +587,7 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
             reserved_cpus = format_cpulist(user_cpus) if user_cpus else None
     elif cpu_policy == "static":
         reserved_cpus = format_cpulist(reserved) if reserved else None
-    final_reservations = dict(current)
-    final_reservations.update(reservations)
+    final_reservations = run.final_reservations
     if cpu_policy == "static" and not reserved_cpus:
         cpu_reserved = 0
         for key in ("kubeReserved", "systemReserved"):
@@ -562,15 +608,20 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
             if final_reservations.get(key):
                 problems.append("reservedSystemCPUs: cannot be combined with %s (%r) in the kubelet config; allowed: "
                                 "remove %s from the config, or cpuManagerPolicy none" % (key, final_reservations[key], key))
-    settings["reservedSystemCPUs"] = reserved_cpus
+    run.settings["reservedSystemCPUs"] = reserved_cpus
 
-    # Topology Manager options.
-    topo_options = _normalise_options("topologyManagerPolicyOptions", desired.get("topologyManagerPolicyOptions"), problems)
-    count = len(node_ids)
+
+def _topology_manager(run):
+    """Topology Manager options (``max-allowable-numa-nodes`` where the machine has more than 8 nodes)."""
+    problems, host, version = run.problems, run.host, run.version
+    topology_policy = run.settings["topologyManagerPolicy"]
+    topo_options = _normalise_options("topologyManagerPolicyOptions", run.desired.get("topologyManagerPolicyOptions"),
+                                      problems)
+    count = len(run.node_ids)
     if MAX_NUMA_NODES_OPTION in topo_options:
         # A value the user gave is checked even where gpunuma then replaces or drops it.
         line = _option_problem("topologyManagerPolicyOptions", MAX_NUMA_NODES_OPTION, topo_options[MAX_NUMA_NODES_OPTION],
-                               TOPOLOGY_POLICY_OPTIONS, None, gates, "", "")
+                               TOPOLOGY_POLICY_OPTIONS, None, run.gates, "", "")
         if line:
             problems.append(line)
             topo_options.pop(MAX_NUMA_NODES_OPTION)
@@ -584,31 +635,35 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
         topo_options[MAX_NUMA_NODES_OPTION] = str(max(count, int(topo_options.get(MAX_NUMA_NODES_OPTION, "0"))
                                                      if str(topo_options.get(MAX_NUMA_NODES_OPTION, "0")).isdigit() else count))
         if count > 16:
-            warnings.append("%s has %d NUMA nodes (CPU-less memory nodes included, as the kubelet counts them); the "
-                            "Topology Manager's hint calculation grows with the node count and admission can be slow"
-                            % (host, count))
+            run.warnings.append("%s has %d NUMA nodes (CPU-less memory nodes included, as the kubelet counts them); "
+                                "the Topology Manager's hint calculation grows with the node count and admission can "
+                                "be slow" % (host, count))
     else:
         topo_options.pop(MAX_NUMA_NODES_OPTION, None)
     if topo_options and topology_policy == "none":
         problems.append("topologyManagerPolicyOptions: %r is set under topologyManagerPolicy none; allowed: options "
                         "only with best-effort, restricted or single-numa-node" % (topo_options,))
     for name, value in sorted(topo_options.items()):
-        line = _option_problem("topologyManagerPolicyOptions", name, value, TOPOLOGY_POLICY_OPTIONS, version, gates,
+        line = _option_problem("topologyManagerPolicyOptions", name, value, TOPOLOGY_POLICY_OPTIONS, version, run.gates,
                                "TopologyManagerPolicyAlphaOptions", "TopologyManagerPolicyBetaOptions")
         if line:
             problems.append(line)
-    settings["topologyManagerPolicyOptions"] = topo_options or None
+    run.settings["topologyManagerPolicyOptions"] = topo_options or None
 
-    # Memory Manager reservation.
+
+def _memory_manager(run, memory_spread):
+    """Memory Manager reservation (``reservedMemory`` summing to the reservations, as Static insists)."""
+    problems, version, desired = run.problems, run.version, run.desired
+    memory_policy = run.settings["memoryManagerPolicy"]
     reserved_memory = None
     if memory_policy == "Static":
         if version is not None and version < MEMORY_STATIC_SINCE:
             problems.append("memoryManagerPolicy: Static needs kubelet %d.%d or later (kubelet_version is %d.%d); "
                             "allowed: None, or upgrade" % (MEMORY_STATIC_SINCE + version))
-        totals = _memory_totals(final_reservations, memory_total, problems, "config")
+        totals = _memory_totals(run.final_reservations, run.memory_total, problems, "config")
         if "reservedMemory" in desired and desired["reservedMemory"] is not None:
             reserved_memory = plain(desired["reservedMemory"])
-            sums = _reserved_memory_sums(reserved_memory, "reservedMemory", set(node_ids), problems)
+            sums = _reserved_memory_sums(reserved_memory, "reservedMemory", set(run.node_ids), problems)
             for resource in sorted(set(sums) | set(totals)):
                 if sums.get(resource, 0) != totals.get(resource, 0):
                     problems.append(
@@ -622,26 +677,25 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
                 problems.append("reservedMemory: the Static Memory Manager needs a memory reservation, and "
                                 "kubeReserved + systemReserved + evictionHard reserve no memory; allowed: a memory "
                                 "reservation or evictionHard memory.available")
-            elif not cpu_nodes:
-                problems.append("reservedMemory: %s has no CPU-bearing NUMA node to reserve memory on" % host)
+            elif not run.cpu_nodes:
+                problems.append("reservedMemory: %s has no CPU-bearing NUMA node to reserve memory on" % run.host)
             else:
-                reserved_memory = _spread(totals, cpu_nodes, memory_spread)
+                reserved_memory = _spread(totals, run.cpu_nodes, memory_spread)
     elif desired.get("reservedMemory"):
         problems.append("reservedMemory: is set under memoryManagerPolicy %r; allowed: reservedMemory only with Static"
                         % (memory_policy,))
-    settings["reservedMemory"] = reserved_memory
+    run.settings["reservedMemory"] = reserved_memory
 
-    if problems:
-        raise KubeletPlanError(problems)
 
-    # Merge into the document.
+def _merge(run, parsed, reservations):
+    """``(changes, text)``: the settings merged into the parsed document, only keys whose value changes."""
     changes = []
     doc = parsed.doc
-    new_values = dict(settings)
+    new_values = dict(run.settings)
     new_values.update(reservations)
     for key in OWNED_KEYS + tuple(sorted(reservations)):
         new = new_values.get(key)
-        old = current.get(key)
+        old = run.current.get(key)
         # An absent policy key is the kubelet's default: writing the default out is no change.
         if _comparable(key, DEFAULTS.get(key) if old is None else old) == _comparable(key, new):
             continue
@@ -651,10 +705,11 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
                 del doc[key]
         else:
             doc[key] = copy.deepcopy(new)
-    config_text = dump_config(parsed, [c["key"] for c in changes]) if changes else parsed.text
-    new_config = plain(parsed.doc)
+    return changes, dump_config(parsed, [c["key"] for c in changes]) if changes else parsed.text
 
-    # Checkpoints the new config would not restore.
+
+def _stale_checkpoints(run, new_config, changes, cpu_state, memory_state, state_dir):
+    """The checkpoint files the new config would not restore (the kubelet refuses to start with them)."""
     remove = []
     state_dir = state_dir.rstrip("/") or "/"
     changed_keys = set(c["key"] for c in changes)
@@ -663,18 +718,17 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
         (MEMORY_STATE_FILE, memory_state, "memoryManagerPolicy", "reservedMemory"),
     ):
         path = "%s/%s" % (state_dir, name)
-        old_policy = current.get(key, DEFAULTS[key])
+        old_policy = run.current.get(key, DEFAULTS[key])
         new_policy = new_config.get(key, DEFAULTS[key])
         if text is not None:
             recorded = checkpoint_policy(text)
             if recorded is None:
-                warnings.append("%s cannot be read as a kubelet checkpoint; it is removed so the kubelet can start" % path)
+                run.warnings.append("%s cannot be read as a kubelet checkpoint; it is removed so the kubelet can start"
+                                    % path)
                 remove.append(path)
                 continue
             old_policy = recorded
         if old_policy != new_policy or (new_policy in ("static", "Static") and extra in changed_keys):
             if text is not None or key in changed_keys or extra in changed_keys:
                 remove.append(path)
-
-    return KubeletPlan(new_config, config_text, [plain(c) for c in changes], remove, warnings, count,
-                       reserved_cpus, parsed.fmt, plain(settings))
+    return remove
