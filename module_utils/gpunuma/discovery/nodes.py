@@ -142,6 +142,14 @@ def nodes_from_smi(smi, warnings):
         })
     check_disjoint_nodes(nodes, smi.get("source") or "nvidia-smi topo text",
                          dict((nid, ", ".join(texts)) for nid, texts in evidence.items()))
+    unplaced = _add_missing_nodes(nodes, warnings)
+    return nodes, unplaced
+
+
+
+def _add_missing_nodes(nodes, warnings):
+    """Add to ``nodes`` (from a topo text) the nodes its missing CPU ids prove, with a warning; return the CPUs
+    that exist but cannot be placed (``cpu_layout.infer_missing_nodes``)."""
     inferred, unplaced = cpu_layout.infer_missing_nodes(
         dict((n["id"], cpulist.parse_cpulist(n["cpus"])) for n in nodes if n["has_cpus"]))
     taken = set(n["id"] for n in nodes)
@@ -168,8 +176,7 @@ def nodes_from_smi(smi, warnings):
             "nodes holding them cannot be inferred from it: instances are not bound to CPUs (unplaced_cpus). "
             "Discover with sysfs, or give gpu_topology_lscpu_file (`lscpu -p=CPU,CORE,SOCKET,NODE,CACHE`)"
             % cpulist.format_cpulist(unplaced))
-    return nodes, unplaced
-
+    return unplaced
 
 def l3_groups(cpus, l3_of):
     """The node's L3 cache groups (canonical lists), or None unless every CPU's L3 is known."""
