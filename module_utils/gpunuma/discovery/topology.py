@@ -117,33 +117,75 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
     sources = list(sources or [])
     if host is None and nvml is None and smi is None:
         raise TopologyError("no topology source: give sysfs, an NVML dump or nvidia-smi topo text")
+    numa_nodes, extra = _numa_nodes(host, smi, cpu_layout_host, warnings)
+    nodes = NodeIndex(numa_nodes)
+    pci_by_bus = dict((p["pci_bus_id"], p) for p in (host or {}).get("pci") or [])
+    gpus = _gpu_identities(nvml, smi, gpu_functions(host) if host else [], warnings)
+    smi_rows = dict((row["index"], row) for row in (smi or {}).get("gpus", []))
+    for gpu in gpus:
+        _place_gpu(gpu, nvml, host, pci_by_bus, smi_rows.get(gpu["index"], {}), nodes, warnings)
+    nics, nvme = _devices(host, smi, nodes)
 
-    unplaced = frozenset()
-    threads_per_core = None
-    sockets = (host or {}).get("sockets")
+    # --- link matrices: NVML, else topo text, else sysfs PCI paths
+    gpu_links = gpu_link_matrix(nvml) if nvml is not None else None
+    if gpu_links is None and smi is not None and len(smi["gpu_links"]) == len(gpus):
+        gpu_links = [list(r) for r in smi["gpu_links"]]
+    if gpu_links is None:
+        gpu_links = _pci_matrix(gpus, gpus, pci_by_bus, same_list=True)
+        if len(gpus) > 1:
+            warnings.append("GPU links derived from PCIe paths in sysfs; NVLinks are not visible there")
+    gpu_nic_links = _gpu_nic_links(gpus, nics, smi, pci_by_bus)
+
+    driver = (nvml or {}).get("driver_version")
+    topology = {
+        "schema": SCHEMA,
+        "hostname": hostname,
+        "fingerprint": None,
+        "sources": sources,
+        # the same problem reported by two sources (or twice by one) is shown once
+        "warnings": list(dict.fromkeys(warnings)),
+        "complete": True,
+        "driver_version": _value(driver),
+        "numa_balancing": (host or {}).get("numa_balancing"),
+        "sockets": extra.pop("sockets"),
+        "numa_nodes": numa_nodes,
+        "gpus": gpus,
+        "gpu_links": gpu_links,
+        "nics": nics,
+        "gpu_nic_links": gpu_nic_links,
+        "nvme": nvme,
+    }
+    topology.update((key, value) for key, value in extra.items() if value)
+    topology["fingerprint"] = fingerprint(topology)
+    return topology
+
+
+def _numa_nodes(host, smi, cpu_layout_host, warnings):
+    """``(numa_nodes, extra)``: the nodes from sysfs, else a user's lscpu, else the topo text; ``extra`` holds
+    ``sockets`` and the optional ``unplaced_cpus`` and ``threads_per_core``."""
+    extra = {"sockets": (host or {}).get("sockets"), "unplaced_cpus": None, "threads_per_core": None}
     if host is not None:
         numa_nodes = nodes_from_host(host)
         check_disjoint_nodes(numa_nodes, "sysfs")
         warnings.extend(host.get("warnings") or [])
     elif cpu_layout_host is not None:
         numa_nodes = nodes_from_layout(cpu_layout_host, smi)
-        sockets = cpu_layout_host.get("sockets")
-        threads_per_core = cpu_layout_host.get("threads_per_core")
+        extra["sockets"] = cpu_layout_host.get("sockets")
+        extra["threads_per_core"] = cpu_layout_host.get("threads_per_core")
         warnings.append("NUMA nodes from gpu_topology_lscpu_file (lscpu %s format): memory sizes and distances "
                         "unknown" % cpu_layout_host.get("format"))
     elif smi is not None:
         numa_nodes, unplaced = nodes_from_smi(smi, warnings)
+        extra["unplaced_cpus"] = cpulist.format_cpulist(unplaced) if unplaced else None
         warnings.append("NUMA nodes inferred from nvidia-smi topo text alone: memory sizes and distances unknown")
     else:
         numa_nodes = []
         warnings.append("no sysfs source: NUMA nodes unknown")
-    nodes = NodeIndex(numa_nodes)
+    return numa_nodes, extra
 
-    host_pci = (host or {}).get("pci") or []
-    pci_by_bus = dict((p["pci_bus_id"], p) for p in host_pci)
-    sysfs_gpus = gpu_functions(host) if host else []
 
-    # --- GPU identity: NVML, else topo text rows, else sysfs PCI functions (PCI order)
+def _gpu_identities(nvml, smi, sysfs_gpus, warnings):
+    """The GPUs (index, uuid, name, bus id): NVML, else topo text rows, else sysfs PCI functions (PCI order)."""
     gpus = []
     smi_labels = sorted(row["index"] for row in smi["gpus"]) if smi is not None else []
     if nvml is not None:
@@ -174,78 +216,81 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
     else:
         for index, pci in enumerate(sorted(sysfs_gpus, key=lambda p: p["pci_bus_id"])):
             gpus.append({"index": index, "uuid": None, "name": None, "pci_bus_id": pci["pci_bus_id"]})
-    smi_rows = dict((row["index"], row) for row in (smi or {}).get("gpus", []))
+    return gpus
 
-    for gpu in gpus:
-        label = "GPU %d" % gpu["index"]
-        nv = gpu.pop("_nvml", None) or {}
-        pci = pci_by_bus.get(gpu["pci_bus_id"]) if gpu["pci_bus_id"] else None
-        if nvml is not None and host is not None and pci is None:
-            warnings.append("%s (%s): not found in sysfs; its PCI placement comes from NVML only"
-                            % (label, gpu["pci_bus_id"]))
-        row = smi_rows.get(gpu["index"], {})
 
-        affinity = None
-        words = _value(nv.get("cpu_affinity_words"))
-        if words:
-            affinity = cpulist.cpus_from_affinity_words(words, nvml.get("cpu_word_bits", 64))
-        if not affinity and pci and pci.get("local_cpulist"):
-            affinity = cpulist.parse_cpulist(pci["local_cpulist"])
-        if not affinity and row.get("cpu_affinity"):
-            affinity = cpulist.parse_cpulist(row["cpu_affinity"])
-        gpu["cpu_affinity"] = cpulist.format_cpulist(affinity) if affinity else None
+def _place_gpu(gpu, nvml, host, pci_by_bus, row, nodes, warnings):
+    """A GPU's CPU affinity, binding node (NVML, sysfs, topo text, then its CPUs' node), PCIe link and MIG."""
+    label = "GPU %d" % gpu["index"]
+    nv = gpu.pop("_nvml", None) or {}
+    pci = pci_by_bus.get(gpu["pci_bus_id"]) if gpu["pci_bus_id"] else None
+    if nvml is not None and host is not None and pci is None:
+        warnings.append("%s (%s): not found in sysfs; its PCI placement comes from NVML only"
+                        % (label, gpu["pci_bus_id"]))
 
-        nvml_node = _value(nv.get("numa_node_id"))
-        if nvml_node is not None and int(nvml_node) < 0:
-            nvml_node = None
-        sysfs_node = pci.get("numa_node") if pci else None
-        smi_affinity = row.get("numa_affinity") or []
-        smi_node = smi_affinity[0] if len(smi_affinity) == 1 else None
-        candidates = [
-            ("nvml", nvml_node),
-            ("sysfs", sysfs_node),
-            ("nvidia_smi", smi_node),
-            ("cpu_affinity", nodes.node_of_cpus(affinity) if affinity else None),
-        ]
-        node, node_source, cpuless = _select_node(candidates, nodes, warnings, label)
-        gpu_numa_id = row.get("gpu_numa_id")
-        if gpu_numa_id is None:
-            gpu_numa_id = cpuless
-        if gpu_numa_id is None and node is not None and nvml_node is not None and nvml_node != node:
-            gpu_numa_id = nvml_node
-        gpu["numa_node"] = node
-        gpu["numa_node_source"] = node_source
-        gpu["gpu_numa_id"] = gpu_numa_id
-        if smi_affinity:
-            gpu["numa_affinity"] = sorted(smi_affinity)
-        elif node is not None:
-            gpu["numa_affinity"] = [node]
-        else:
-            gpu["numa_affinity"] = []
-        if node is None:
-            warnings.append("%s%s: NUMA node unknown (no NVML NUMA id, sysfs numa_node, nvidia-smi affinity "
-                            "or CPU affinity within one node); it cannot be bound"
-                            % (label, " (%s)" % gpu["pci_bus_id"] if gpu["pci_bus_id"] else ""))
-        elif node_source == "cpu_affinity" and pci is not None and pci.get("raw_numa_node") == -1:
-            warnings.append("%s (%s): sysfs numa_node is -1 (common in VMs); node %d derived from its CPU affinity"
-                            % (label, gpu["pci_bus_id"], node))
+    affinity = None
+    words = _value(nv.get("cpu_affinity_words"))
+    if words:
+        affinity = cpulist.cpus_from_affinity_words(words, nvml.get("cpu_word_bits", 64))
+    if not affinity and pci and pci.get("local_cpulist"):
+        affinity = cpulist.parse_cpulist(pci["local_cpulist"])
+    if not affinity and row.get("cpu_affinity"):
+        affinity = cpulist.parse_cpulist(row["cpu_affinity"])
+    gpu["cpu_affinity"] = cpulist.format_cpulist(affinity) if affinity else None
 
-        pcie = dict((k, _value(v)) for k, v in (nv.get("pcie") or {}).items())
-        if not pcie and pci:
-            pcie = {"gen_max": pcie_gen_from_speed(pci.get("max_link_speed")), "width_max": pci.get("max_link_width"),
-                    "gen_current": pcie_gen_from_speed(pci.get("current_link_speed")),
-                    "width_current": pci.get("current_link_width")}
-        gpu["pcie"] = dict((k, pcie.get(k)) for k in ("gen_max", "width_max", "gen_current", "width_current"))
-        mig = _value(nv.get("mig_mode"))
-        gpu["mig_enabled"] = bool(mig and mig.get("current"))
-        if gpu["mig_enabled"]:
-            warnings.append("%s: MIG is enabled; its MIG instances keep this GPU's placement (node %s)"
-                            % (label, node))
-        gpu["memory_total_bytes"] = _value(nv.get("memory_total_bytes"))
-        if pci and pci.get("msi_vectors"):
-            gpu["irq_vectors"] = pci["msi_vectors"]
+    nvml_node = _value(nv.get("numa_node_id"))
+    if nvml_node is not None and int(nvml_node) < 0:
+        nvml_node = None
+    sysfs_node = pci.get("numa_node") if pci else None
+    smi_affinity = row.get("numa_affinity") or []
+    smi_node = smi_affinity[0] if len(smi_affinity) == 1 else None
+    candidates = [
+        ("nvml", nvml_node),
+        ("sysfs", sysfs_node),
+        ("nvidia_smi", smi_node),
+        ("cpu_affinity", nodes.node_of_cpus(affinity) if affinity else None),
+    ]
+    node, node_source, cpuless = _select_node(candidates, nodes, warnings, label)
+    gpu_numa_id = row.get("gpu_numa_id")
+    if gpu_numa_id is None:
+        gpu_numa_id = cpuless
+    if gpu_numa_id is None and node is not None and nvml_node is not None and nvml_node != node:
+        gpu_numa_id = nvml_node
+    gpu["numa_node"] = node
+    gpu["numa_node_source"] = node_source
+    gpu["gpu_numa_id"] = gpu_numa_id
+    if smi_affinity:
+        gpu["numa_affinity"] = sorted(smi_affinity)
+    elif node is not None:
+        gpu["numa_affinity"] = [node]
+    else:
+        gpu["numa_affinity"] = []
+    if node is None:
+        warnings.append("%s%s: NUMA node unknown (no NVML NUMA id, sysfs numa_node, nvidia-smi affinity "
+                        "or CPU affinity within one node); it cannot be bound"
+                        % (label, " (%s)" % gpu["pci_bus_id"] if gpu["pci_bus_id"] else ""))
+    elif node_source == "cpu_affinity" and pci is not None and pci.get("raw_numa_node") == -1:
+        warnings.append("%s (%s): sysfs numa_node is -1 (common in VMs); node %d derived from its CPU affinity"
+                        % (label, gpu["pci_bus_id"], node))
 
-    # --- NICs and NVMe from sysfs, or NIC names from the topo text
+    pcie = dict((k, _value(v)) for k, v in (nv.get("pcie") or {}).items())
+    if not pcie and pci:
+        pcie = {"gen_max": pcie_gen_from_speed(pci.get("max_link_speed")), "width_max": pci.get("max_link_width"),
+                "gen_current": pcie_gen_from_speed(pci.get("current_link_speed")),
+                "width_current": pci.get("current_link_width")}
+    gpu["pcie"] = dict((k, pcie.get(k)) for k in ("gen_max", "width_max", "gen_current", "width_current"))
+    mig = _value(nv.get("mig_mode"))
+    gpu["mig_enabled"] = bool(mig and mig.get("current"))
+    if gpu["mig_enabled"]:
+        warnings.append("%s: MIG is enabled; its MIG instances keep this GPU's placement (node %s)"
+                        % (label, node))
+    gpu["memory_total_bytes"] = _value(nv.get("memory_total_bytes"))
+    if pci and pci.get("msi_vectors"):
+        gpu["irq_vectors"] = pci["msi_vectors"]
+
+
+def _devices(host, smi, nodes):
+    """``(nics, nvme)``: NICs and NVMe from sysfs, or NIC names from the topo text."""
     def device_node(pci):
         # Same rule as GPUs: a -1 numa_node (VMs) falls back to the node holding local_cpulist.
         if pci.get("numa_node") is not None:
@@ -267,42 +312,7 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
     for pci in sorted((nvme_functions(host) if host else []), key=lambda p: p["pci_bus_id"]):
         nvme.append({"name": (pci.get("nvme") or [None])[0], "pci_bus_id": pci["pci_bus_id"],
                      "numa_node": device_node(pci)})
-
-    # --- link matrices: NVML, else topo text, else sysfs PCI paths
-    gpu_links = gpu_link_matrix(nvml) if nvml is not None else None
-    if gpu_links is None and smi is not None and len(smi["gpu_links"]) == len(gpus):
-        gpu_links = [list(r) for r in smi["gpu_links"]]
-    if gpu_links is None:
-        gpu_links = _pci_matrix(gpus, gpus, pci_by_bus, same_list=True)
-        if len(gpus) > 1:
-            warnings.append("GPU links derived from PCIe paths in sysfs; NVLinks are not visible there")
-    gpu_nic_links = _gpu_nic_links(gpus, nics, smi, pci_by_bus)
-
-    driver = (nvml or {}).get("driver_version")
-    topology = {
-        "schema": SCHEMA,
-        "hostname": hostname,
-        "fingerprint": None,
-        "sources": sources,
-        # the same problem reported by two sources (or twice by one) is shown once
-        "warnings": list(dict.fromkeys(warnings)),
-        "complete": True,
-        "driver_version": _value(driver),
-        "numa_balancing": (host or {}).get("numa_balancing"),
-        "sockets": sockets,
-        "numa_nodes": numa_nodes,
-        "gpus": gpus,
-        "gpu_links": gpu_links,
-        "nics": nics,
-        "gpu_nic_links": gpu_nic_links,
-        "nvme": nvme,
-    }
-    if unplaced:
-        topology["unplaced_cpus"] = cpulist.format_cpulist(unplaced)
-    if threads_per_core:
-        topology["threads_per_core"] = threads_per_core
-    topology["fingerprint"] = fingerprint(topology)
-    return topology
+    return nics, nvme
 
 
 def _pci_matrix(rows, cols, pci_by_bus, same_list=False):
