@@ -14,6 +14,7 @@ from typing import List, Optional
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, infer_sibling_offset, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError
+from ansible.module_utils.gpunuma.node.housekeeping import irq_target
 from ansible.module_utils.gpunuma.plan import partition
 from ansible.module_utils.gpunuma.plan.model import TOPOLOGY_SCHEMA, PlanError, is_int
 
@@ -219,7 +220,7 @@ class PlanTopology(object):
         if problems:
             raise PlanError(problems)
         self.irq_vectors = self._irq_vectors(topology)
-        self._split_housekeeping(housekeeping_cores, housekeeping_cpus, warnings, irq_pin)
+        self._split_housekeeping(topology, housekeeping_cores, housekeeping_cpus, warnings, irq_pin)
         self.gpu_ids = sorted(self.gpus)
         self.links = self._links(topology.get("gpu_links"), warnings)
 
@@ -306,7 +307,7 @@ class PlanTopology(object):
                     found[node_id] = found.get(node_id, 0) + count
         return found
 
-    def _auto_sizes(self, irq_pin, warnings):
+    def _auto_sizes(self, topology, irq_pin, warnings):
         """Housekeeping cores per node under ``auto``: ceil(cores / 24) on the nodes that keep it, 0 on GPU nodes
         where GPU-less nodes exist; with IRQ pinning, at least enough CPUs for the vectors pinned there."""
         gpu_nodes = set(g.node for g in self.gpus.values() if g.node is not None)
@@ -320,8 +321,11 @@ class PlanTopology(object):
         if not irq_pin:
             return sizes
         pinned = {}
+        keeping = dict((str(n), size) for n, size in sizes.items())
         for node_id, count in self.irq_vectors.items():
-            target = node_id if sizes.get(node_id) else self._nearest_keeping(node_id, sizes)
+            # The node whose housekeeping takes them: the one rule IRQ pinning itself follows (own node, else the
+            # nearest socket mate that keeps some, never another socket).
+            _, target = irq_target(topology, keeping, node_id)
             if target is not None:
                 pinned[target] = pinned.get(target, 0) + count
         for node_id, count in sorted(pinned.items()):
@@ -339,17 +343,9 @@ class PlanTopology(object):
                 sizes[node_id] = grown
         return sizes
 
-    def _nearest_keeping(self, node_id, sizes):
-        """The node whose housekeeping a device of ``node_id`` is pinned to when its own keeps none (by SLIT)."""
-        distance = self.nodes[node_id].distance
-        keeping = [n for n in self.cpu_node_ids if sizes.get(n) and n in distance]
-        if not keeping:
-            return None
-        return min(keeping, key=lambda n: (distance[n], n))
-
-    def _split_housekeeping(self, count, cpus, warnings, irq_pin=False):
+    def _split_housekeeping(self, topology, count, cpus, warnings, irq_pin=False):
         """Each CPU-bearing node's housekeeping cores (whole cores, lowest first) and worker cores."""
-        sizes = self._auto_sizes(irq_pin, warnings) if count == AUTO_HOUSEKEEPING and cpus is None else {}
+        sizes = self._auto_sizes(topology, irq_pin, warnings) if count == AUTO_HOUSEKEEPING and cpus is None else {}
         for node_id in self.cpu_node_ids:
             node = self.nodes[node_id]
             if cpus is not None:
