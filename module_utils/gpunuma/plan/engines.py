@@ -198,14 +198,21 @@ def _rank_nodes(spec, topo, fence, what):
     return None if any(n is None for n in nodes) else nodes
 
 
+def _below_vllm_minimum(spec, topo):
+    """Warn where the instance has fewer physical cores than vLLM asks for: one per GPU worker plus 2."""
+    cores = sum(len([c for c in topo.nodes[n].worker_cores if c <= spec.allocated_cpus]) for n in spec.numa_nodes)
+    want = len(spec.gpus) + VLLM_EXTRA_CORES
+    if cores < want:
+        spec.warnings.append(
+            "engine vllm: %d physical cores for %s, below vLLM's minimum of %d (one per worker plus the API server "
+            "and engine core); expect CPU contention"
+            % (cores, "one GPU worker" if len(spec.gpus) == 1 else "%d GPU workers" % len(spec.gpus), want))
+
+
 def _vllm_arguments(spec, topo, fence, binds):
     if len(spec.gpus) < 2:
-        cores = len([c for n in spec.numa_nodes for c in topo.nodes[n].worker_cores if c <= spec.allocated_cpus])
-        want = 1 + VLLM_EXTRA_CORES
-        if binds and cores < want:
-            spec.warnings.append(
-                "engine vllm: %d physical cores for one GPU worker, below vLLM's minimum of %d (the worker plus the "
-                "API server and engine core); expect CPU contention" % (cores, want))
+        if binds:
+            _below_vllm_minimum(spec, topo)
         return []
     version = spec.engine_version
     if version is None:
@@ -222,13 +229,7 @@ def _vllm_arguments(spec, topo, fence, binds):
     nodes = _rank_nodes(spec, topo, fence, "--numa-bind")
     if nodes is None or spec.worker_cpus is None:
         return []
-    cores = sum(len([c for c in topo.nodes[n].worker_cores if c <= spec.allocated_cpus]) for n in spec.numa_nodes)
-    want = len(spec.gpus) + VLLM_EXTRA_CORES
-    if cores < want:
-        spec.warnings.append(
-            "engine vllm: %d physical cores for %d GPU workers, below vLLM's minimum of %d (one per worker "
-            "plus the API server and engine core); expect CPU contention" % (cores, len(spec.gpus), want)
-        )
+    _below_vllm_minimum(spec, topo)
     flags = ["--numa-bind", "--numa-bind-nodes"] + [str(n) for n in nodes]
     if version < VLLM_FIRST_RANK_CPUS:
         spec.warnings.append(
