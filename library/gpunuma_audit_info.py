@@ -245,7 +245,7 @@ def main():
     plan, plan_error = None, None
     if plan_text is not None:
         plan_doc, plan_error = documents.load_text(documents.Plan, plan_text, p["plan_path"])
-        plan = plan_doc.to_dict() if plan_doc is not None else None
+        plan = plan_doc.data if plan_doc is not None else None
     if plan_error:
         findings.append(Finding("plan-unreadable", "error", plan_error, expected=schemas.PLAN))
     elif plan is None:

@@ -202,7 +202,7 @@ def _load_cpus(module):
         # The reader of the applied plan the state step uses (bounded, a regular file), checked by its schema.
         raw = statelib.read_text(module.params["plan_path"])
         plan = documents.load_text(documents.Plan, raw, module.params["plan_path"])[0] if isinstance(raw, str) else None
-        housekeeping = plan.to_dict().get("housekeeping") if plan is not None else None
+        housekeeping = plan.data.get("housekeeping") if plan is not None else None
         text = ",".join(v for v in (housekeeping or {}).values() if isinstance(v, str) and v) or None
         if text is None:
             return None

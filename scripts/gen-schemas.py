@@ -23,8 +23,7 @@ OUT = os.path.join(os.path.dirname(HERE), "docs", "schemas")
 
 def rendered():
     """``{file name: text}`` of every schema."""
-    return dict(("%s.schema.json" % name.replace("gpunuma.", "").replace("/", "-"),
-                 json.dumps(schema, indent=1, sort_keys=True) + "\n")
+    return dict((documents.schema_file(name), json.dumps(schema, indent=1, sort_keys=True) + "\n")
                 for name, schema in sorted(documents.SCHEMAS.items()))
 
 

@@ -65,8 +65,7 @@ def test_every_document_kind_is_covered(artefacts):
 
 def test_what_gpunuma_writes_is_valid_under_both_validators(artefacts):
     for name, docs in artefacts.items():
-        with open(os.path.join(REPO_ROOT, "docs", "schemas", "%s.schema.json"
-                               % name.replace("gpunuma.", "").replace("/", "-"))) as handle:
+        with open(os.path.join(REPO_ROOT, "docs", "schemas", documents.schema_file(name))) as handle:
             schema = json.load(handle)
         reference = jsonschema.Draft202012Validator(schema)
         for label, data in docs:

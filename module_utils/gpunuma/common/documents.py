@@ -56,10 +56,15 @@ def _list(items, **extra):
     return out
 
 
+def schema_file(name):
+    """The file of a document's JSON Schema under docs/schemas: ``gpunuma.plan/v1`` -> ``plan-v1.schema.json``."""
+    return "%s.schema.json" % name.replace("gpunuma.", "").replace("/", "-")
+
+
 def _doc(name, title, required, properties):
     props = dict(properties, schema={"const": name})
     return dict(_obj(["schema"] + list(required), props), **{
-        "$schema": JSON_SCHEMA_DIALECT, "$id": "%s.schema.json" % name.replace("gpunuma.", "").replace("/", "-"),
+        "$schema": JSON_SCHEMA_DIALECT, "$id": schema_file(name),
         "title": title})
 
 
@@ -310,7 +315,7 @@ def load_text(cls, text, source):
     except (ValueError, RecursionError) as exc:
         return None, "%s: not valid JSON (%s)" % (source, exc)
     try:
-        return cls.load(data, cls.NAME.split("/")[0].split(".")[-1]), None
+        return cls.load(data), None
     except DocumentError as exc:
         return None, "%s: not a %s document: %s" % (source, cls.NAME, "; ".join(exc.problems))
 
@@ -337,53 +342,21 @@ class Document:
 class Topology(Document):
     NAME = schemas.TOPOLOGY
 
-    @property
-    def numa_nodes(self):
-        return self.data["numa_nodes"]
-
-    @property
-    def gpus(self):
-        return self.data["gpus"]
-
 
 class Plan(Document):
     NAME = schemas.PLAN
-
-    @property
-    def profile(self):
-        return self.data["profile"]
-
-    @property
-    def instances(self):
-        return self.data["instances"]
 
 
 class State(Document):
     NAME = schemas.STATE
 
-    @property
-    def profile(self):
-        return self.data["profile"]
-
-    @property
-    def history(self):
-        return self.data["history"]
-
 
 class AuditReport(Document):
     NAME = schemas.AUDIT
 
-    @property
-    def status(self):
-        return self.data["status"]
-
 
 class ValidationReport(Document):
     NAME = schemas.VALIDATION
-
-    @property
-    def gpus(self):
-        return self.data["gpus"]
 
 
 TYPES = {cls.NAME: cls for cls in (Topology, Plan, State, AuditReport, ValidationReport)}
