@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 
 import ansible.module_utils
@@ -143,7 +144,7 @@ def gpunuma_audit_metrics(reports, unreachable=()):
         "# HELP gpunuma_audit_unreachable 1 when the node could not be audited.",
         "# TYPE gpunuma_audit_unreachable gauge",
     ]
-    lines += ['gpunuma_audit_unreachable{host="%s"} 0' % _label(h) for h, _ in hosts]
+    lines += ['gpunuma_audit_unreachable{host="%s"} 0' % _label(h) for h, _unused in hosts]
     lines += ['gpunuma_audit_unreachable{host="%s"} 1' % _label(host) for host in unreachable]
     lines += [
         "# HELP gpunuma_audit_findings Findings of the last audit per host, finding id and severity.",
@@ -222,6 +223,24 @@ TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 # validation reports): reversible %XX, so two hosts never share a file.
 gpunuma_host_file = _filter(role_inputs.host_file_stem)
 gpunuma_host_file.__doc__ = "The controller file name stem of inventory host ``host`` (role_inputs.host_file_stem)."
+
+
+def gpunuma_output_dir(playbook_dir, name, environ=None):
+    """The controller directory ``name`` (topology, validation, audit) of a run of the playbook in ``playbook_dir``.
+
+    Beside the playbook's directory (``<playbook_dir>/../<name>``), as in a
+    checkout or a user's own project; but a playbook an installed collection
+    ships (its directory lies under an ``ansible_collections`` tree) must not
+    write into the collection, so its runs keep their files under
+    ``$XDG_STATE_HOME/gpunuma/<name>`` (``~/.local/state/gpunuma/<name>``).
+    docs/collection.md.
+    """
+    environ = os.environ if environ is None else environ
+    parts = os.path.realpath(str(playbook_dir)).split(os.sep)
+    if "ansible_collections" not in parts:
+        return os.path.join(str(playbook_dir), "..", name)
+    state = environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "gpunuma", name)
 
 
 def _gpu_topology_stem_problem(host):
@@ -624,6 +643,7 @@ FILTERS = (
     "gpunuma_seal",
     # gpu_topology
     "gpunuma_host_file",
+    "gpunuma_output_dir",
     "gpu_topology_controller_files",
     "gpu_topology_read_topology",
     "gpu_topology_input_problems",

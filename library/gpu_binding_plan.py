@@ -15,7 +15,7 @@ DOCUMENTATION = r"""
 module: gpu_binding_plan
 short_description: Decide which CPUs and NUMA memory nodes each inference instance gets
 description:
-  - Turns a C(gpunuma.topology/v1) document (from M(gpu_topology_info)), a binding profile
+  - Turns a C(gpunuma.topology/v1) document (from M(gpunuma.fleet.gpu_topology_info)), a binding profile
     (a rung of the rollback ladder C(strict) -> C(preferred) -> C(interleave) -> C(off)) and the
     inventory's instance list (C(gpunuma_instances)) into a C(gpunuma.plan/v1) document.
   - Each instance gets the CPU-bearing NUMA node(s) of its GPUs, a share of that node's worker
@@ -29,11 +29,20 @@ description:
     the problem and what is allowed, for example
     C(gpunuma_instances[2].gpus[0]: GPU 9 does not exist on gpu-a01; allowed: 0-7)."
 version_added: "0.1.0"
-author: gpunuma maintainers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 options:
   topology:
     description:
-      - The node's topology, a C(gpunuma.topology/v1) mapping (what M(gpu_topology_info) returns as C(topology)).
+      - The node's topology, a C(gpunuma.topology/v1) mapping (what M(gpunuma.fleet.gpu_topology_info) returns as C(topology)).
       - Exactly one of O(topology) and O(topology_path) is required.
     type: dict
   topology_path:
@@ -63,7 +72,8 @@ options:
         the planner groups GPUs of one NUMA node with the best links) or C(numa_node) (a CPU-only
         service such as a tokenizer).
       - C(command) (list of strings) is required unless C(unit) names an existing unit to bind via a
-        drop-in. Optional C(user), C(group), C(environment), C(secret_environment) (names of C(environment) whose values are secret), C(memory) (bytes or C(32G)), C(cpus)
+        drop-in. Optional C(user), C(group), C(environment),
+        C(secret_environment) (names of C(environment) whose values are secret), C(memory) (bytes or C(32G)), C(cpus)
         (a count, or a CPU list string), C(share_cpus), C(binding_method) (C(numactl) or C(systemd)),
         C(memlock), C(nic_environment) (a list of C(UCX_NET_DEVICES), C(NCCL_IB_HCA) to set to the
         instance's nearest NICs), C(engine) (C(generic), C(vllm), C(sglang) or C(trtllm)) and
@@ -164,17 +174,12 @@ options:
         fails the module with a message naming the field and how to recover (restore the file's
         backup, or remove it to plan from scratch); it is never ignored silently.
     type: raw
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - The plan is deterministic; the same inputs give the same plan, byte for byte.
   - Node memory sizes (MemTotal) decide C(strict_capacity) fallbacks; free memory never does, so page
     cache cannot change a plan. An unknown node size is a warning, not a fallback.
 seealso:
-  - module: gpu_topology_info
+  - module: gpunuma.fleet.gpu_topology_info
   - name: gpunuma plan contract
     description: Every field of C(gpunuma.plan/v1) and every planning rule.
     link: https://github.com/gpunuma/gpunuma/blob/main/docs/plan-v1.md
@@ -342,7 +347,8 @@ def main():
             preferred_many=dict(type="bool"),
             irq_pin=dict(type="bool", default=False),
             memory_reserve_per_node=dict(type="raw", default="auto"),
-            secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS)),
+            # Name patterns of secret variables, not secrets.
+            secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS), no_log=False),
         ),
         mutually_exclusive=[("topology", "topology_path")],
         required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],

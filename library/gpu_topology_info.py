@@ -28,7 +28,7 @@ description:
   - A GPU's binding node comes from the NVML NUMA id, else sysfs C(numa_node), else the
     nvidia-smi NUMA affinity, else the node whose CPUs hold the GPU's CPU affinity (sysfs
     C(numa_node) is -1 in many VMs). A CPU-less node (Grace HBM) is never the binding node;
-    it is reported as the GPU's RV(topology.gpus[].gpu_numa_id).
+    it is reported as the GPU's C(gpu_numa_id) (in each of RV(topology.gpus)).
   - A node without GPUs returns C(gpus=[]); that is not an error.
   - Every file discovery reads is bounded. sysfs and procfs attributes must be regular files (a FIFO, a
     socket, a device node or a symbolic link such as one to C(/dev/zero) is refused without being opened)
@@ -42,7 +42,16 @@ description:
   - Offline inputs make the same discovery run anywhere - O(sysfs_root), O(nvidia_smi_topo_file),
     O(nvml_dump) - for support bundles, tests and CI.
 version_added: "0.1.0"
-author: gpunuma maintainers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 options:
   read_files:
     description:
@@ -98,11 +107,6 @@ options:
   hostname:
     description: Name recorded in the topology; defaults to the node's host name.
     type: str
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - Needs no GPU; a node without NVIDIA devices returns an empty C(gpus) list.
   - NVML is used only when the C(pynvml) module (package C(nvidia-ml-py)) imports on the node.
@@ -177,6 +181,12 @@ topology:
         C(gpu_numa_id), C(numa_node), C(numa_node_source), C(pcie), C(mig_enabled), C(memory_total_bytes).
       type: list
       elements: dict
+    unplaced_cpus:
+      description:
+        - CPUs the sources name but place on no NUMA node (a text-only reading that fits no layout).
+        - The planner refuses CPU binding while any are listed.
+      type: str
+      sample: "64-127"
     gpu_links:
       description: GPU x GPU link codes (C(X), C(NV#), C(PIX), C(PXB), C(PHB), C(NODE), C(SYS)).
       type: list

@@ -168,19 +168,27 @@ options:
         description: The applied plan, whose profile starts the history of a node provisioned before state files.
         type: path
         default: /etc/gpunuma/plan.json
-      hostname: {description: The node's inventory name, recorded in the file., type: str, required: true}
+      hostname: {description: "The node's inventory name, recorded in the file.", type: str, required: true}
       profile: {description: The profile the node runs after this step., type: str, required: true}
       action:
         description: What moved it (C(site) follows the inventory; the others pin the node).
         type: str
         choices: [profile, down, previous, release, site]
         default: site
-      reason: {description: Why, recorded in the history., type: str}
-      user: {description: Who, recorded in the history., type: str}
+      reason: {description: "Why, recorded in the history.", type: str}
+      user: {description: "Who, recorded in the history.", type: str}
       history_limit: {description: Switches kept in the history., type: int, default: 50}
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpunuma_lock
-author: gpunuma
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 """
 
 EXAMPLES = r"""
@@ -410,7 +418,7 @@ class NodeFiles:
             if stamp is not None and os.path.isfile(full) and not os.path.islink(full):
                 backups.append((stamp, full))
         backups.sort()
-        removed = [full for _, full in backups[:max(len(backups) - keep, 0)]]
+        removed = [full for _unused, full in backups[:max(len(backups) - keep, 0)]]
         for full in removed:
             self.remove(full)
         return removed
@@ -490,12 +498,14 @@ def main():
             pending_file=dict(type="path", default="/var/lib/gpunuma/pending-restarts.json"),
             backups_keep=dict(type="int", default=5),
             # A file of files, but its content never printed, and private by default.
-            secret_files=dict(type="list", elements="dict", default=[], options=dict(
+            # Only each entry's content is secret (no_log there); paths, owners and modes are not.
+            secret_files=dict(type="list", elements="dict", default=[], no_log=False, options=dict(
                 {k: v for k, v in file_options.items() if k not in ("validate", "restart")},
                 content=dict(type="str", required=True, no_log=True),
                 mode=dict(type="str", default="0600"),
                 dir_mode=dict(type="str", default="0700"))),
-            secret_absent=dict(type="list", elements="str", default=[]),
+            # Paths of secret files to remove, not secrets.
+            secret_absent=dict(type="list", elements="str", default=[], no_log=False),
             lock=dict(type="dict", default={}, options=locklib.module_options()),
             after_success=dict(type="list", elements="dict", default=[], options=dict(
                 (k, v) for k, v in file_options.items() if k not in ("validate", "restart"))),

@@ -68,7 +68,16 @@ options:
   sysfs_root:
     description: Discover from this copy of sys/ and proc/ instead of the live node.
     type: path
-author: gpunuma
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 """
 
 EXAMPLES = r"""
@@ -92,7 +101,7 @@ audit:
     numa_balancing:
       description: "expected (null: not checked), live, file, kernel_release (the node's, null when unreadable), reason."
       type: dict
-    instances: {description: Per planned instance, what was expected and what runs., type: list}
+    instances: {description: "Per planned instance, what was expected and what runs.", type: list}
 applied_plan: {description: The applied plan read (for the policy rules)., returned: always, type: dict}
 persisted_topology: {description: The persisted topology read (for the policy rules)., returned: always, type: dict}
 """
@@ -164,7 +173,7 @@ def _systemctl_show(module, units):
     for unit, block in zip(units, out.split("\n\n")):
         props = {}
         for line in block.splitlines():
-            key, _, value = line.partition("=")
+            key, _unused, value = line.partition("=")
             props[key] = value
         shown[unit] = props
     return shown
@@ -176,7 +185,7 @@ def _sysctl_value(text, key="kernel.numa_balancing"):
         line = line.strip()
         if not line or line[0] in "#;":
             continue
-        name, _, raw = line.partition("=")
+        name, _unused, raw = line.partition("=")
         if name.strip().replace("/", ".") == key:
             value = raw.strip()
     return value
@@ -351,8 +360,8 @@ def main():
         file_value = _sysctl_value(_read(p["numa_balancing_file"]))
         report["numa_balancing"]["file"] = file_value
         # The same container test and live-write rule as the autonuma role (gpunuma_node_info).
-        in_container, _ = autonumalib.detect_container(lambda argv: _run_quietly(module, argv))
-        check_live, _ = autonumalib.write_live(p["numa_balancing_live"], in_container)
+        in_container, _unused = autonumalib.detect_container(lambda argv: _run_quietly(module, argv))
+        check_live, _unused = autonumalib.write_live(p["numa_balancing_live"], in_container)
         findings.extend(auditlib.numa_balancing_findings(expected, live_value, file_value, p["numa_balancing_file"],
                                                          check_live))
 

@@ -52,7 +52,16 @@ options:
       controller: {description: The controller's host name., type: str}
       user: {description: The user running the playbook., type: str}
       playbook: {description: The playbook., type: str}
-author: gpunuma
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 """
 
 EXAMPLES = r"""

@@ -74,7 +74,16 @@ options:
     suboptions:
       users: {description: User names., type: list, elements: str, default: []}
       groups: {description: Group names., type: list, elements: str, default: []}
-author: gpunuma
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 """
 
 EXAMPLES = r"""

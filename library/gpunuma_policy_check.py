@@ -35,7 +35,16 @@ options:
   waivers: {description: The inventory's gpunuma_policy_waivers., type: list, elements: raw, default: []}
   today: {description: The date expiries are compared with (YYYY-MM-DD; default today on the controller)., type: str}
   fail_on_violation: {description: Fail when an error rule fails without a valid waiver., type: bool, default: true}
-author: gpunuma
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 """
 
 EXAMPLES = r"""

@@ -58,9 +58,17 @@ options:
     type: int
     default: 50
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   # O(lock): a switch is recorded (read, changed, written) under it; it is not taken to read.
   - gpunuma_lock
-author: gpunuma
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 """
 
 EXAMPLES = r"""
@@ -85,12 +93,12 @@ gpunuma_state:
   returned: always
   type: dict
   contains:
-    state: {description: The state document (after recording), or null when there is none or it is corrupt., type: dict}
+    state: {description: "The state document (after recording), or null when there is none or it is corrupt.", type: dict}
     exists: {description: The state file exists., type: bool}
-    corrupt: {description: Why the state file cannot be read (it is corrupt), or null., type: str}
-    backup: {description: Where a corrupt file was kept (record only), or null., type: str}
+    corrupt: {description: "Why the state file cannot be read (it is corrupt), or null.", type: str}
+    backup: {description: "Where a corrupt file was kept (record only), or null.", type: str}
     applied_profile: {description: "The profile of the applied plan (its rung, a C(cpu-only) variant removed), or null.", type: str}
-    current_profile: {description: The state's profile, else the applied plan's, else null (never provisioned)., type: str}
+    current_profile: {description: "The state's profile, else the applied plan's, else null (never provisioned).", type: str}
     provisioned: {description: The node has a state file or an applied plan., type: bool}
     pinned: {description: The node's profile is its own (a rollback put it there) and wins over the inventory., type: bool}
 """
@@ -103,6 +111,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import atomic
 from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib
+
 
 def main():
     module = AnsibleModule(

@@ -31,7 +31,16 @@ description:
     A CUDA failure on a GPU (allocation, copy) fails the task with the GPU's index, UUID, PCI bus
     id, the CUDA call and its error; the child process that failed is gone, so nothing stays allocated.
 version_added: "0.2.0"
-author: gpunuma maintainers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 options:
   gpus:
     description: GPUs to probe, by index (PCI bus order), UUID or PCI bus id. All when omitted.
@@ -133,11 +142,6 @@ options:
   output:
     description: Also write the result as JSON to this path on the node (mode 0644, atomically). Not written in check mode.
     type: path
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - A probe takes a few seconds per GPU with the defaults and allocates O(large_bytes) on the GPU and
     about twice that in host memory; inference workers on the GPU are not stopped, so run it before
@@ -217,8 +221,8 @@ def _running_instances(module):
     systemctl = module.get_bin_path("systemctl")
     if not systemctl:
         return []
-    rc, out, _ = module.run_command([systemctl, "list-units", "--type=service", "--state=active,activating,reloading",
-                                     "--no-legend", "--plain", "gpunuma-*.service"], environ_update={"LC_ALL": "C"})
+    rc, out, _unused = module.run_command([systemctl, "list-units", "--type=service", "--state=active,activating,reloading",
+                                           "--no-legend", "--plain", "gpunuma-*.service"], environ_update={"LC_ALL": "C"})
     return sorted(line.split()[0] for line in out.splitlines() if line.strip()) if rc == 0 else []
 
 

@@ -24,7 +24,7 @@ description:
     O(overrides) with O(manage_reservations=true). Every other key is kept, with its comments and order
     (YAML through ruamel.yaml's round-trip mode; JSON with its key order and indentation)."
   - C(reservedSystemCPUs) under the C(static) CPU policy are the binding planner's housekeeping cores
-    (the same code as M(gpu_binding_plan)); C(reservedMemory) under the C(Static) Memory Manager is
+    (the same code as M(gpunuma.fleet.gpu_binding_plan)); C(reservedMemory) under the C(Static) Memory Manager is
     computed so that its sum per resource equals kube-reserved + system-reserved + the hard eviction
     threshold; C(max-allowable-numa-nodes) is set exactly when the node has more than 8 NUMA nodes.
   - Every input is checked against the kubelet's documented rules first; all problems are reported at
@@ -34,7 +34,16 @@ description:
     returns C(changed=false) and runs the same in check mode. The C(kubelet_topology) role applies the
     result (drain, stop, back up, remove checkpoints, write, start, health check, roll back).
 version_added: "0.1.0"
-author: gpunuma maintainers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 requirements:
   - ruamel.yaml (for a YAML config; a JSON config needs only the standard library)
 options:
@@ -69,14 +78,14 @@ options:
   housekeeping_cores_per_node:
     description:
       - Whole cores kept per CPU-bearing NUMA node for the system and the kubelet, exactly as
-        M(gpu_binding_plan) takes it (C(auto), the default, or an integer 0 or more). Under the
+        M(gpunuma.fleet.gpu_binding_plan) takes it (C(auto), the default, or an integer 0 or more). Under the
         C(static) CPU policy they become C(reservedSystemCPUs).
     type: raw
     default: auto
   housekeeping_cpus:
     description:
       - An explicit housekeeping CPU list instead of O(housekeeping_cores_per_node), exactly as
-        M(gpu_binding_plan) takes it (C(0-1,96-97)); whole cores are kept.
+        M(gpunuma.fleet.gpu_binding_plan) takes it (C(0-1,96-97)); whole cores are kept.
     type: str
   config:
     description:
@@ -131,20 +140,18 @@ options:
         texts it read from the node; an omitted text then means the file does not exist).
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - No kubelet is run. The rules are the kubelet's documented ones; docs/kubelet.md cites each source.
 seealso:
-  - module: gpu_binding_plan
+  - module: gpunuma.fleet.gpu_binding_plan
   - name: Kubernetes CPU management policies
+    description: The CPU Manager policies and options this module sets.
     link: https://kubernetes.io/docs/tasks/administer-cluster/cpu-management-policies/
   - name: Kubernetes Memory Manager
+    description: The Memory Manager and its reservedMemory rule.
     link: https://kubernetes.io/docs/tasks/administer-cluster/memory-manager/
   - name: Kubernetes Topology Manager
+    description: The Topology Manager policies and scopes.
     link: https://kubernetes.io/docs/tasks/administer-cluster/topology-manager/
 """
 

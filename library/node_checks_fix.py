@@ -15,14 +15,23 @@ DOCUMENTATION = r"""
 module: node_checks_fix
 short_description: Apply the safe fixes node_checks_info planned (CPU governor, GPU persistence mode)
 description:
-  - Takes RV(node_checks_info.node_checks.planned_fixes) and applies only two kinds of fix, both per device
+  - Takes C(node_checks.planned_fixes) of M(gpunuma.fleet.node_checks_info) and applies only two kinds of fix, both per device
     and both lost at reboot, never anything node-wide.
   - C(governor) writes C(performance) to one CPU's C(cpufreq/scaling_governor) (the path must end so, without C(..)).
   - C(persistence) runs C(nvidia-smi -i <bus id> -pm 1).
   - Each fix re-reads the current value first (governor), so a second run changes nothing; check mode
     predicts C(changed) and returns the diff without writing or running anything.
 version_added: "0.2.0"
-author: gpunuma maintainers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 options:
   fixes:
     description: The planned fixes (C(kind), C(target), C(before), C(after)).
@@ -32,11 +41,6 @@ options:
   nvidia_smi_path:
     description: Path to C(nvidia-smi); looked up on C(PATH) when a persistence fix is planned.
     type: path
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 """
 
 EXAMPLES = r"""

@@ -32,7 +32,16 @@ description:
     of check C(unreadable) naming the file; only an unusable O(sysfs_root), an unknown O(profile) or an
     unusable replay file fail the task.
 version_added: "0.2.0"
-author: gpunuma maintainers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: gpunuma maintainers (@gpunuma)
 options:
   sysfs_root:
     description:
@@ -67,11 +76,6 @@ options:
     description: Plan C(nvidia-smi -i <bus id> -pm 1) for each GPU whose persistence mode is off.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - Run with C(become) to read the bridges' ACS control; without it the ACS check reports C(info).
 seealso:
@@ -124,8 +128,6 @@ node_checks:
       type: list
       elements: dict
 """
-
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.verify import node_checks
@@ -221,7 +223,7 @@ def main():
         if not offline and facts.gpus and any(g.persistence_mode is None for g in facts.gpus):
             smi = module.get_bin_path("nvidia-smi")
             if smi:
-                rc, out, _ = module.run_command([smi, "-q"], environ_update={"LC_ALL": "C"})
+                rc, out, _unused = module.run_command([smi, "-q"], environ_update={"LC_ALL": "C"})
                 if rc == 0:
                     try:
                         node_checks.apply_persistence(facts, node_checks.parse_nvidia_smi_q(out), "nvidia-smi -q")

@@ -37,10 +37,13 @@ def _filters(prefix):
 
 
 # Filter names as the roles and playbooks call them: ``| name`` and ``map('name')``.
-_USE = re.compile(r"(?:\|\s*|map\(\s*['\"])((?:gpunuma|autonuma|memlock|numa_binding|gpu_topology|gpu_validate)_[a-z_]+)")
+_NAME = r"((?:gpunuma|autonuma|memlock|numa_binding|gpu_topology|gpu_validate)_[a-z_]+)"
+_USE = re.compile(r"(?:\|\s*|map\(\s*['\"])gpunuma\.fleet\." + _NAME)
+# A call by the short name works in a checkout only (filter_plugins/), not in the installed collection.
+_SHORT_USE = re.compile(r"(?:\|\s*|map\(\s*['\"])" + _NAME)
 
 
-def _used_filter_names():
+def _used_filter_names(pattern=_USE):
     used = {}
     for top in ("roles", "playbooks", "molecule"):
         for root, _dirs, files in os.walk(os.path.join(REPO_ROOT, top)):
@@ -49,7 +52,7 @@ def _used_filter_names():
                     continue
                 path = os.path.join(root, name)
                 with open(path, encoding="utf-8") as handle:
-                    for match in _USE.finditer(handle.read()):
+                    for match in pattern.finditer(handle.read()):
                         used.setdefault(match.group(1), os.path.relpath(path, REPO_ROOT))
     return used
 
@@ -65,6 +68,12 @@ def test_every_filter_the_roles_and_playbooks_call_is_in_the_plugin():
         assert callable(function), name
 
 
+def test_roles_and_playbooks_call_the_filters_by_their_full_name():
+    filters = plugin.FilterModule().filters()
+    short = {name: where for name, where in _used_filter_names(_SHORT_USE).items() if name in filters}
+    assert not short, "call these as gpunuma.fleet.<name> (docs/collection.md): %s" % short
+
+
 def test_ansible_cfg_points_at_the_plugin_directory():
     import configparser
 
@@ -72,6 +81,10 @@ def test_ansible_cfg_points_at_the_plugin_directory():
     config.read(os.path.join(REPO_ROOT, "ansible.cfg"))
     assert config["defaults"]["filter_plugins"] == "filter_plugins"
     assert os.path.isfile(os.path.join(REPO_ROOT, config["defaults"]["filter_plugins"], "gpunuma.py"))
+    # gpunuma.fleet resolves in a checkout to the same plugin file.
+    linked = os.path.join(REPO_ROOT, config["defaults"]["collections_path"], "ansible_collections", "gpunuma", "fleet",
+                          "plugins", "filter", "gpunuma.py")
+    assert os.path.samefile(linked, os.path.join(REPO_ROOT, "filter_plugins", "gpunuma.py"))
 
 
 OWN = "/etc/sysctl.d/60-gpunuma-numa-balancing.conf"

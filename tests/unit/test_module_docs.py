@@ -49,6 +49,11 @@ def _with_fragments(documentation):
     """DOCUMENTATION with the options of its ``extends_documentation_fragment`` entries (doc_fragments/), merged
     as ansible-doc merges them."""
     for name in documentation.get("extends_documentation_fragment") or []:
+        if name.startswith("ansible.builtin."):
+            # ansible-core's own fragments: action_common_attributes describes attributes, no option.
+            module = importlib.import_module("ansible.plugins.doc_fragments." + name.split(".")[2].split(".")[0])
+            assert "options" not in (yaml.safe_load(module.ModuleDocFragment.DOCUMENTATION) or {}), name
+            continue
         fragment = os.path.join(REPO_ROOT, "doc_fragments", name + ".py")
         assert os.path.isfile(fragment), "%s: no doc_fragments/%s.py" % (documentation["module"], name)
         source = open(fragment, encoding="utf-8").read()
@@ -108,6 +113,17 @@ def test_documentation_parses_and_matches_the_argument_spec(path):
     _compare(_with_fragments(parsed["DOCUMENTATION"]).get("options"), _argument_spec(path),
              os.path.basename(path)[:-3], problems)
     assert problems == [], "\n".join(problems)
+    # Attributes as validate-modules and ansible-doc expect them (described by ansible-core's fragment).
+    documentation = parsed["DOCUMENTATION"]
+    assert "ansible.builtin.action_common_attributes" in documentation["extends_documentation_fragment"]
+    attributes = documentation["attributes"]
+    assert set(attributes) == {"check_mode", "diff_mode", "platform"}, sorted(attributes)
+    assert attributes["check_mode"]["support"] == "full"
+    assert attributes["platform"]["platforms"] == "posix"
+    source = open(path, encoding="utf-8").read()
+    # diff_mode full exactly where the module returns a diff.
+    assert (attributes["diff_mode"]["support"] == "full") == ("diff=" in source or '"diff"' in source), \
+        attributes["diff_mode"]
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[os.path.basename(p)[:-3] for p in MODULES])

@@ -101,7 +101,7 @@ def test_the_filter_the_roles_write_with_seals():
     # The roles write topology.json and plan.json through it.
     for rel in ("roles/gpu_topology/tasks/main.yml", "roles/numa_binding/tasks/main.yml", "playbooks/site.yml"):
         text = open(os.path.join(REPO_ROOT, rel)).read()
-        assert "| gpunuma_seal | to_nice_json" in text, rel
+        assert "| gpunuma.fleet.gpunuma_seal | to_nice_json" in text, rel
 
 
 def test_state_is_written_sealed_and_an_edit_makes_it_corrupt():

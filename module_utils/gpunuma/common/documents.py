@@ -73,9 +73,7 @@ _NODE = _t("integer", minimum=0)
 _BYTES = _t("integer", null=True, minimum=0)
 _FINGERPRINT = _t("string", null=True, pattern="^sha256:[0-9a-f]{64}$")
 
-TOPOLOGY_SCHEMA = _doc(schemas.TOPOLOGY, "gpunuma topology (docs/topology-v1.md)",
-                       ["hostname", "fingerprint", "sources", "warnings", "complete", "numa_nodes", "gpus", "gpu_links",
-                        "nics", "gpu_nic_links"], {
+_TOPOLOGY_PROPERTIES = {
     "hostname": _t("string", null=True),
     "fingerprint": _FINGERPRINT,
     "sources": _list(_t("string")),
@@ -123,10 +121,12 @@ TOPOLOGY_SCHEMA = _doc(schemas.TOPOLOGY, "gpunuma topology (docs/topology-v1.md)
     })),
     "gpu_nic_links": _t("array", null=True, items=_list(_t("string"))),
     "nvme": _list(_t("object")),
-})
+}
+TOPOLOGY_SCHEMA = _doc(schemas.TOPOLOGY, "gpunuma topology (docs/topology-v1.md)",
+                       ["hostname", "fingerprint", "sources", "warnings", "complete", "numa_nodes", "gpus", "gpu_links",
+                        "nics", "gpu_nic_links"], _TOPOLOGY_PROPERTIES)
 
-PLAN_SCHEMA = _doc(schemas.PLAN, "gpunuma plan (docs/plan-v1.md)",
-                   ["profile", "instances"], {
+_PLAN_PROPERTIES = {
     "schema_minor": _t("integer", minimum=0),
     "hostname": _t("string", null=True),
     "topology_fingerprint": _FINGERPRINT,
@@ -169,11 +169,13 @@ PLAN_SCHEMA = _doc(schemas.PLAN, "gpunuma plan (docs/plan-v1.md)",
         "warnings": _list(_t("string")),
     })),
     "warnings": _list(_t("string")),
-})
+}
+PLAN_SCHEMA = _doc(schemas.PLAN, "gpunuma plan (docs/plan-v1.md)",
+                   ["profile", "instances"], _PLAN_PROPERTIES)
 
 # A node's state file is read back leniently (an older gpunuma's file has no pinned nor history): only what
 # is there must have its type; the profile names and times in it are checked by operate.state.
-STATE_SCHEMA = _doc(schemas.STATE, "gpunuma node state (docs/state-v1.md)", [], {
+_STATE_PROPERTIES = {
     "hostname": _t("string", null=True),
     "profile": _t("string", null=True),
     "pinned": _t("boolean"),
@@ -186,10 +188,11 @@ STATE_SCHEMA = _doc(schemas.STATE, "gpunuma node state (docs/state-v1.md)", [], 
         "reason": _t("string", null=True),
         "user": _t("string", null=True),
     })),
-})
+}
+STATE_SCHEMA = _doc(schemas.STATE, "gpunuma node state (docs/state-v1.md)",
+                    [], _STATE_PROPERTIES)
 
-AUDIT_SCHEMA = _doc(schemas.AUDIT, "gpunuma drift audit (docs/audit.md)",
-                    ["hostname", "time", "status", "instances", "findings"], {
+_AUDIT_PROPERTIES = {
     "hostname": _t("string", null=True),
     "time": _t("string"),
     "status": {"enum": ["compliant", "drifted", "unreachable"]},
@@ -209,10 +212,11 @@ AUDIT_SCHEMA = _doc(schemas.AUDIT, "gpunuma drift audit (docs/audit.md)",
         "message": _t("string"),
     })),
     "policy": _t("object"),
-})
+}
+AUDIT_SCHEMA = _doc(schemas.AUDIT, "gpunuma drift audit (docs/audit.md)",
+                    ["hostname", "time", "status", "instances", "findings"], _AUDIT_PROPERTIES)
 
-VALIDATION_SCHEMA = _doc(schemas.VALIDATION, "gpunuma validation report (docs/probe.md)",
-                         ["hostname", "generated_at", "policy", "gpus", "summary"], {
+_VALIDATION_PROPERTIES = {
     "hostname": _t("string", null=True),
     "generated_at": _t("string", null=True),
     "policy": _t("string", null=True),
@@ -233,7 +237,9 @@ VALIDATION_SCHEMA = _doc(schemas.VALIDATION, "gpunuma validation report (docs/pr
         })),
     })),
     "summary": {"type": "object", "additionalProperties": _t("integer", minimum=0)},
-})
+}
+VALIDATION_SCHEMA = _doc(schemas.VALIDATION, "gpunuma validation report (docs/probe.md)",
+                         ["hostname", "generated_at", "policy", "gpus", "summary"], _VALIDATION_PROPERTIES)
 
 SCHEMAS = {
     schemas.TOPOLOGY: TOPOLOGY_SCHEMA,

@@ -51,7 +51,7 @@ def problem(doc):
     stored = doc[FIELD]
     if not isinstance(stored, str) or not stored.startswith(PREFIX):
         return "its checksum field is %s, not a %s<hex> checksum gpunuma writes" % (json.dumps(stored, default=str)[:80],
-                                                                                PREFIX)
+                                                                                    PREFIX)
     try:
         wanted = digest(doc)
     except (TypeError, ValueError) as exc:

@@ -101,7 +101,7 @@ def infer_missing_nodes(known):
         if node_id is not None:
             previous_id = node_id
             previous_end = max(low[node_id])
-    if any(node_id >= MAX_NUMA_NODES for node_id, _ in inferred):
+    if any(node_id >= MAX_NUMA_NODES for node_id, _unused in inferred):
         return [], missing
     return inferred, frozenset()
 

@@ -146,16 +146,15 @@ def nodes_from_smi(smi, warnings):
     return nodes, unplaced
 
 
-
 def _add_missing_nodes(nodes, warnings):
     """Add to ``nodes`` (from a topo text) the nodes its missing CPU ids prove, with a warning; return the CPUs
     that exist but cannot be placed (``cpu_layout.infer_missing_nodes``)."""
     inferred, unplaced = cpu_layout.infer_missing_nodes(
         dict((n["id"], cpulist.parse_cpulist(n["cpus"])) for n in nodes if n["has_cpus"]))
     taken = set(n["id"] for n in nodes)
-    if any(node_id in taken for node_id, _ in inferred):
+    if any(node_id in taken for node_id, _unused in inferred):
         # a CPU-less node of the text already holds the id: the reading is not unique
-        unplaced = frozenset().union(*[cpus for _, cpus in inferred])
+        unplaced = frozenset().union(*[cpus for _unused, cpus in inferred])
         inferred = []
     for node_id, cpus in inferred:
         nodes.append({"id": node_id, "cpus": cpulist.format_cpulist(cpus), "has_cpus": True,
@@ -167,7 +166,7 @@ def _add_missing_nodes(nodes, warnings):
             "NUMA node%s %s %s not in the nvidia-smi topo text (it lists only the nodes of its GPUs); inferred "
             "from the CPU ids it leaves out: %s (equal blocks of consecutive CPUs, node ids rising with CPU ids, "
             "as Linux numbers an x86 machine's nodes). Discover with sysfs, or give gpu_topology_lscpu_file, "
-            "to read them" % ("s" if len(inferred) > 1 else "", ", ".join(str(n) for n, _ in inferred),
+            "to read them" % ("s" if len(inferred) > 1 else "", ", ".join(str(n) for n, _unused in inferred),
                               "are" if len(inferred) > 1 else "is",
                               "; ".join("node %d %s" % (n, cpulist.format_cpulist(c)) for n, c in inferred)))
     if unplaced:
@@ -177,6 +176,7 @@ def _add_missing_nodes(nodes, warnings):
             "Discover with sysfs, or give gpu_topology_lscpu_file (`lscpu -p=CPU,CORE,SOCKET,NODE,CACHE`)"
             % cpulist.format_cpulist(unplaced))
     return unplaced
+
 
 def l3_groups(cpus, l3_of):
     """The node's L3 cache groups (canonical lists), or None unless every CPU's L3 is known."""

@@ -312,7 +312,10 @@ def validate_dump(data, source="NVML dump"):
     """
     _check_schema(data, source)
     schema = _Schema()
-    text = lambda value: isinstance(value, str) and bool(_TEXT_RE.fullmatch(value))
+
+    def text(value):
+        return isinstance(value, str) and bool(_TEXT_RE.fullmatch(value))
+
     schema.optional(data, "driver_version", "driver_version", text, "a printable string of at most 96 characters")
     schema.optional(data, "nvml_version", "nvml_version", text, "a printable string of at most 96 characters")
     schema.optional(data, "cuda_driver_version", "cuda_driver_version", schema.int_range(0, 10 ** 9),

@@ -131,6 +131,7 @@ MAX_ATTRIBUTE_BYTES = bounded.MAX_ATTRIBUTE_BYTES
 # How much of an unexpected value a warning or error quotes.
 _QUOTE_CHARS = 60
 
+
 def quote(value, limit=_QUOTE_CHARS):
     """``repr`` of a value read from a file, cut to ``limit`` characters with its full length."""
     if isinstance(value, (str, bytes)) and len(value) > limit:

@@ -49,7 +49,8 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.gpunuma.common.cpulist import MAX_NUMA_NODES, canonical_cpulist, parse_cpulist, parse_nodelist, shown
+from ansible.module_utils.gpunuma.common.cpulist import (
+    MAX_NUMA_NODES, canonical_cpulist, parse_cpulist, parse_nodelist, shown)
 from ansible.module_utils.gpunuma.common.errors import CpuListError, TopoParseError
 
 __all__ = ["parse_topo_matrix", "LINK_CODES", "AFFINITY_COLUMNS", "MAX_TEXT_CHARS", "MAX_LINE_CHARS",
@@ -430,7 +431,7 @@ def _parse_block(ctx, lines, header_index):
             if affinity:
                 raise ctx.error(
                     "column %s comes after the affinity columns; expected GPU and NIC columns "
-                    "first, then %s" % (shown(value), ", ".join(t for _, t in AFFINITY_COLUMNS)),
+                    "first, then %s" % (shown(value), ", ".join(t for _unused, t in AFFINITY_COLUMNS)),
                     header_lineno,
                 )
             devices.append(value)
@@ -715,13 +716,13 @@ def _diagnose(label, chunks, devices, column, affinity):
                     return "expected X (the row's own column) in column %s, found %s" % (title, shown(cell)), False
             elif cell == "X":
                 return "found X in column %s; X may only mark the row's own column %s" % (title, label), False
-            elif not any(end == len(cell) for _, end in _code_candidates(cell, 0, False)):
+            elif not any(end == len(cell) for _unused, end in _code_candidates(cell, 0, False)):
                 return (
                     "expected a link code (%s) in column %s, found %s" % (_ALLOWED_CODES, title, shown(cell)),
                     False,
                 )
         for kind, cell in zip(affinity, chunks[len(devices) :]):
-            if not any(end == len(cell) for _, end in _value_candidates(kind, cell, 0)):
+            if not any(end == len(cell) for _unused, end in _value_candidates(kind, cell, 0)):
                 return "expected %s (%s), found %s" % (_COLUMN_TITLE[kind], _VALUE_HELP[kind], shown(cell)), False
     return (
         "expected %s, found %d cell(s): %s; cells are missing, extra, or glued together in a way "

@@ -347,7 +347,7 @@ def _gpu_nic_links(gpus, nics, smi, pci_by_bus):
 def _driver_major(version):
     if not version:
         return None
-    return str(version).split(".")[0]
+    return str(version).split(".", maxsplit=1)[0]
 
 
 def fingerprint(topology):

@@ -115,7 +115,7 @@ def parse_config(text, source="config"):
         try:
             if bounded.json_depth(text, stop_at=bounded.MAX_JSON_DEPTH) > bounded.MAX_JSON_DEPTH:
                 raise ValueError("flow collections nested deeper than %d levels" % bounded.MAX_JSON_DEPTH)
-            documents = [d for d in _yaml().load_all(text)]
+            documents = list(_yaml().load_all(text))
         except RecursionError:
             raise KubeletConfigError("%s: is nested too deep to be a KubeletConfiguration; allowed: one "
                                      "KubeletConfiguration document" % source)

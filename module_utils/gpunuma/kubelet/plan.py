@@ -633,7 +633,7 @@ def _topology_manager(run):
                 % (topology_policy, host, count, version[0], version[1], KUBELET_MAX_NUMA_NODES, MAX_NUMA_NODES_OPTION)
             )
         topo_options[MAX_NUMA_NODES_OPTION] = str(max(count, int(topo_options.get(MAX_NUMA_NODES_OPTION, "0"))
-                                                     if str(topo_options.get(MAX_NUMA_NODES_OPTION, "0")).isdigit() else count))
+                                                      if str(topo_options.get(MAX_NUMA_NODES_OPTION, "0")).isdigit() else count))
         if count > 16:
             run.warnings.append("%s has %d NUMA nodes (CPU-less memory nodes included, as the kubelet counts them); "
                                 "the Topology Manager's hint calculation grows with the node count and admission can "

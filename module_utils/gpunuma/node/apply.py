@@ -80,9 +80,10 @@ ACTIVE_STATES = ("active", "activating", "reloading")
 def _http_get(url, timeout):
     """(True, status) for an HTTP 2xx answer, else (False, what happened)."""
     from urllib.error import HTTPError, URLError
-    from urllib.request import urlopen
+    from ansible.module_utils.urls import open_url
     try:
-        with urlopen(url, timeout=timeout) as answer:  # noqa: S310 (the operator's own readiness URL)
+        # The operator's own readiness URL: no proxy, redirects followed, certificates checked.
+        with open_url(url, timeout=timeout, use_proxy=False) as answer:
             return 200 <= answer.status < 300, "HTTP %d" % answer.status
     except HTTPError as exc:
         return False, "HTTP %d" % exc.code
@@ -91,7 +92,7 @@ def _http_get(url, timeout):
 
 
 def _show(runner, unit, props):
-    rc, out, _ = runner(["systemctl", "show", "--property=" + ",".join(props), "--", unit])
+    rc, out, _unused = runner(["systemctl", "show", "--property=" + ",".join(props), "--", unit])
     values = {}
     for line in (out or "").splitlines():
         key, sep, value = line.partition("=")

@@ -124,7 +124,7 @@ def detect_container(runner=None, markers=CONTAINER_MARKERS):
     """
     evidence = [marker for marker in markers if os.path.lexists(marker)]
     if runner is not None:
-        rc, _, _ = runner(["systemd-detect-virt", "--container"])
+        rc, _unused, _unused = runner(["systemd-detect-virt", "--container"])
         if rc == 0:
             evidence.append("systemd-detect-virt")
     return bool(evidence), evidence

@@ -138,7 +138,7 @@ def socket_mates(topology, node):
     mates, rest = others[:per_socket - 1], others[per_socket - 1:]
     if rest and mates and mates[-1][0] >= rest[0][0]:
         return [node]
-    return [node] + [n for _, n in mates]
+    return [node] + [n for _unused, n in mates]
 
 
 def irq_target(topology, housekeeping_by_node, node):
@@ -196,7 +196,7 @@ def housekeeping_files(plan, unit_dir="/etc/systemd/system", confine=False, irqb
         slice_name = "gpunuma.slice"
 
     slice_path = "%s/%s" % (unit_dir, slice_name)
-    confine_paths = ["%s/%s.d/%s" % (unit_dir, unit, CONFINE_NAME) for unit, _ in CONFINED]
+    confine_paths = ["%s/%s.d/%s" % (unit_dir, unit, CONFINE_NAME) for unit, _unused in CONFINED]
     want_confine = bool(confine) and not profile_off
     if want_confine:
         if not cpuset_available:

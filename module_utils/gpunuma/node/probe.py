@@ -41,13 +41,13 @@ def read_file(path, limit=MAX_NODE_FILE):
 
 def unit_states(runner, units, props=("LoadState", "ActiveState", "UnitFileState", "MainPID")):
     """{unit: {prop: value}} from one ``systemctl show`` call for all units."""
-    units = [u for u in dict.fromkeys(units or [])]
+    units = list(dict.fromkeys(units or []))
     if not units:
         return {}
     rc, out, err = runner(["systemctl", "show", "--property=" + ",".join(props), "--"] + units)
     if rc is None or (rc != 0 and not out):
         return {u: {"LoadState": "unknown", "error": (err or "systemctl failed").strip()} for u in units}
-    blocks = [b for b in re.split(r"\n\s*\n", out.strip("\n"))] if out.strip() else []
+    blocks = re.split(r"\n\s*\n", out.strip("\n")) if out.strip() else []
     states = {}
     for unit, block in zip(units, blocks):
         values = {}
@@ -143,7 +143,7 @@ def autonuma_probe(runner, spec):
     if conf and os.path.exists(conf):
         sysctl_paths.append(conf)
     sysctl_lines = _grep_lines(sysctl_paths, r"numa_balancing")
-    rc_tuned, tuned_out, _ = runner(["tuned-adm", "active"])
+    rc_tuned, tuned_out, _unused = runner(["tuned-adm", "active"])
     result = {
         "live_value": live_value,
         "kernel_release": kernel_release(spec["proc_path"]),
@@ -200,7 +200,7 @@ def launches_container(argv):
 def inspect_units(runner, units):
     """For units that drop-ins would bind: what their ExecStart= launches and
     whether an EnvironmentFile= sets CUDA_VISIBLE_DEVICES behind the drop-in."""
-    units = [u for u in dict.fromkeys(units or [])]
+    units = list(dict.fromkeys(units or []))
     if not units:
         return {}
     rc, out, err = runner(["systemctl", "show", "--property=ExecStart,EnvironmentFiles,Environment", "--"] + units)
@@ -209,7 +209,7 @@ def inspect_units(runner, units):
     for unit, block in zip(units, blocks):
         exec_start, env_files, env = "", [], ""
         for line in block.splitlines():
-            key, _, value = line.partition("=")
+            key, _unused, value = line.partition("=")
             if key == "ExecStart":
                 exec_start += value
             elif key == "EnvironmentFiles" and value:

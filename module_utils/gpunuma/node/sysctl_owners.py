@@ -207,7 +207,7 @@ def tuned_profiles(grep_lines):
         local = os.path.normpath(path).startswith(TUNED_LOCAL_DIR + "/")
         if profile not in chosen or (local and not chosen[profile][0]):
             chosen[profile] = (local, lines)
-    return {name: lines for name, (_, lines) in chosen.items()}
+    return {name: lines for name, (_unused, lines) in chosen.items()}
 
 
 def tuned_setting(grep_lines, active, key=DEFAULT_KEY):

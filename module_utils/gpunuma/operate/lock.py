@@ -104,7 +104,7 @@ class _Flock:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
         except OSError as exc:
             raise LockError("%s: cannot open the node lock: %s" % (self.path, os.strerror(exc.errno) if exc.errno
-                                                                      else exc))
+                                                                   else exc))
         if not stat.S_ISREG(os.fstat(self.fd).st_mode):
             os.close(self.fd)
             raise LockError("%s: the node lock is not a regular file" % self.path)

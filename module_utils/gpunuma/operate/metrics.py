@@ -1,8 +1,8 @@
-#!/usr/bin/env python3
 """gpunuma node metrics for the Prometheus node_exporter textfile collector.
 
 Standard library only: the gpunuma_metrics role installs this file on the
-node as a script run by a systemd timer.  It reads
+node as a script run by a systemd timer (``python3 gpunuma_metrics.py``;
+gpunuma_audit_info imports it as a module).  It reads
 
 - the H2D probe result (``gpunuma.h2d-probe/v1``, written by validate.yml),
 - the applied plan (``/etc/gpunuma/plan.json``, ``gpunuma.plan/v1``),
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import calendar
 import json
+import math
 import os
 import re
 import subprocess
@@ -52,7 +53,7 @@ def _fmt(value):
         return "1" if value else "0"
     if isinstance(value, int):
         return str(value)
-    if value != value:  # NaN
+    if math.isnan(value):
         return "NaN"
     return repr(float(value))
 
@@ -267,7 +268,7 @@ def cpu_set(text):
             part = part.strip()
             if not part:
                 continue
-            low, _, high = part.partition("-")
+            low, _unused, high = part.partition("-")
             cpus.update(range(int(low), int(high or low) + 1))
     except ValueError:
         return None
@@ -289,7 +290,7 @@ def unit_pids(unit, sysfs_root="/", systemctl="systemctl"):
         return []
     try:
         out = subprocess.run([systemctl, "show", "--property=MainPID", "--value", unit], capture_output=True,
-                             text=True, timeout=10, env=dict(os.environ, LC_ALL="C")).stdout.strip()
+                             check=False, text=True, timeout=10, env=dict(os.environ, LC_ALL="C")).stdout.strip()
         return [int(out)] if out.isdigit() and int(out) > 0 else []
     except (OSError, subprocess.SubprocessError):
         return []
@@ -454,15 +455,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     text, errors = collect(args.probe, args.plan, args.audit, args.root)
     for err in errors:
-        print("gpunuma-metrics: %s" % err, file=sys.stderr)
+        sys.stderr.write("gpunuma-metrics: %s\n" % err)
     try:
         path = write_atomic(args.textfile_dir, text)
     except (MetricsError, OSError) as exc:
-        print("gpunuma-metrics: %s" % exc, file=sys.stderr)
+        sys.stderr.write("gpunuma-metrics: %s\n" % exc)
         return 1
-    print("gpunuma-metrics: wrote %s" % path)
+    sys.stdout.write("gpunuma-metrics: wrote %s\n" % path)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -264,8 +264,6 @@ CHECKS = {
 }
 
 
-
-
 def _int_from(low, high):
     def check(value):
         return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high

@@ -196,14 +196,14 @@ def check_capacity(specs, topo, strict_capacity, problems, reserve=None, overrid
             continue
         nodes_text = format_cpulist(spec.mem_nodes)
         capacities = [figures(n) for n in spec.mem_nodes]
-        if any(cap is None for cap, _, _ in capacities):
+        if any(cap is None for cap, _unused, _unused in capacities):
             spec.warnings.append(
                 "memory size of NUMA node %s is unknown; the %s declared for %s binding was not checked"
                 % (nodes_text, format_gib(memory), spec.mem_policy)
             )
             continue
         if spec.mem_policy != "bind":
-            if memory > sum(cap for cap, _, _ in capacities):
+            if memory > sum(cap for cap, _unused, _unused in capacities):
                 spec.warnings.append(
                     "memory %s declared exceeds what NUMA node %s holds for instances; %s"
                     % (format_gib(memory), nodes_text, spill_phrase(spec, topo))
@@ -223,7 +223,7 @@ def _fit_group(node_id, memory, members, committed, strict_capacity, problems, h
     if earlier + need <= capacity:
         committed[node_id] = earlier + need
         return
-    specs = [spec for spec, _ in members]
+    specs = [spec for spec, _unused in members]
     if len(specs) == 1:
         declared = "memory %s declared" % format_gib(memory)
     else:

@@ -67,8 +67,8 @@ def split(cores, l3_groups, count):
         prefix.append(prefix[-1] + size)
     # best[k][i]: the smallest possible largest part when the first i runs form k parts
     inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(count + 1)]
-    cut = [[0] * (n + 1) for _ in range(count + 1)]
+    best = [[inf] * (n + 1) for _unused in range(count + 1)]
+    cut = [[0] * (n + 1) for _unused in range(count + 1)]
     best[0][0] = 0
     for k in range(1, count + 1):
         for i in range(k, n + 1):
@@ -144,7 +144,7 @@ def rank_slices(cores, l3_groups, count):
         # Whole domains per rank.
         return split(cores, l3_groups, count)
     ranks = [0] * len(runs)
-    for _ in range(count):
+    for _unused in range(count):
         best = max(range(len(runs)), key=lambda i: (len(runs[i]) / (ranks[i] + 1), -i))
         ranks[best] += 1
     size = min(len(runs[i]) // ranks[i] for i in range(len(runs)) if ranks[i])

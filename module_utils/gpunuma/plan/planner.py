@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common import secrets, sizes
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
-from ansible.module_utils.gpunuma.plan.alloc import (  # noqa: F401 (choose_gpu_group is public here)
+from ansible.module_utils.gpunuma.plan.alloc import (  # noqa: F401 (choose_gpu_group is public here)  # pylint: disable=unused-import
     allocate_cpus,
     apply_profile,
     assign_gpus,
@@ -42,7 +42,7 @@ from ansible.module_utils.gpunuma.plan.alloc import (  # noqa: F401 (choose_gpu_
 from ansible.module_utils.gpunuma.plan.engines import engine_arguments, split_worker_shares
 from ansible.module_utils.gpunuma.plan.capacity import parse_reserve, stable_capacity
 from ansible.module_utils.gpunuma.plan.spill import check_preferred_spill, check_rank_capacity
-from ansible.module_utils.gpunuma.plan.inputs import (  # noqa: F401 (constants are public here)
+from ansible.module_utils.gpunuma.plan.inputs import (  # noqa: F401 (constants are public here)  # pylint: disable=unused-import
     BINDING_METHODS,
     INSTANCE_KEYS,
     STRICT_CAPACITY_CHOICES,
@@ -53,7 +53,7 @@ from ansible.module_utils.gpunuma.plan.inputs import (  # noqa: F401 (constants 
     validate_instance,
     validate_options,
 )
-from ansible.module_utils.gpunuma.plan.model import (  # noqa: F401
+from ansible.module_utils.gpunuma.plan.model import (  # noqa: F401  # pylint: disable=unused-import
     GPU_ENVIRONMENT,
     INSTANCES_VAR,
     PLACEMENT_KEYS,
@@ -65,9 +65,12 @@ from ansible.module_utils.gpunuma.plan.model import (  # noqa: F401
     is_int,
     type_name,
 )
-from ansible.module_utils.gpunuma.plan.topology import PlanTopology, link_rank  # noqa: F401
+from ansible.module_utils.gpunuma.plan.topology import (  # noqa: F401  # pylint: disable=unused-import
+    PlanTopology,
+    link_rank,
+)
 from ansible.module_utils.gpunuma.plan.profiles import ProfileError, validate_profile
-from ansible.module_utils.gpunuma.plan.systemd_words import (  # noqa: F401
+from ansible.module_utils.gpunuma.plan.systemd_words import (  # noqa: F401  # pylint: disable=unused-import
     exec_name_problem,
     systemd_environment_assignment,
     systemd_exec_line,

@@ -325,7 +325,7 @@ class PlanTopology(object):
         for node_id, count in self.irq_vectors.items():
             # The node whose housekeeping takes them: the one rule IRQ pinning itself follows (own node, else the
             # nearest socket mate that keeps some, never another socket).
-            _, target = irq_target(topology, keeping, node_id)
+            _unused, target = irq_target(topology, keeping, node_id)
             if target is not None:
                 pinned[target] = pinned.get(target, 0) + count
         for node_id, count in sorted(pinned.items()):
@@ -339,7 +339,7 @@ class PlanTopology(object):
                     "housekeeping on NUMA node %d: %d cores instead of %d, for the %d interrupt vectors IRQ pinning "
                     "puts there (x86 gives each CPU about %d vectors for devices: arch/x86/include/asm/irq_vectors.h; "
                     "set housekeeping_cores_per_node to choose)" % (node_id, grown, sizes[node_id], count,
-                                                                      IRQ_VECTORS_PER_CPU))
+                                                                    IRQ_VECTORS_PER_CPU))
                 sizes[node_id] = grown
         return sizes
 

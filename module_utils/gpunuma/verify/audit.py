@@ -70,7 +70,7 @@ def parse_status(text):
     """``Cpus_allowed_list`` and ``Mems_allowed_list`` of ``/proc/<pid>/status`` as canonical lists."""
     out = {}
     for line in text.splitlines():
-        key, _, value = line.partition(":")
+        key, _unused, value = line.partition(":")
         if key in ("Cpus_allowed_list", "Mems_allowed_list"):
             out[key] = format_cpulist(parse_cpulist(value.strip()))
     return out
@@ -99,7 +99,7 @@ def parse_numa_maps(text):
     if not counts:
         return None, [], pages
     raw = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-    word, _, nodes = raw.partition(":")
+    word, _unused, nodes = raw.partition(":")
     policy = _POLICY_WORDS.get(word, word)
     node_list = sorted(parse_cpulist(nodes)) if nodes else []
     return policy, node_list, pages
@@ -137,7 +137,7 @@ def parse_unit(text):
         line = line.strip()
         if not line or line[0] in "#;[":
             continue
-        key, _, value = line.partition("=")
+        key, _unused, value = line.partition("=")
         key = key.strip()
         if key == "ExecStart" and value.strip():
             try:
@@ -377,7 +377,7 @@ def kubelet_findings(changes, remove_checkpoints=(), problem=None, profile=None)
         findings.append(Finding(
             "kubelet-setting", "error",
             "kubelet %s is %s, profile %s asks for %s" % (change.get("key"), _shown(change.get("old")), profile,
-                                                           _shown(change.get("new"))),
+                                                          _shown(change.get("new"))),
             None, change.get("new"), change.get("old")))
     for path in remove_checkpoints or []:
         findings.append(Finding("kubelet-checkpoint", "warning",

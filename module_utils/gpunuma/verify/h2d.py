@@ -31,12 +31,12 @@ from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cp
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.common import schemas
 from ansible.module_utils.gpunuma.verify import h2d_load
-from ansible.module_utils.gpunuma.verify.h2d_cuda import (  # noqa: F401 (the probe's API, re-exported)
+from ansible.module_utils.gpunuma.verify.h2d_cuda import (  # noqa: F401 (the probe's API, re-exported)  # pylint: disable=unused-import
     BUSY_CODES, COMPUTE_MODES, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_EVENT_DEFAULT, CU_MEMHOSTALLOC_PORTABLE,
     CU_MEMHOSTREGISTER_PORTABLE, CU_STREAM_NON_BLOCKING, CUDA_ERROR_DEVICE_UNAVAILABLE, CUDA_ERROR_DEVICES_UNAVAILABLE,
     CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY,
     CUDA_SUCCESS, CudaDriver, CudaError, DriverMissing, normalise_bus_id)
-from ansible.module_utils.gpunuma.verify.h2d_host import (  # noqa: F401 (the probe's API, re-exported)
+from ansible.module_utils.gpunuma.verify.h2d_host import (  # noqa: F401 (the probe's API, re-exported)  # pylint: disable=unused-import
     MPOL_BIND, MPOL_DEFAULT, PCIE_ENCODING, ProbeError, PCIE_LANE_GTS, Libc, choose_remote, gpu_numa_node, pcie_link,
     pcie_theoretical_gbps, read_numa_nodes, read_status_binding)
 
@@ -70,9 +70,6 @@ DEFAULTS = {
     "load_memory_node": None,
     "load_cpus": None,
 }
-
-
-
 
 
 # ---------------------------------------------------------------- options
@@ -280,12 +277,12 @@ def measure_device(cuda, ordinal, opts, libc=None):
         cpu = {}
 
         def series(fn, count, warmup=opts["warmup"], key=None):
-            for _ in range(warmup):
+            for _unused in range(warmup):
                 fn()
             # CPU time of this (the copying) thread over the measured copies: what a copy costs the host,
             # the wait included as the CUDA context does it (a spin or a yield).
             t0 = time.thread_time()
-            out = [fn() for _ in range(count)]
+            out = [fn() for _unused in range(count)]
             if key:
                 cpu[key] = time.thread_time() - t0
             return out
@@ -309,11 +306,11 @@ def measure_device(cuda, ordinal, opts, libc=None):
         result["small_h2d_pinned"]["cpu_us_per_copy"] = cpu_per_copy_us(cpu["small"], opts["small_repeats"])
         # back-to-back async small copies: per-copy cost when the queue is kept full
         n = opts["small_repeats"]
-        for _ in range(small_warmup):
+        for _unused in range(small_warmup):
             cuda.call("cuMemcpyHtoDAsync", dptr.value, pinned_small, small, stream)
         cuda.call("cuStreamSynchronize", stream)
         cuda.call("cuEventRecord", ev_start, stream)
-        for _ in range(n):
+        for _unused in range(n):
             cuda.call("cuMemcpyHtoDAsync", dptr.value, pinned_small, small, stream)
         cuda.call("cuEventRecord", ev_end, stream)
         cuda.call("cuEventSynchronize", ev_end)
@@ -423,7 +420,7 @@ def run_in_child(target, args, timeout_s):
             if left <= 0:
                 timed_out = True
                 break
-            ready, _, _ = select.select([rfd], [], [], left)
+            ready, _unused, _unused = select.select([rfd], [], [], left)
             if not ready:
                 continue
             chunk = os.read(rfd, 1 << 16)
@@ -434,7 +431,7 @@ def run_in_child(target, args, timeout_s):
         os.close(rfd)
     if timed_out:
         os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
+    _unused, status = os.waitpid(pid, 0)
     if timed_out:
         return {"error": "no answer within %d s (timeout_s); the measuring process was killed" % timeout_s, "type": "timeout"}
     if not chunks:
@@ -551,8 +548,8 @@ def probe(options, root="/", nvml=None, hostname=None):
     started = time.time()
     report = {"schema": SCHEMA, "hostname": hostname or platform.node(), "status": "ok", "reason": None,
               "options": {k: opts[k] for k in ("placements", "large_bytes", "small_bytes", "repeats",
-                                                "small_repeats", "warmup", "rounds", "warmup_round", "pinned_alloc",
-                                                "load")},
+                                               "small_repeats", "warmup", "rounds", "warmup_round", "pinned_alloc",
+                                               "load")},
               "driver_version": None, "numa_nodes": {}, "gpus": []}
     nodes = read_numa_nodes(root)
     report["numa_nodes"] = {str(n): {"cpus": format_cpulist(nodes[n]["cpus"]), "distances": nodes[n]["distances"]}

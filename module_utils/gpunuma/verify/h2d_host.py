@@ -223,7 +223,7 @@ def read_status_binding(path="/proc/self/status"):
     out = {}
     with open(path) as fh:
         for line in fh:
-            key, _, value = line.partition(":")
+            key, _unused, value = line.partition(":")
             if key in ("Cpus_allowed_list", "Mems_allowed_list"):
                 out[key] = value.strip()
     return out

@@ -105,7 +105,7 @@ def _memory(node, stop, deadline, ready):
     if node is not None:
         Libc().set_mempolicy(MPOL_BIND, [node])
     bufs = []
-    for _ in range(2):
+    for _unused in range(2):
         buf = mmap.mmap(-1, MEMORY_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         buf.write(b"\1" * MEMORY_BYTES)
         bufs.append(buf)
@@ -165,7 +165,7 @@ class Load:
         if self.kind in ("copies", "both"):
             out += [{"kind": "copies", "gpu": g, "libcuda_path": self.libcuda_path} for g in self.gpus]
         if self.kind in ("memory", "both"):
-            out += [{"kind": "memory", "node": self.memory_node} for _ in range(self.memory_workers)]
+            out += [{"kind": "memory", "node": self.memory_node} for _unused in range(self.memory_workers)]
         return out
 
     def __enter__(self):
@@ -189,10 +189,10 @@ class Load:
         """Until every stressor has allocated and started (or answered with its error), READY_TIMEOUT_S at most:
         the measurement then meets the whole load."""
         self._early = {}
-        waiting = {rfd: pid for pid, rfd, _ in self.children}
+        waiting = {rfd: pid for pid, rfd, _unused in self.children}
         end = time.monotonic() + READY_TIMEOUT_S
         while waiting and time.monotonic() < end:
-            ready, _, _ = select.select(list(waiting), [], [], max(0.0, end - time.monotonic()))
+            ready, _unused, _unused = select.select(list(waiting), [], [], max(0.0, end - time.monotonic()))
             for rfd in ready:
                 chunk = os.read(rfd, 1)
                 if chunk != READY:
@@ -204,11 +204,11 @@ class Load:
         return False
 
     def pids(self):
-        return [pid for pid, _, _ in self.children]
+        return [pid for pid, _unused, _unused in self.children]
 
     def stop(self):
         """SIGTERM every stressor, wait up to STOP_GRACE_S for its answer, SIGKILL what is left; reap all."""
-        for pid, _, _ in self.children:
+        for pid, _unused, _unused in self.children:
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -217,7 +217,7 @@ class Load:
         for pid, rfd, spec in self.children:
             data = getattr(self, "_early", {}).get(rfd, b"")
             while time.monotonic() < end:
-                ready, _, _ = select.select([rfd], [], [], max(0.0, end - time.monotonic()))
+                ready, _unused, _unused = select.select([rfd], [], [], max(0.0, end - time.monotonic()))
                 if not ready:
                     break
                 chunk = os.read(rfd, 1 << 16)

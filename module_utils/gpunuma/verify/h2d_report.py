@@ -313,9 +313,9 @@ def _verdict(places, rules, profile, ladder, previous=None):
         spread = stats.spread(_series(place, "h2d_pinned_gbps"))
         if spread > rules["max_round_spread"]:
             return VERDICT_INCONCLUSIVE, ("the %d rounds of %s disagree: their bandwidths spread %.0f%% of the median "
-                                         "(more than %.0f%%), so the node was not quiet; validate again"
-                                         % (len(place["rounds"]), name, spread * 100,
-                                            rules["max_round_spread"] * 100)), None, {}
+                                          "(more than %.0f%%), so the node was not quiet; validate again"
+                                          % (len(place["rounds"]), name, spread * 100,
+                                             rules["max_round_spread"] * 100)), None, {}
     comparisons = {name: _compare(local, place, rules) for name, place in refs}
     outcomes = {name: {c["outcome"] for c in comp.values()} for name, comp in comparisons.items()}
     detail = "; ".join(_said(name, comp) for name, comp in comparisons.items())
@@ -341,7 +341,7 @@ def _verdict(places, rules, profile, ladder, previous=None):
 def _rules(verdict):
     """The verdict settings of a loaded policy, with the optional keys' defaults."""
     out = dict(verdict)
-    for key, (_, default) in VERDICT_OPTIONAL.items():
+    for key, (_unused, default) in VERDICT_OPTIONAL.items():
         out.setdefault(key, default)
     return out
 

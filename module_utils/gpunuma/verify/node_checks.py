@@ -401,7 +401,7 @@ def read_node(root="/"):
         if wanted and cpu not in wanted:
             continue
         rel = os.path.join(cpu_dir, "cpu%d" % cpu, "cpufreq", "scaling_governor")
-        governor, _ = reader.value(rel, parse_governor)
+        governor, _unused = reader.value(rel, parse_governor)
         available = None
         text = reader.text(os.path.join(cpu_dir, "cpu%d" % cpu, "cpufreq", "scaling_available_governors"))
         if text is not None:
@@ -410,11 +410,11 @@ def read_node(root="/"):
 
     thp = os.path.join("sys", "kernel", "mm", "transparent_hugepage")
     facts = NodeFacts(root=root, gpus=gpus, governors=governors, governor_scope=scope)
-    facts.thp_enabled, _ = reader.value(os.path.join(thp, "enabled"), parse_thp)
-    facts.thp_defrag, _ = reader.value(os.path.join(thp, "defrag"), parse_thp)
+    facts.thp_enabled, _unused = reader.value(os.path.join(thp, "enabled"), parse_thp)
+    facts.thp_defrag, _unused = reader.value(os.path.join(thp, "defrag"), parse_thp)
     facts.cmdline = reader.text(os.path.join("proc", "cmdline"))
-    facts.numa_balancing, _ = reader.value(os.path.join("proc", "sys", "kernel", "numa_balancing"),
-                                           parse_numa_balancing)
+    facts.numa_balancing, _unused = reader.value(os.path.join("proc", "sys", "kernel", "numa_balancing"),
+                                                 parse_numa_balancing)
     facts.kernel_release = reader.text(os.path.join("proc", "sys", "kernel", "osrelease")) or None
     facts.iommu_groups_present = bool(_listdir(reader.path(os.path.join("sys", "kernel", "iommu_groups"))))
     facts.problems = reader.problems
@@ -544,7 +544,7 @@ def _iommu_findings(facts, shown):
     args = parse_cmdline_iommu(facts.cmdline or "")
     evidence = [Evidence(shown(os.path.join("proc", "cmdline")), facts.cmdline)]
     translated = [("%s=%s" % kv) for kv in args if kv in (("intel_iommu", "on"), ("amd_iommu", "on"), ("iommu", "force"),
-                                                            ("iommu.passthrough", "0"), ("iommu", "nopt"))]
+                                                          ("iommu.passthrough", "0"), ("iommu", "nopt"))]
     passthrough = any(kv in (("iommu", "pt"), ("iommu.passthrough", "1")) for kv in args)
     if facts.gpus and translated and not passthrough:
         out.append(Finding(
@@ -587,10 +587,10 @@ def _governor_findings(facts):
                        _cpu_ranges([g.cpu for g in slow]), "/".join(names)),
             evidence=[Evidence(g.file, g.governor) for g in slow[:8]],
             fix=("Set node_checks_fix_governor: true to write 'performance' to scaling_governor of these CPUs "
-                 "(live only; persist it with tuned or cpupower), or accept the power saving."
-                 if facts.governor_scope == "gpu_local_cpus" else
-                 "No GPU's local CPU list is known, so node_checks_fix_governor does not change them (it would "
-                 "be node-wide); set the governor with tuned or cpupower if that is wanted.")))
+                        "(live only; persist it with tuned or cpupower), or accept the power saving."
+                        if facts.governor_scope == "gpu_local_cpus" else
+                        "No GPU's local CPU list is known, so node_checks_fix_governor does not change them (it would "
+                        "be node-wide); set the governor with tuned or cpupower if that is wanted.")))
     if absent and len(absent) == len(facts.governors):
         out.append(Finding(check="cpu_governor", severity="info", subject="host",
                            message="cpufreq is absent (no scaling_governor): frequency is managed by the "

@@ -115,7 +115,7 @@ def compare(x, y, higher_is_better, alpha, tolerance):
     med_x, med_y = statistics.median(x), statistics.median(y)
     ratio = (med_x / med_y) if med_y else (math.inf if med_x else 1.0)
     testable = min_p_value(len(x), len(y)) < alpha
-    _, p = mann_whitney(x, y)
+    _unused, p = mann_whitney(x, y)
     outcome = "same"
     if testable and p < alpha:
         gain = (ratio - 1.0) if higher_is_better else (1.0 - ratio)

@@ -68,7 +68,8 @@ def playbook(name, *extra, env_extra=None):
     for item in extra:
         cmd += ["-e", json.dumps(item)]
     env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO / "library"), ANSIBLE_MODULE_UTILS=str(REPO / "module_utils"),
-               ANSIBLE_FILTER_PLUGINS=str(REPO / "filter_plugins"), ANSIBLE_ROLES_PATH=str(REPO / "roles"),
+               ANSIBLE_FILTER_PLUGINS=str(REPO / "filter_plugins"),
+               ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_ROLES_PATH=str(REPO / "roles"),
                ANSIBLE_NOCOLOR="1", **(env_extra or {}))
     proc = subprocess.run(cmd, cwd=str(REPO), capture_output=True, text=True, timeout=1200, env=env)
     return proc.returncode, proc.stdout + proc.stderr

@@ -32,6 +32,7 @@ def play(playbook, *extra):
         cmd += ["-e", json.dumps(item)]
     env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO / "library"), ANSIBLE_MODULE_UTILS=str(REPO / "module_utils"),
                ANSIBLE_FILTER_PLUGINS=str(REPO / "filter_plugins"),
+               ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
                ANSIBLE_ROLES_PATH=str(REPO / "roles"), SUDO_USER="oncall", ANSIBLE_NOCOLOR="1")
     proc = subprocess.run(cmd, cwd=str(REPO), capture_output=True, text=True, timeout=600, env=env)
     return proc.returncode, proc.stdout + proc.stderr

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Assemble the gpunuma.fleet collection from the repository.
+
+The repository keeps the playbook layout (ansible.cfg, library/,
+module_utils/, filter_plugins/, roles/, playbooks/, policies/). This script
+lays the same files out as a collection under
+``build/ansible_collections/gpunuma/fleet`` (docs/collection.md):
+
+* ``library/*.py``            -> ``plugins/modules/``
+* ``module_utils/gpunuma/``   -> ``plugins/module_utils/gpunuma/``
+* ``filter_plugins/*.py``     -> ``plugins/filter/``
+* ``doc_fragments/*.py``      -> ``plugins/doc_fragments/``
+* ``roles/``, ``playbooks/``, ``policies/``, ``LICENSE``, ``README.md``
+* ``galaxy.yml`` and ``meta/runtime.yml`` from
+  ``collections/ansible_collections/gpunuma/fleet/``.
+
+Only the Python import lines change: ``ansible.module_utils.gpunuma`` becomes
+``ansible_collections.gpunuma.fleet.plugins.module_utils.gpunuma`` (how a
+collection's plugins import its module_utils), a module's documentation
+fragment gets its full name, and the filter plugin's module_utils path set-up
+(only a checkout needs it) goes. Roles and playbooks are copied unchanged:
+they already call the filters by their full names.
+
+Usage: .venv/bin/python scripts/build-collection.py [--out DIR] [--tarball]
+  --out DIR   the directory that receives ansible_collections/ (default build/)
+  --tarball   also run `ansible-galaxy collection build` into DIR
+              (gpunuma-fleet-<version>.tar.gz); prints its path last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = os.path.join(REPO_ROOT, "collections", "ansible_collections", "gpunuma", "fleet")
+NAMESPACE, NAME = "gpunuma", "fleet"
+PREFIX = "ansible_collections.%s.%s.plugins.module_utils" % (NAMESPACE, NAME)
+
+IMPORT = re.compile(r"\bansible\.module_utils\.gpunuma\b")
+# filter_plugins/gpunuma.py: the block that puts the configured module_utils
+# path on ansible.module_utils (a collection's plugins import theirs directly).
+PATH_SETUP = re.compile(
+    r"# Controller-side plugins do not get the configured module_utils path.*?\n\n(?=from )", re.S)
+# A documentation fragment of doc_fragments/ named in a module's extends_documentation_fragment.
+FRAGMENT = re.compile(r"^(\s+- )(%s)$" % "|".join(
+    sorted(os.path.splitext(name)[0] for name in os.listdir(os.path.join(REPO_ROOT, "doc_fragments"))
+           if name.endswith(".py"))), re.M)
+
+
+def rewrite_python(text, kind):
+    """``text`` of a Python file with its gpunuma imports as a collection's (``kind``: modules, filter, ...)."""
+    text = IMPORT.sub(PREFIX + ".gpunuma", text)
+    if kind == "filter":
+        text, count = PATH_SETUP.subn("", text)
+        if count != 1:
+            raise SystemExit("build-collection: the module_utils path set-up of filter_plugins/gpunuma.py "
+                             "was not found; update PATH_SETUP in %s" % __file__)
+        text = text.replace("import ansible.module_utils\n", "")
+        text = text.replace("from ansible import constants as C\n", "")
+        text = text.replace("  # noqa: E402", "")
+    if kind == "modules":
+        text = FRAGMENT.sub(r"\g<1>%s.%s.\2" % (NAMESPACE, NAME), text)
+    return text
+
+
+def copy_python_tree(src, dst, kind):
+    for directory, subdirs, files in os.walk(src):
+        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        target = os.path.join(dst, os.path.relpath(directory, src))
+        os.makedirs(target, exist_ok=True)
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                text = handle.read()
+            with open(os.path.join(target, name), "w", encoding="utf-8") as handle:
+                handle.write(rewrite_python(text, kind))
+
+
+def copy_tree(src, dst):
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ansible"), symlinks=False)
+
+
+def build(out):
+    root = os.path.join(out, "ansible_collections", NAMESPACE, NAME)
+    if os.path.isdir(root):
+        shutil.rmtree(root)
+    os.makedirs(os.path.join(root, "meta"))
+    shutil.copy(os.path.join(SOURCE, "galaxy.yml"), root)
+    shutil.copy(os.path.join(SOURCE, "meta", "runtime.yml"), os.path.join(root, "meta"))
+    shutil.copy(os.path.join(SOURCE, "CHANGELOG.md"), root)
+    for name in ("LICENSE", "README.md"):
+        shutil.copy(os.path.join(REPO_ROOT, name), root)
+    copy_python_tree(os.path.join(REPO_ROOT, "library"), os.path.join(root, "plugins", "modules"), "modules")
+    copy_python_tree(os.path.join(REPO_ROOT, "module_utils"), os.path.join(root, "plugins", "module_utils"),
+                     "module_utils")
+    copy_python_tree(os.path.join(REPO_ROOT, "filter_plugins"), os.path.join(root, "plugins", "filter"), "filter")
+    copy_python_tree(os.path.join(REPO_ROOT, "doc_fragments"), os.path.join(root, "plugins", "doc_fragments"),
+                     "doc_fragments")
+    for name in ("roles", "playbooks", "policies"):
+        copy_tree(os.path.join(REPO_ROOT, name), os.path.join(root, name))
+    return root
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(REPO_ROOT, "build"))
+    parser.add_argument("--tarball", action="store_true")
+    args = parser.parse_args(argv)
+    root = build(os.path.abspath(args.out))
+    print(root)
+    if args.tarball:
+        with open(os.path.join(root, "galaxy.yml"), encoding="utf-8") as handle:
+            version = yaml.safe_load(handle)["version"]
+        galaxy = os.path.join(os.path.dirname(sys.executable), "ansible-galaxy")
+        subprocess.run([galaxy, "collection", "build", "--force", "--output-path", os.path.abspath(args.out), root],
+                       check=True, stdout=subprocess.DEVNULL)
+        print(os.path.join(os.path.abspath(args.out), "%s-%s-%s.tar.gz" % (NAMESPACE, NAME, version)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

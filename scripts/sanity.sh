@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Run `ansible-test sanity` on the gpunuma.fleet collection (docs/collection.md).
+#
+# Builds the collection into build/ (scripts/build-collection.py), then runs
+# every sanity test of the .venv's ansible-test on it with the controller's
+# Python. ansible-test makes one virtualenv per test under
+# ~/.ansible/test/venv and installs its own pinned requirements there from
+# PyPI; only its pip bootstrap script (get-pip.py, fetched from
+# ci-files.testing.ansible.com, which a machine without that host cannot reach)
+# is replaced: ~/.ansible/test/cache/get_pip_<version>.py installs the same pip
+# release from its PyPI wheel (pinned below by version and sha256).
+#
+# Usage: scripts/sanity.sh [ansible-test sanity arguments, e.g. --test pylint]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+PIP_VERSION=24.2
+PIP_WHEEL_SHA256=2cd581cf58ab7fcfca4ce8efa6dcacd0de5bf8d0a3eb9ec927e07405f4d9e2a2
+CACHE_DIR="${GPUNUMA_CACHE_DIR:-/var/cache/gpunuma}/ansible-test"
+[ -w "$(dirname "$CACHE_DIR")" ] || CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/gpunuma/ansible-test"
+wheel="$CACHE_DIR/pip-$PIP_VERSION-py3-none-any.whl"
+bootstrap="$HOME/.ansible/test/cache/get_pip_${PIP_VERSION//./_}.py"
+
+scripts/setup-venv.sh
+mkdir -p "$CACHE_DIR" "$(dirname "$bootstrap")"
+if ! echo "$PIP_WHEEL_SHA256  $wheel" | sha256sum -c --status 2>/dev/null; then
+  .venv/bin/python -m pip download -q --no-deps --disable-pip-version-check "pip==$PIP_VERSION" -d "$CACHE_DIR"
+  echo "$PIP_WHEEL_SHA256  $wheel" | sha256sum -c --status \
+    || { echo "gpunuma: $wheel does not match its pinned sha256" >&2; exit 1; }
+fi
+cat > "$bootstrap.tmp" <<EOF
+# Written by gpunuma's scripts/sanity.sh: stands in for get-pip.py $PIP_VERSION.
+# Installs the packages ansible-test asks for (pip==$PIP_VERSION among them)
+# with the pip of the PyPI wheel $wheel.
+import sys
+sys.path.insert(0, "$wheel")
+from pip._internal.cli.main import main
+args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
+sys.exit(main(["install", "--quiet"] + args))
+EOF
+mv "$bootstrap.tmp" "$bootstrap"
+
+# Outside the checkout: inside it, ansible-test would list the collection's
+# files with git, which ignores build/.
+out="${TMPDIR:-/tmp}/gpunuma-sanity"
+collection=$(.venv/bin/python scripts/build-collection.py --out "$out" | tail -1)
+cd "$collection"
+exec env PATH="$REPO/.venv/bin:$PATH" ansible-test sanity --local --python "$("$REPO/.venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+  --color no "$@"
