@@ -13,14 +13,18 @@
 # $GPUNUMA_CACHE_DIR (default /var/cache/gpunuma), and debootstrap keeps its
 # .debs there, so a rebuild after the Docker store was wiped only re-imports.
 #
-# Usage: scripts/build-base-image.sh [--force]
+# Usage: scripts/build-base-image.sh [--force] [--suite bullseye|bookworm|trixie]
 #   --force  rebuild from debootstrap even when the image or tarball exists
 #            (downloaded .debs are still reused).
+#   --suite  the Debian release (default bookworm); the image is
+#            gpunuma/debian-systemd:<suite>.
 # Needs root, a running Docker engine and debootstrap (scripts/setup-host.sh).
 set -euo pipefail
 
 readonly IMAGE_REPO=gpunuma/debian-systemd
-readonly SUITE=bookworm
+# The Debian release: bookworm (the fleet's), or bullseye / trixie for the
+# platform matrix (docs/testing.md, "Platforms").
+SUITE=bookworm
 readonly MIRROR="${GPUNUMA_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 readonly CACHE_DIR="${GPUNUMA_CACHE_DIR:-/var/cache/gpunuma}"
 
@@ -50,11 +54,19 @@ log() { printf 'gpunuma: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 force=false
-case "${1:-}" in
-  "") ;;
-  --force) force=true ;;
-  *) die "unknown argument '$1'; allowed: --force" ;;
-esac
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --force) force=true ;;
+    --suite)
+      case "${2:-}" in
+        bullseye|bookworm|trixie) SUITE=$2; shift ;;
+        *) die "--suite '${2:-}': allowed: bullseye, bookworm, trixie" ;;
+      esac ;;
+    *) die "unknown argument '$1'; allowed: --force, --suite bullseye|bookworm|trixie" ;;
+  esac
+  shift
+done
+readonly SUITE
 
 script_path="$(readlink -f "${BASH_SOURCE[0]}")"
 content_hash="$(sha256sum "$script_path" | cut -c1-12)"

@@ -1,5 +1,6 @@
 """docs/role-variables.md is generated from the roles' argument specs and kept current."""
 
+import glob
 import importlib.util
 import os
 import shutil
@@ -154,3 +155,48 @@ def test_example_knobs_are_commented_out_at_their_defaults():
             if _literal(value) and shown != value:
                 wrong.append("line %d: %s shows %r, the %s default is %r" % (number, name, shown, role, value))
     assert wrong == [], "\n".join(wrong)
+
+
+def _playbook_spec():
+    with open(os.path.join(REPO_ROOT, "playbooks", "argument_specs.yml"), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)["argument_specs"]
+
+
+def test_every_variable_a_playbook_reads_with_a_default_has_a_spec_with_that_default():
+    """A gpunuma_* variable a playbook reads as ``name | default(X)`` is a user input: it is specified (playbooks/
+    argument_specs.yml or a role's spec) with the default X, so docs/role-variables.md lists it."""
+    import re
+
+    role_vars = {}
+    for path in glob.glob(os.path.join(REPO_ROOT, "roles", "*", "meta", "argument_specs.yml")):
+        with open(path, encoding="utf-8") as handle:
+            for entry in (yaml.safe_load(handle).get("argument_specs") or {}).values():
+                role_vars.update((entry or {}).get("options") or {})
+    playbook_vars = {}
+    for entry in _playbook_spec().values():
+        for name, option in (entry.get("options") or {}).items():
+            playbook_vars.setdefault(name, []).append(option)
+    # Internal facts a play sets for the next one (never a user's input).
+    internal = {"gpunuma_plan", "gpunuma_effective_profile", "gpunuma_summary_after_apply", "gpunuma_audit_targets"}
+    literal = re.compile(r"\b(gpunuma_[a-z_]+) \| default\(('[^']*'|\d+|true|false)\)")
+    seen, problems = set(), []
+    for path in sorted(glob.glob(os.path.join(REPO_ROOT, "playbooks", "*.yml"))):
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        for name, default in literal.findall(text):
+            if name in internal or name in role_vars:
+                continue
+            seen.add(name)
+            value = default.strip("'") if default.startswith("'") else yaml.safe_load(default)
+            specs = playbook_vars.get(name)
+            if not specs:
+                problems.append("%s: %s has no spec" % (os.path.basename(path), name))
+            elif not any(str(spec.get("default")) == str(value) for spec in specs):
+                problems.append("%s: %s defaults to %r, its spec says %r"
+                                % (os.path.basename(path), name, value, [s.get("default") for s in specs]))
+    assert problems == [], "\n".join(problems)
+    # The scan sees the playbooks' own knobs (a broken pattern would pass vacuously).
+    assert {"gpunuma_serial", "gpunuma_lock_timeout", "gpunuma_target", "gpunuma_validate_hosts"} <= seen
+    documented = open(os.path.join(REPO_ROOT, "docs", "role-variables.md"), encoding="utf-8").read()
+    for name in playbook_vars:
+        assert "`%s`" % name in documented, name
