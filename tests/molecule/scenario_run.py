@@ -57,13 +57,13 @@ def _tail(text, lines=OUTPUT_TAIL_LINES):
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _run(argv, timeout):
+def _run(argv, timeout, extra_env=None):
     """Run argv from the repository root; return (rc, combined output)."""
     try:
         proc = subprocess.run(
             argv,
             cwd=REPO_ROOT,
-            env=_subprocess_env(),
+            env=dict(_subprocess_env(), **(extra_env or {})),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -92,18 +92,23 @@ def _skip_reason(driver):
     return None
 
 
-@pytest.fixture(scope="session")
-def fleet_base_image():
-    """Build (or find cached) the image the docker-driver scenarios boot."""
-    argv = [str(BUILD_BASE_IMAGE)]
+def build_base_image(suite="bookworm"):
+    """Build (or find cached) gpunuma/debian-systemd:<suite>; fail the test with the script's output tail."""
+    argv = [str(BUILD_BASE_IMAGE), "--suite", suite]
     rc, output = _run(argv, IMAGE_BUILD_TIMEOUT_S)
     if rc != 0:
         how = "timed out" if rc is None else f"exited {rc}"
         pytest.fail(
-            f"{BUILD_BASE_IMAGE.relative_to(REPO_ROOT)} {how}; last lines:\n{_tail(output)}",
+            f"{BUILD_BASE_IMAGE.relative_to(REPO_ROOT)} --suite {suite} {how}; last lines:\n{_tail(output)}",
             pytrace=False,
         )
-    return output
+    return "gpunuma/debian-systemd:" + suite
+
+
+@pytest.fixture(scope="session")
+def fleet_base_image():
+    """Build (or find cached) the image the docker-driver scenarios boot."""
+    return build_base_image()
 
 
 def scenario_param(scenario_file):
@@ -112,21 +117,28 @@ def scenario_param(scenario_file):
     return pytest.param(scenario_file, marks=layer, id=scenario_file.parent.name)
 
 
-def run_scenario(scenario_file, request):
-    """``molecule test -s <scenario>``; skips where the host cannot run it, fails with the output's tail."""
+def run_scenario(scenario_file, request, suite=None):
+    """``molecule test -s <scenario>``; skips where the host cannot run it, fails with the output's tail.
+
+    ``suite`` (the platform matrix): boot the scenario's containers from that
+    Debian release's image (``GPUNUMA_FLEET_IMAGE``, which molecule/default reads).
+    """
     scenario = scenario_file.parent.name
     driver = driver_name(scenario_file)
     reason = _skip_reason(driver)
     if reason:
         pytest.skip(reason)
-    if driver == "docker":
+    extra = {}
+    if suite is not None:
+        extra["GPUNUMA_FLEET_IMAGE"] = build_base_image(suite)
+    elif driver == "docker":
         request.getfixturevalue("fleet_base_image")
 
     argv = [str(_venv_bin() / "molecule"), "test", "-s", scenario]
-    rc, output = _run(argv, SCENARIO_TIMEOUT_S)
+    rc, output = _run(argv, SCENARIO_TIMEOUT_S, extra)
     if rc != 0:
         how = f"timed out after {SCENARIO_TIMEOUT_S} s" if rc is None else f"exited {rc}"
         pytest.fail(
-            f"molecule test -s {scenario} {how}; last {OUTPUT_TAIL_LINES} lines:\n{_tail(output)}",
+            f"molecule test -s {scenario}{' on ' + suite if suite else ''} {how}; last {OUTPUT_TAIL_LINES} lines:\n{_tail(output)}",
             pytrace=False,
         )

@@ -121,6 +121,21 @@ def test_irqbalance_setting_of_its_own_is_refused_not_overridden():
     assert any("/etc/default/irqbalance" in p and "IRQBALANCE_BANNED_CPUS" in p for p in result["problems"])
 
 
+def test_irqbalance_setting_in_el_sysconfig_is_refused_naming_that_file():
+    # EL and Fedora: irqbalance.service reads /etc/sysconfig/irqbalance.
+    result = housekeeping_files(hgx_plan(), irqbalance_ban=True, irqbalance_loaded=True, host="gpu-a01",
+                                irqbalance_default={"/etc/default/irqbalance": "",
+                                                    "/etc/sysconfig/irqbalance": "IRQBALANCE_BANNED_CPULIST=0-3\n"})
+    assert result["files"] == [] and IRQ not in _paths(result["absent"])
+    (problem,) = result["problems"]
+    assert "/etc/sysconfig/irqbalance on gpu-a01 already sets IRQBALANCE_BANNED_CPULIST=0-3" in problem
+    # Commented out in either file: the ban is written.
+    result = housekeeping_files(hgx_plan(), irqbalance_ban=True, irqbalance_loaded=True, host="gpu-a01",
+                                irqbalance_default={"/etc/default/irqbalance": "#IRQBALANCE_BANNED_CPUS=ff\n",
+                                                    "/etc/sysconfig/irqbalance": "#IRQBALANCE_BANNED_CPULIST=0-3\n"})
+    assert result["problems"] == [] and IRQ in _paths(result["files"])
+
+
 def test_no_irqbalance_means_nothing_to_tell():
     result = housekeeping_files(hgx_plan(), irqbalance_ban=True, irqbalance_loaded=False)
     assert result["files"] == [] and result["problems"] == [] and IRQ in _paths(result["absent"])

@@ -17,8 +17,9 @@ numa_binding_irqbalance_ban) and both are plain systemd drop-ins, so the
   ``IRQBALANCE_BANNED_CPUS`` (the older hex mask) with the workers' CPUs, in a
   drop-in for irqbalance.service (irqbalance(1), "ENVIRONMENT"), so interrupts
   are balanced over the housekeeping CPUs only. A value in
-  /etc/default/irqbalance would override the drop-in (EnvironmentFile= is read
-  after Environment=), so such a file is refused rather than silently lost.
+  /etc/default/irqbalance (Debian, Ubuntu) or /etc/sysconfig/irqbalance (EL,
+  Fedora) would override the drop-in (EnvironmentFile= is read after
+  Environment=), so such a file is refused rather than silently lost.
 * IRQ pinning (numa_binding_irq_pin), the operator's alternative to the ban:
   the interrupts of the instances' GPUs and of their NICs pinned to the
   housekeeping CPUs of the device's own NUMA node, else of the nearest node
@@ -106,8 +107,21 @@ def hex_mask(cpus):
     return ",".join(words)
 
 
+# The environment files irqbalance.service reads (EnvironmentFile=): Debian and
+# Ubuntu ship /etc/default/irqbalance, EL and Fedora /etc/sysconfig/irqbalance.
+IRQBALANCE_ENV_FILES = ("/etc/default/irqbalance", "/etc/sysconfig/irqbalance")
+
+
+def irqbalance_env_texts(value):
+    """``{path: text}`` of irqbalance's environment files from ``value``: a mapping of path to text, or one text
+    (that of /etc/default/irqbalance)."""
+    if isinstance(value, dict):
+        return {path: text or "" for path, text in value.items()}
+    return {IRQBALANCE_ENV_FILES[0]: value or ""}
+
+
 def banned_in_default(text):
-    """Lines of /etc/default/irqbalance that set a banned-CPU variable (uncommented, non-empty)."""
+    """Lines of an irqbalance environment file that set a banned-CPU variable (uncommented, non-empty)."""
     found = []
     for line in (text or "").splitlines():
         match = BANNED_RE.match(line)
@@ -226,12 +240,13 @@ def housekeeping_files(plan, unit_dir="/etc/systemd/system", confine=False, irqb
     want_ban = bool(irqbalance_ban) and not profile_off
     ban_problem = False
     if want_ban and irqbalance_loaded:
-        lines = banned_in_default(irqbalance_default)
-        if lines:
-            ban_problem = True
-            problems.append("numa_binding_irqbalance_ban is true but /etc/default/irqbalance on %s already sets %s, "
-                            "which irqbalance.service reads after gpunuma's drop-in and would win; remove that line "
-                            "or set numa_binding_irqbalance_ban: false" % (host, "; ".join(lines)))
+        for env_path, text in sorted(irqbalance_env_texts(irqbalance_default).items()):
+            lines = banned_in_default(text)
+            if lines:
+                ban_problem = True
+                problems.append("numa_binding_irqbalance_ban is true but %s on %s already sets %s, which "
+                                "irqbalance.service reads after gpunuma's drop-in and would win; remove that line "
+                                "or set numa_binding_irqbalance_ban: false" % (env_path, host, "; ".join(lines)))
         if not housekeeping:
             ban_problem = True
             problems.append("numa_binding_irqbalance_ban is true but the plan of %s keeps no housekeeping CPUs "
