@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write docs/role-variables.md from every roles/*/meta/argument_specs.yml and playbooks/argument_specs.yml.
+"""Write docs/role-variables.md from every roles/*/meta/argument_specs.yml and playbooks/vars/argument_specs.yml.
 
 The argument specs are the single source of truth for role variables: Ansible
 validates each role's inputs against them, and this reference is generated
@@ -103,7 +103,7 @@ def render(roles_dir):
         "",
     ]
     specs = load_specs(roles_dir)
-    playbooks = os.path.join(os.path.dirname(os.path.abspath(roles_dir)), "playbooks", "argument_specs.yml")
+    playbooks = os.path.join(os.path.dirname(os.path.abspath(roles_dir)), "playbooks", "vars", "argument_specs.yml")
     if os.path.isfile(playbooks):
         with open(playbooks, encoding="utf-8") as handle:
             specs.append(("playbooks", (yaml.safe_load(handle) or {}).get("argument_specs") or {}))
@@ -113,7 +113,7 @@ def render(roles_dir):
     for role, entry_points in specs:
         if role == "playbooks":
             lines += ["## playbooks", "",
-                      "Variables the playbooks read themselves (playbooks/argument_specs.yml), per playbook.", ""]
+                      "Variables the playbooks read themselves (playbooks/vars/argument_specs.yml), per playbook.", ""]
         lines += ["## %s" % role, ""]
         for entry_point, spec in entry_points.items():
             spec = spec or {}

@@ -158,13 +158,13 @@ def test_example_knobs_are_commented_out_at_their_defaults():
 
 
 def _playbook_spec():
-    with open(os.path.join(REPO_ROOT, "playbooks", "argument_specs.yml"), encoding="utf-8") as handle:
+    with open(os.path.join(REPO_ROOT, "playbooks", "vars", "argument_specs.yml"), encoding="utf-8") as handle:
         return yaml.safe_load(handle)["argument_specs"]
 
 
 def test_every_variable_a_playbook_reads_with_a_default_has_a_spec_with_that_default():
     """A gpunuma_* variable a playbook reads as ``name | default(X)`` is a user input: it is specified (playbooks/
-    argument_specs.yml or a role's spec) with the default X, so docs/role-variables.md lists it."""
+    vars/argument_specs.yml or a role's spec) with the default X, so docs/role-variables.md lists it."""
     import re
 
     role_vars = {}
