@@ -38,12 +38,13 @@ class Node:
     ``hostname`` is true; ``mounts`` are read-only bind mounts (source, target).
     """
 
-    def __init__(self, sys_nice=True, name=None, hostname=False, mounts=(), boot_timeout=300):
+    def __init__(self, sys_nice=True, name=None, hostname=False, mounts=(), boot_timeout=300, extra_args=()):
         self.name = name or "gpunuma-it-%s" % uuid.uuid4().hex[:8]
         caps = ["--cap-add", "SYS_ADMIN"] + (["--cap-add", "SYS_NICE"] if sys_nice else [])
         extra = ["--hostname", self.name] if hostname else []
         for source, target in mounts:
             extra += ["-v", "%s:%s:ro" % (source, target)]
+        extra += list(extra_args)
         subprocess.run(
             ["docker", "run", "-d", "--name", self.name, *caps, *extra, "--cgroupns", "host",
              "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",

@@ -454,6 +454,21 @@ def test_option_newer_than_the_kubelet_is_refused():
                         "1.29); allowed: remove the option or upgrade"]
 
 
+@pytest.mark.parametrize("option, beta_until, ga", [
+    ("strict-cpu-reservation", "v1.34.4", "v1.35.4"),
+    ("prefer-align-cpus-by-uncorecache", "v1.35.4", "v1.36.3"),
+])
+def test_options_that_went_ga_need_no_beta_gate(option, beta_until, ga):
+    overrides = {"cpuManagerPolicyOptions": {option: "true"}}
+    # The node's config turns the beta options off.
+    text = config("kubeadm-config.yaml") + "featureGates:\n  CPUManagerPolicyBetaOptions: false\n"
+    problems = problems_of(overrides=overrides, kubelet_version=beta_until, text=text)
+    assert problems == ["cpuManagerPolicyOptions.%s: is beta in kubelet %s and featureGates.CPUManagerPolicyBetaOptions "
+                        "is false; allowed: that gate on (its default)" % (option, beta_until[1:5])], problems
+    result = plan(overrides=overrides, kubelet_version=ga, text=text)
+    assert result.config["cpuManagerPolicyOptions"] == {option: "true"}
+
+
 def test_alpha_option_allowed_with_its_gate():
     result = plan(cfg="hand-edited.yaml", overrides={"cpuManagerPolicyOptions": {"align-by-socket": "true"}})
     assert result.config["cpuManagerPolicyOptions"] == {"align-by-socket": "true"}

@@ -78,7 +78,9 @@ CPU_STATE_FILE = "cpu_manager_state"
 MEMORY_STATE_FILE = "memory_manager_state"
 
 # Static CPU policy options: (alpha since, beta since, GA since), from the
-# kubelet's CPU management policies page. Alpha options need the feature gate
+# kubelet's CPU management policies page (kubernetes.io, "Control CPU
+# Management Policies on the Node": strict-cpu-reservation GA in 1.35,
+# prefer-align-cpus-by-uncorecache GA in 1.36). Alpha options need the feature gate
 # CPUManagerPolicyAlphaOptions; beta ones CPUManagerPolicyBetaOptions (on by
 # default).
 CPU_POLICY_OPTIONS = {
@@ -86,8 +88,8 @@ CPU_POLICY_OPTIONS = {
     "distribute-cpus-across-numa": ((1, 23), (1, 33), None),
     "align-by-socket": ((1, 25), None, None),
     "distribute-cpus-across-cores": ((1, 31), None, None),
-    "strict-cpu-reservation": ((1, 31), (1, 32), None),
-    "prefer-align-cpus-by-uncorecache": ((1, 32), (1, 34), None),
+    "strict-cpu-reservation": ((1, 31), (1, 32), (1, 35)),
+    "prefer-align-cpus-by-uncorecache": ((1, 32), (1, 34), (1, 36)),
 }
 TOPOLOGY_POLICY_OPTIONS = {
     "prefer-closest-numa-nodes": ((1, 26), (1, 28), (1, 32)),

@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 """STAND-IN for the kubelet, for gpunuma's molecule scenario `kubelet` only.
 
-This is not the kubelet and runs no pods. No kubelet binary can be installed
-on the test machines, so this small program plays the part of the kubelet
-that the kubelet_topology role depends on: it reads the KubeletConfiguration
+This is not the kubelet and runs no pods. The upstream kubelet itself runs in
+tests/integration/test_kubelet_real.py (fresh node to static and back with
+its checkpoints, reservedMemory accepted, a Guaranteed pod pinned, a refused
+change restored), but only on this host's one NUMA node. This small program
+plays the kubelet for what needs a machine the host is not (several NUMA
+nodes, more than 8 of them): it it reads the KubeletConfiguration
 and the CPU / Memory Manager checkpoint files, refuses to start exactly where
 the real kubelet documents that it would, writes the checkpoints under the
 configured policies (the real kubelet writes them even under the default
