@@ -180,14 +180,8 @@ options:
       history_limit: {description: Switches kept in the history., type: int, default: 50}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpunuma_attributes.diff
   - gpunuma_lock
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
 author: gpunuma maintainers (@gpunuma)
 """
 

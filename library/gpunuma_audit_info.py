@@ -70,13 +70,7 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpunuma_attributes
 author: gpunuma maintainers (@gpunuma)
 """
 

@@ -54,13 +54,7 @@ options:
       playbook: {description: The playbook., type: str}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpunuma_attributes
 author: gpunuma maintainers (@gpunuma)
 """
 

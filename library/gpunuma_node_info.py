@@ -76,13 +76,7 @@ options:
       groups: {description: Group names., type: list, elements: str, default: []}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpunuma_attributes
 author: gpunuma maintainers (@gpunuma)
 """
 

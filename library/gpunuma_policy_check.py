@@ -37,13 +37,7 @@ options:
   fail_on_violation: {description: Fail when an error rule fails without a valid waiver., type: bool, default: true}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpunuma_attributes
 author: gpunuma maintainers (@gpunuma)
 """
 

@@ -59,15 +59,9 @@ options:
     default: 50
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpunuma_attributes.diff
   # O(lock): a switch is recorded (read, changed, written) under it; it is not taken to read.
   - gpunuma_lock
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
 author: gpunuma maintainers (@gpunuma)
 """
 

@@ -33,13 +33,7 @@ description:
 version_added: "0.2.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpunuma_attributes
 author: gpunuma maintainers (@gpunuma)
 options:
   gpus:

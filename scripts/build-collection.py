@@ -49,7 +49,7 @@ IMPORT = re.compile(r"\bansible\.module_utils\.gpunuma\b")
 PATH_SETUP = re.compile(
     r"# Controller-side plugins do not get the configured module_utils path.*?\n\n(?=from )", re.S)
 # A documentation fragment of doc_fragments/ named in a module's extends_documentation_fragment.
-FRAGMENT = re.compile(r"^(\s+- )(%s)$" % "|".join(
+FRAGMENT = re.compile(r"^(\s+- )((?:%s)(?:\.\w+)?)$" % "|".join(
     sorted(os.path.splitext(name)[0] for name in os.listdir(os.path.join(REPO_ROOT, "doc_fragments"))
            if name.endswith(".py"))), re.M)
 

@@ -305,7 +305,10 @@ def test_a_change_the_kubelet_refuses_is_restored_byte_for_byte(kubelet_node, tm
     assert proc.returncode == 0, proc.stdout[-6000:]
     node.wait_healthy()
     before = {path: node.read(path) for path in (CONFIG, "/var/lib/kubelet/cpu_manager_state",
-                                                 "/var/lib/kubelet/memory_manager_state")}
+                                                 "/var/lib/kubelet/memory_manager_state",
+                                                 "/var/lib/kubelet/dra_manager_state")}
+    # Every checkpoint the kubelet keeps is there to be restored, the DRA manager's included.
+    assert all(text.strip() for text in before.values()), before
     # reservedMemory on NUMA node 1, which this one-node machine does not have: only the kubelet can tell.
     with open(os.path.join(REPO_ROOT, "tests", "fixtures", "topologies", "hgx-h200-8gpu-2socket-ht.json")) as handle:
         two_nodes = json.load(handle)

@@ -54,12 +54,18 @@ def _with_fragments(documentation):
             module = importlib.import_module("ansible.plugins.doc_fragments." + name.split(".")[2].split(".")[0])
             assert "options" not in (yaml.safe_load(module.ModuleDocFragment.DOCUMENTATION) or {}), name
             continue
-        fragment = os.path.join(REPO_ROOT, "doc_fragments", name + ".py")
-        assert os.path.isfile(fragment), "%s: no doc_fragments/%s.py" % (documentation["module"], name)
+        base, _dot, part = name.partition(".")
+        fragment = os.path.join(REPO_ROOT, "doc_fragments", base + ".py")
+        assert os.path.isfile(fragment), "%s: no doc_fragments/%s.py" % (documentation["module"], base)
         source = open(fragment, encoding="utf-8").read()
         namespace = {}
         exec(compile(source, fragment, "exec"), namespace)
-        options = yaml.safe_load(namespace["ModuleDocFragment"].DOCUMENTATION)["options"]
+        data = yaml.safe_load(getattr(namespace["ModuleDocFragment"], (part or "documentation").upper()))
+        if "attributes" in data:
+            assert "attributes" not in documentation, "%s sets attributes itself and through %s" % (
+                documentation["module"], name)
+            documentation["attributes"] = data["attributes"]
+        options = data.get("options") or {}
         clash = set(options) & set(documentation.get("options") or {})
         assert not clash, "%s documents %s itself and through %s" % (documentation["module"], sorted(clash), name)
         documentation.setdefault("options", {}).update(options)
@@ -114,7 +120,7 @@ def test_documentation_parses_and_matches_the_argument_spec(path):
              os.path.basename(path)[:-3], problems)
     assert problems == [], "\n".join(problems)
     # Attributes as validate-modules and ansible-doc expect them (described by ansible-core's fragment).
-    documentation = parsed["DOCUMENTATION"]
+    documentation = parsed["DOCUMENTATION"]  # with its fragments merged (_with_fragments)
     assert "ansible.builtin.action_common_attributes" in documentation["extends_documentation_fragment"]
     attributes = documentation["attributes"]
     assert set(attributes) == {"check_mode", "diff_mode", "platform"}, sorted(attributes)
