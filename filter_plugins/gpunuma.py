@@ -225,6 +225,34 @@ gpunuma_host_file = _filter(role_inputs.host_file_stem)
 gpunuma_host_file.__doc__ = "The controller file name stem of inventory host ``host`` (role_inputs.host_file_stem)."
 
 
+# node_exporter's textfile directory: Debian's and Ubuntu's prometheus-node-exporter
+# package, and EPEL's golang-github-prometheus-node-exporter (EL, Fedora), which
+# passes it in /etc/sysconfig/node_exporter.
+TEXTFILE_DIRS = {"debian": "/var/lib/prometheus/node-exporter", "el": "/var/lib/node_exporter/textfile_collector"}
+_TEXTFILE_FLAG = re.compile(r"--collector\.textfile\.directory[= ]+[\"']?(/[^\s\"']+)")
+_EL_IDS = {"rhel", "centos", "fedora", "rocky", "almalinux", "ol"}
+
+
+def gpunuma_metrics_textfile_dir(os_release, exporter_env_texts):
+    """The textfile directory ``auto`` stands for on a node: the ``--collector.textfile.directory`` its
+    node_exporter's environment file passes (``exporter_env_texts``: /etc/default/prometheus-node-exporter,
+    /etc/sysconfig/node_exporter), else the directory its distribution's package uses (``os_release``: the text
+    of /etc/os-release; EL and Fedora by ID or ID_LIKE), else Debian's."""
+    for text in exporter_env_texts or []:
+        for line in (text or "").splitlines():
+            if line.lstrip().startswith("#"):
+                continue
+            match = _TEXTFILE_FLAG.search(line)
+            if match:
+                return match.group(1)
+    ids = set()
+    for line in (os_release or "").splitlines():
+        key, _sep, value = line.partition("=")
+        if key.strip() in ("ID", "ID_LIKE"):
+            ids.update(value.strip().strip("\"'").split())
+    return TEXTFILE_DIRS["el"] if ids & _EL_IDS else TEXTFILE_DIRS["debian"]
+
+
 def gpunuma_output_dir(playbook_dir, name, environ=None):
     """The controller directory ``name`` (topology, validation, audit) of a run of the playbook in ``playbook_dir``.
 
@@ -644,6 +672,7 @@ FILTERS = (
     # gpu_topology
     "gpunuma_host_file",
     "gpunuma_output_dir",
+    "gpunuma_metrics_textfile_dir",
     "gpu_topology_controller_files",
     "gpu_topology_read_topology",
     "gpu_topology_input_problems",

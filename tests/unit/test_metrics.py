@@ -271,3 +271,32 @@ def test_plan_with_a_path_for_a_unit_is_refused(tmp_path):
     fams = parse(text)
     assert not samples(fams, "gpunuma_instance_info")
     assert samples(fams, "gpunuma_metrics_source_up", source="plan")[0].value == 0
+
+
+def _textfile_dir():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpunuma_filters_metrics", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "filter_plugins", "gpunuma.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.gpunuma_metrics_textfile_dir
+
+
+@pytest.mark.parametrize("os_release, env_texts, expected", [
+    # Debian's package passes nothing: its default.
+    ('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n', ['ARGS=""\n', ""], "/var/lib/prometheus/node-exporter"),
+    ('ID=ubuntu\nID_LIKE=debian\n', ["", ""], "/var/lib/prometheus/node-exporter"),
+    # EL by ID_LIKE (Rocky, Alma) or ID (RHEL, Fedora): EPEL's directory.
+    ('ID="rocky"\nID_LIKE="rhel centos fedora"\n', ["", ""], "/var/lib/node_exporter/textfile_collector"),
+    ('ID=fedora\n', ["", ""], "/var/lib/node_exporter/textfile_collector"),
+    # What node_exporter is told wins over any default, in either spelling; a commented line does not count.
+    ('ID=debian\n', ['ARGS="--collector.textfile.directory=/srv/prom --web.listen-address=:9100"\n', ""], "/srv/prom"),
+    ('ID=rhel\n', ["", 'OPTIONS="--collector.textfile.directory /var/lib/node_exporter/tf"\n'],
+     "/var/lib/node_exporter/tf"),
+    ('ID=debian\n', ['#ARGS="--collector.textfile.directory=/srv/prom"\n', ""], "/var/lib/prometheus/node-exporter"),
+    # Nothing readable: Debian's.
+    ("", [], "/var/lib/prometheus/node-exporter"),
+])
+def test_auto_textfile_dir_follows_node_exporter_then_the_distribution(os_release, env_texts, expected):
+    assert _textfile_dir()(os_release, env_texts) == expected
