@@ -108,6 +108,14 @@ options:
     type: str
     choices: [first_node, cpu_nodes]
     default: first_node
+  pod_gpu_counts:
+    description:
+      - The GPUs per pod of the workloads the node's pool runs (e.g. C([1, 2, 4])). Under the
+        C(single-numa-node) Topology Manager policy, more than one count gets a warning - mixed sizes
+        fragment the NUMA nodes and larger pods are rejected at admission.
+    type: list
+    elements: int
+    default: []
   manage_reservations:
     description:
       - Allow O(overrides) to write C(kubeReserved), C(systemReserved) and C(evictionHard). An
@@ -259,6 +267,7 @@ def main():
             kubelet_version=dict(type="str"),
             overrides=dict(type="dict", default={}),
             memory_spread=dict(type="str", choices=["first_node", "cpu_nodes"], default="first_node"),
+            pod_gpu_counts=dict(type="list", elements="int", default=[]),
             manage_reservations=dict(type="bool", default=False),
             state_dir=dict(type="path", default="/var/lib/kubelet"),
             cpu_manager_state=dict(type="str"),
@@ -312,6 +321,7 @@ def main():
             housekeeping_cpus_list=params["housekeeping_cpus"],
             overrides=params["overrides"],
             memory_spread=params["memory_spread"],
+            pod_gpu_counts=params["pod_gpu_counts"],
             manage_reservations=params["manage_reservations"],
             cpu_state=states["cpu_manager_state"],
             memory_state=states["memory_manager_state"],

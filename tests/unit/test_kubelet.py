@@ -566,3 +566,25 @@ def test_a_version_read_as_a_number_is_caught(version):
 def test_missing_version_is_a_warning_not_an_error():
     result = plan(kubelet_version=None)
     assert any(w.startswith("kubelet_version is not set") for w in result.warnings)
+
+
+def test_single_numa_node_on_a_pool_of_mixed_pod_sizes_is_warned():
+    result = plan(prof="strict", pod_gpu_counts=[1, 2, 4, 4, 0])
+    (line,) = [w for w in result.warnings if "single-numa-node" in w]
+    assert "pods of 1, 2, 4 GPUs" in line and "TopologyAffinityError" in line
+    assert "prefer-closest-numa-nodes" in line and "pytorch/ci-infra#696" in line
+
+
+@pytest.mark.parametrize("prof, counts", [
+    ("strict", [8, 8]),       # one pod size: packing cannot fragment
+    ("strict", [0, 4]),       # CPU-only pods ask for no GPU
+    ("preferred", [1, 2, 4]),  # best-effort admits what it cannot align
+])
+def test_no_mixed_size_warning_where_admission_cannot_livelock(prof, counts):
+    result = plan(prof=prof, pod_gpu_counts=counts)
+    assert not [w for w in result.warnings if "TopologyAffinityError" in w], result.warnings
+
+
+def test_pod_gpu_counts_must_be_counts():
+    problems = problems_of(pod_gpu_counts=[1, "two", -1])
+    assert any(p.startswith("pod_gpu_counts: [1, 'two', -1] is not allowed; allowed: a list of GPU counts") for p in problems)

@@ -416,13 +416,15 @@ class _Run(object):
 def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, housekeeping_cores_per_node="auto",
                  housekeeping_cpus_list=None,
                  overrides=None, memory_spread="first_node", manage_reservations=False, cpu_state=None,
-                 memory_state=None, state_dir=DEFAULT_STATE_DIR, config_source="config"):
+                 memory_state=None, state_dir=DEFAULT_STATE_DIR, config_source="config", pod_gpu_counts=None):
     """Merge the preset, the topology's reservations and ``overrides`` into ``config_text``.
 
     ``profile`` is the binding profile mapping (it names the preset and gives
     the planner its housekeeping cores); ``preset`` the mapping of
     ``policies/kubelet/<profile>.yml``. ``cpu_state``/``memory_state`` are
-    the checkpoint files' text, None when absent or unread. Raises
+    the checkpoint files' text, None when absent or unread. ``pod_gpu_counts``:
+    the GPUs per pod of the workloads the node's pool runs (a warning when
+    ``single-numa-node`` meets more than one count). Raises
     :class:`KubeletPlanError` listing every problem; returns a
     :class:`KubeletPlan`.
     """
@@ -441,6 +443,11 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
         problems.append("memory_spread: %r is not allowed; allowed: %s" % (memory_spread, ", ".join(MEMORY_SPREADS)))
     if not isinstance(manage_reservations, bool):
         problems.append("manage_reservations: %r is not a boolean; allowed: true, false" % (manage_reservations,))
+    counts = list(pod_gpu_counts or [])
+    if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts):
+        problems.append("pod_gpu_counts: %r is not allowed; allowed: a list of GPU counts per pod (integers, 0 or more)"
+                        % (pod_gpu_counts,))
+        counts = []
 
     try:
         reserved = housekeeping_cpus(topology, profile, housekeeping_cores_per_node, housekeeping_cpus_list)
@@ -459,6 +466,7 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
     run.final_reservations.update(reservations)
     _cpu_manager(run, reserved, housekeeping_cores_per_node)
     _topology_manager(run)
+    _mixed_pod_shapes(run, counts)
     _memory_manager(run, memory_spread)
     if problems:
         raise KubeletPlanError(problems)
@@ -611,6 +619,25 @@ def _cpu_manager(run, reserved, housekeeping_cores_per_node):
                 problems.append("reservedSystemCPUs: cannot be combined with %s (%r) in the kubelet config; allowed: "
                                 "remove %s from the config, or cpuManagerPolicy none" % (key, final_reservations[key], key))
     run.settings["reservedSystemCPUs"] = reserved_cpus
+
+
+def _mixed_pod_shapes(run, counts):
+    """A warning for single-numa-node on a pool whose pods ask for different GPU counts.
+
+    Pods of 1, 2 and 4 GPUs on one node fragment it so that a larger pod finds
+    no single NUMA node with enough free GPUs and is rejected at admission
+    (TopologyAffinityError), again and again while the scheduler, which does
+    not see NUMA, keeps sending it there (pytorch/ci-infra#696: four 4-GPU pods
+    rejected for about 90 s on one node).
+    """
+    shapes = sorted(set(c for c in counts if c > 0))
+    if run.settings["topologyManagerPolicy"] == "single-numa-node" and len(shapes) > 1:
+        run.warnings.append(
+            "topologyManagerPolicy single-numa-node on %s, whose pool runs pods of %s GPUs: mixed GPU counts fragment "
+            "the node's NUMA nodes and a larger pod is rejected at admission (TopologyAffinityError) while the "
+            "scheduler keeps placing it here (pytorch/ci-infra#696); consider restricted with the "
+            "prefer-closest-numa-nodes option (GA in 1.32), one GPU count per node pool, or a NUMA-aware scheduler"
+            % (run.host, ", ".join(str(c) for c in shapes)))
 
 
 def _topology_manager(run):
