@@ -8,7 +8,7 @@ errors (``GpunumaError``) into filter errors. One file holds them all so the
 (``ANSIBLE_FILTER_PLUGINS``) point Ansible here.
 
 Sections: fleet audit (playbooks/audit.yml), autonuma, gpu_topology,
-gpu_validate, gpunuma_state, memlock, numa_binding. Every filter is the
+gpu_validate, gpunuma_state, kubelet_topology, memlock, numa_binding. Every filter is the
 module-level function of the same name.
 """
 
@@ -41,6 +41,9 @@ from ansible.module_utils.gpunuma.common import schemas  # noqa: E402
 from ansible.module_utils.gpunuma.common import seal as seallib  # noqa: E402
 from ansible.module_utils.gpunuma.common import secrets as secretslib  # noqa: E402
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
+from ansible.module_utils.gpunuma.kubelet import guard as kubeletguard  # noqa: E402
+from ansible.module_utils.gpunuma.kubelet import plan as kubeletplan  # noqa: E402
+from ansible.module_utils.gpunuma.kubelet import resource_slices as resourceslices  # noqa: E402
 from ansible.module_utils.gpunuma.plan.planner import systemd_environment_assignment, systemd_exec_line  # noqa: E402
 from ansible.module_utils.gpunuma.plan.profiles import (  # noqa: E402
     ProfileError, base_profile, load_profiles, profile_choice_problem, profile_variant)
@@ -120,7 +123,21 @@ def gpunuma_audit_line(report):
 def gpunuma_audit_kubelet(plan_result, profile=None, problem=None):
     """audit.kubelet_findings from a kubelet_topology plan result (or the problem that stopped it)."""
     plan_result = plan_result or {}
-    return audit.kubelet_findings(plan_result.get("changes"), plan_result.get("remove_checkpoints"), problem, profile)
+    return audit.kubelet_findings(plan_result.get("changes"), plan_result.get("remove_checkpoints"), problem, profile,
+                                  plan_result.get("dra_checkpoint"))
+
+
+@_filter
+def gpunuma_audit_resource_slices(document, topology, node_name):
+    """``kubelet-resource-slice`` findings: the node's DRA ResourceSlices against its topology."""
+    if isinstance(document, str):
+        try:
+            document = json.loads(document)
+        except ValueError as exc:
+            raise AnsibleFilterError("gpunuma_audit_resource_slices: not JSON (%s); allowed: the output of kubectl get "
+                                     "resourceslices -o json" % exc)
+    return [audit.Finding("kubelet-resource-slice", f["severity"], f["message"], None, f["expected"], f["actual"])
+            for f in resourceslices.resource_slice_findings(document, topology or {}, node_name)]
 
 
 def gpunuma_audit_unreachable_line(host):
@@ -382,6 +399,22 @@ def gpunuma_rollback_target(read, rollback, requested, profiles_dir, inventory_p
     except statelib.StateError as exc:
         return {"error": str(exc)}
     return {"target": target, "action": action, "from": read.get("current_profile")}
+
+
+# ================================================================ kubelet_topology
+
+def kubelet_topology_dra_mode(requested, registrations=()):
+    """``kubelet_topology_dra`` resolved (``auto``: from the node's DRA plugin registrations)."""
+    return kubeletplan.dra_mode(requested, registrations)
+
+
+@_filter
+def kubelet_topology_guard_files(plan, enabled, script_text, python, libexec_dir, unit_dir, service, state_dir,
+                                 backup_dir, tolerance_mib, header=""):
+    """The memory checkpoint check's script and kubelet drop-in (or their removal), for gpunuma_apply."""
+    return kubeletguard.guard_files(bool((plan or {}).get("memory_checkpoint_guard")), bool(enabled), script_text,
+                                    python, libexec_dir, unit_dir, service, state_dir, backup_dir, tolerance_mib,
+                                    header)
 
 
 # ================================================================ memlock
@@ -709,6 +742,9 @@ FILTERS = (
     "numa_binding_stale_env_files",
     "numa_binding_program_problems",
     "numa_binding_housekeeping",
+    "gpunuma_audit_resource_slices",
+    "kubelet_topology_dra_mode",
+    "kubelet_topology_guard_files",
 )
 
 

@@ -116,6 +116,18 @@ options:
     type: list
     elements: int
     default: []
+  dra:
+    description:
+      - How GPUs (and CPUs) reach pods. C(off) - device plugins, aligned by the Topology Manager.
+      - C(gpu) - GPUs through Dynamic Resource Allocation; the preset stays and a warning says that the
+        Topology Manager does not align DRA devices (a ResourceClaim's C(matchAttribute) does).
+      - C(gpu_and_cpu) - the CPU DRA driver assigns CPUs too - C(cpuManagerPolicy) none (the driver's
+        requirement), C(memoryManagerPolicy) None, no CPU Manager options, the housekeeping CPUs kept in
+        C(reservedSystemCPUs) for the driver's C(--reserved-cpus); a stale CPU or memory checkpoint is removed as
+        on any change to none.
+    type: str
+    choices: ["off", gpu, gpu_and_cpu]
+    default: "off"
   manage_reservations:
     description:
       - Allow O(overrides) to write C(kubeReserved), C(systemReserved) and C(evictionHard). An
@@ -134,6 +146,11 @@ options:
     type: str
   memory_manager_state:
     description: Text of the C(memory_manager_state) checkpoint; as O(cpu_manager_state).
+    type: str
+  dra_manager_state:
+    description:
+      - Text of the C(dra_manager_state) checkpoint (the DRA manager's prepared claims); as O(cpu_manager_state).
+        It is read and reported (RV(dra_checkpoint)), never planned away.
     type: str
   read_checkpoints:
     description:
@@ -220,6 +237,20 @@ reserved_cpus:
   description: C(reservedSystemCPUs) as written, or null.
   returned: success
   type: str
+dra_mode:
+  description: The DRA mode planned for (O(dra)).
+  returned: success
+  type: str
+memory_checkpoint_guard:
+  description:
+    - True when the merged config runs the C(Static) Memory Manager without the C(MemoryManagerDriftTolerance)
+      feature gate (KEP-6232); the role then has the kubelet unit check C(memory_manager_state) before each start.
+  returned: success
+  type: bool
+dra_checkpoint:
+  description: C({path, claims, drivers, problem}) of C(dra_manager_state), or null when there is none.
+  returned: success
+  type: dict
 warnings:
   description: Warnings (also emitted as Ansible warnings).
   returned: success
@@ -238,7 +269,13 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.inputs import count_or_word
-from ansible.module_utils.gpunuma.kubelet.plan import CPU_STATE_FILE, MEMORY_STATE_FILE, plan_kubelet
+from ansible.module_utils.gpunuma.kubelet.plan import (
+    CPU_STATE_FILE,
+    DRA_MODES,
+    DRA_STATE_FILE,
+    MEMORY_STATE_FILE,
+    plan_kubelet,
+)
 from ansible.module_utils.gpunuma.plan.profiles import load_profile, parse_profile_text
 
 
@@ -272,6 +309,8 @@ def main():
             state_dir=dict(type="path", default="/var/lib/kubelet"),
             cpu_manager_state=dict(type="str"),
             memory_manager_state=dict(type="str"),
+            dra_manager_state=dict(type="str"),
+            dra=dict(type="str", choices=list(DRA_MODES), default="off"),
             read_checkpoints=dict(type="bool", default=True),
         ),
         mutually_exclusive=[("topology", "topology_path"), ("config", "config_path")],
@@ -292,7 +331,8 @@ def main():
         config = _read(module, params["config_path"], "config_path")
 
     states = {}
-    for option, name in (("cpu_manager_state", CPU_STATE_FILE), ("memory_manager_state", MEMORY_STATE_FILE)):
+    for option, name in (("cpu_manager_state", CPU_STATE_FILE), ("memory_manager_state", MEMORY_STATE_FILE),
+                         ("dra_manager_state", DRA_STATE_FILE)):
         states[option] = params[option]
         path = os.path.join(params["state_dir"], name)
         if states[option] is None and params["read_checkpoints"] and os.path.exists(path):
@@ -327,6 +367,8 @@ def main():
             memory_state=states["memory_manager_state"],
             state_dir=params["state_dir"],
             config_source=config_source,
+            dra=params["dra"],
+            dra_state=states["dra_manager_state"],
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))

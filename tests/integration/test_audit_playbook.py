@@ -104,3 +104,49 @@ def test_kubelet_settings_are_audited(tmp_path):
     assert "profile strict asks for" in kubelet["cpuManagerPolicy"]["message"]
     assert report["status"] == "drifted"
     assert config.read_text() == before
+
+
+def test_dra_nodes_are_audited_against_their_resource_slices(tmp_path):
+    """gpunuma_audit_resource_slices: the GPU devices a DRA driver publishes against the node's topology, and the
+    DRA checkpoint reported (docs/audit.md)."""
+    import shutil
+
+    from conftest import FIXTURES
+    from dra_slices import derived_slices
+
+    source = os.path.join(FIXTURES, "topologies", "hgx-h200-8gpu-2socket-ht.json")
+    topology = tmp_path / "topology.json"
+    shutil.copy(source, topology)
+    config = tmp_path / "config.yaml"
+    config.write_text(open(os.path.join(FIXTURES, "kubelet", "kubeadm-config.yaml"), encoding="utf-8").read())
+    state = tmp_path / "state"
+    state.mkdir()
+    claims = {"kind": "DRACheckpoint", "apiVersion": "checkpoint.dra.kubelet.k8s.io/v1",
+              "Entries": [{"ClaimUID": "u1", "ClaimName": "gpu", "Namespace": "default",
+                           "DriverState": {"gpu.nvidia.com": {"Devices": []}}}]}
+    (state / "dra_manager_state").write_text(json.dumps({"Data": json.dumps(claims), "Checksum": 1}))
+    # GPU 5's driver says NUMA node 0; gpunuma found it on node 1.
+    slices = derived_slices(json.load(open(source, encoding="utf-8")), "gpu-k01",
+                            numa=lambda gpu: {"int": 0 if gpu["index"] == 5 else gpu["numa_node"]})
+    slices_file = tmp_path / "slices.json"
+    slices_file.write_text(json.dumps(slices))
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                      "gpunuma_kubelet": True, "kubelet_topology_config_path": str(config),
+                      "kubelet_topology_state_dir": str(state), "kubelet_topology_kubelet_version": "1.34",
+                      "kubelet_topology_node_name": "gpu-k01", "kubelet_topology_dra": "gpu",
+                      "gpu_topology_node_path": str(topology), "gpu_topology_nvml_dump": "/nonexistent"}}}}))
+    reports = tmp_path / "reports"
+    proc = run_playbook("playbooks/audit.yml", str(inventory),
+                        {"gpunuma_audit_dir": str(reports), "numa_binding_plan_path": str(tmp_path / "plan.json"),
+                         "autonuma_sysctl_file": str(tmp_path / "sysctl.conf"),
+                         "gpunuma_audit_resource_slices": str(slices_file)}, check=True)
+    out = proc.stdout + proc.stderr
+    report = json.loads((reports / "localhost.json").read_text())
+    slice_findings = [f for f in report["findings"] if f["id"] == "kubelet-resource-slice"]
+    assert [(f["severity"], f["expected"], f["actual"]) for f in slice_findings] == [("error", 1, 0)], out[-3000:]
+    assert "gpu.nvidia.com/gpu-5 publishes numaNode 0" in slice_findings[0]["message"]
+    (dra,) = [f for f in report["findings"] if f["id"] == "kubelet-dra-checkpoint"]
+    assert dra["severity"] == "info" and "1 prepared claim(s) of gpu.nvidia.com" in dra["message"]
+    assert report["status"] == "drifted"

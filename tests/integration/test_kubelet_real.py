@@ -328,3 +328,74 @@ def test_a_change_the_kubelet_refuses_is_restored_byte_for_byte(kubelet_node, tm
     assert fatal, journal[-4000:]
     reason = fatal[-1].split("] ", 1)[1]
     assert reason[:100] in proc.stdout, "kubelet said: %s\nthe role said:\n%s" % (reason, proc.stdout[-6000:])
+
+
+DROPIN = "/etc/systemd/system/kubelet.service.d/50-gpunuma-memory-checkpoint.conf"
+
+
+def test_a_memory_checkpoint_a_reboot_left_behind_is_moved_aside_before_the_kubelet_starts(kubelet_node, tmp_path):
+    """The drop-in's check runs before the real kubelet starts (docs/kubelet.md, "The Memory Manager checkpoint
+    after a reboot"). A moved kernel image is played inside the node: node 0's meminfo, which the kubelet's
+    cAdvisor and the check both read, is bind-mounted with MemTotal 8 KiB higher, and the checkpoint is dated
+    before the boot. Without the check the kubelet refuses its own, intact checkpoint; with it, it starts."""
+    node = kubelet_node
+    sh = node.node.sh
+    proc = _playbook(node, tmp_path, {"gpunuma_profile": "strict"})
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    node.wait_healthy()
+    assert "kubelet-memory-checkpoint" in node.read(DROPIN)
+    assert "kubelet-memory-checkpoint" in sh("systemctl show --property=ExecStartPre kubelet.service")
+    meminfo = "/sys/devices/system/node/node0/meminfo"
+    sh("systemctl stop kubelet.service")
+    sh("awk '/MemTotal:/ {$(NF-1) += 8} {print}' %s > /run/gpunuma-meminfo && mount --bind /run/gpunuma-meminfo %s && "
+       "touch -d @$(( $(awk '/^btime/ {print $2}' /proc/stat) - 3600 )) /var/lib/kubelet/memory_manager_state"
+       % (meminfo, meminfo))
+    try:
+        stale = node.read("/var/lib/kubelet/memory_manager_state")
+        # Without the check, the kubelet refuses it.
+        sh("mv %s /root/dropin.conf && systemctl daemon-reload && systemctl start kubelet.service" % DROPIN, check=False)
+        with pytest.raises(AssertionError):
+            node.wait_healthy(seconds=15)
+        assert "the expected machine state is different from the real one" in node.journal(200)
+        assert node.read("/var/lib/kubelet/memory_manager_state") == stale
+        # With it, the checkpoint is moved aside (kept byte for byte) and the kubelet starts.
+        sh("systemctl stop kubelet.service; systemctl reset-failed kubelet.service; mv /root/dropin.conf %s && "
+           "systemctl daemon-reload && systemctl start kubelet.service" % DROPIN, check=False)
+        node.wait_healthy()
+        moved = sh("ls /var/lib/gpunuma/kubelet-backup/stale").split()
+        assert len(moved) == 1 and moved[0].startswith("memory_manager_state.stale-"), moved
+        assert node.read("/var/lib/gpunuma/kubelet-backup/stale/" + moved[0]) == stale
+        assert "gpunuma memory checkpoint check: /var/lib/kubelet/memory_manager_state: moved to" in node.journal(200)
+        assert "node 0 +8192 bytes" in node.journal(200)
+        assert _state(node, "memory_manager_state")["policyName"] == "Static", node.journal()
+        # The next start, on the kubelet's own fresh checkpoint, keeps it.
+        sh("systemctl restart kubelet.service")
+        node.wait_healthy()
+        assert sh("ls /var/lib/gpunuma/kubelet-backup/stale").split() == moved
+        assert "memory_manager_state: kept; memory totals match the machine" in node.journal(200)
+    finally:
+        # The node's own memory again, and a checkpoint of it.
+        sh("systemctl stop kubelet.service; umount %s; rm -f /var/lib/kubelet/memory_manager_state; "
+           "systemctl reset-failed kubelet.service; systemctl start kubelet.service" % meminfo, check=False)
+    node.wait_healthy()
+
+
+def test_gpu_and_cpu_hands_the_cpus_to_a_cpu_dra_driver(kubelet_node, tmp_path):
+    """kubelet_topology_dra gpu_and_cpu on a strict node: CPU Manager none, Memory Manager None, the housekeeping
+    CPUs still reserved; the real kubelet accepts it once the static checkpoints are gone."""
+    node = kubelet_node
+    proc = _playbook(node, tmp_path, {"gpunuma_profile": "strict"})
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    node.wait_healthy()
+    reserved = yaml.safe_load(node.read(CONFIG))["reservedSystemCPUs"]
+    proc = _playbook(node, tmp_path, {"gpunuma_profile": "strict", "kubelet_topology_dra": "gpu_and_cpu"})
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    node.wait_healthy()
+    config = yaml.safe_load(node.read(CONFIG))
+    assert config.get("cpuManagerPolicy", "none") == "none" and config.get("memoryManagerPolicy", "None") == "None"
+    assert "reservedMemory" not in config and config["reservedSystemCPUs"] == reserved, config
+    assert _state(node, "cpu_manager_state")["policyName"] == "none", node.journal()
+    assert _state(node, "memory_manager_state")["policyName"] == "None", node.journal()
+    assert "--reserved-cpus=%s" % reserved in proc.stdout + proc.stderr
+    # No Static Memory Manager: the check is gone with it.
+    assert not node.node.sh("ls %s 2>/dev/null" % DROPIN, check=False).strip()

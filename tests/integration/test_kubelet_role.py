@@ -32,6 +32,11 @@ def _run(tmp_path, config_text, check=False, **role_vars):
         "kubelet_topology_state_dir": str(state),
         "kubelet_topology_kubelet_version": "1.31",
         "gpunuma_profile": "strict",
+        # The memory checkpoint check's script and kubelet drop-in stay in the temporary directory: this
+        # machine is not a kubelet node (the check itself: test_kubelet_real.py, test_kubelet_memory_checkpoint.py).
+        "kubelet_topology_libexec_dir": str(tmp_path / "libexec"),
+        "kubelet_topology_unit_dir": str(tmp_path / "units"),
+        "kubelet_topology_memory_checkpoint_guard": False,
     }
     variables.update(role_vars)
     playbook = tmp_path / "play.yml"

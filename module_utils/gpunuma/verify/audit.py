@@ -49,6 +49,8 @@ FINDING_IDS = (
     "kubelet-setting",
     "kubelet-checkpoint",
     "kubelet-unreadable",
+    "kubelet-dra-checkpoint",
+    "kubelet-resource-slice",
 )
 
 _POLICY_WORDS = {"bind": "bind", "prefer": "preferred", "interleave": "interleave", "default": "default",
@@ -365,11 +367,13 @@ def numa_balancing_findings(expected, live_value, file_value, file_path, check_l
     return findings
 
 
-def kubelet_findings(changes, remove_checkpoints=(), problem=None, profile=None):
+def kubelet_findings(changes, remove_checkpoints=(), problem=None, profile=None, dra_checkpoint=None):
     """Findings for a kubelet node: each owned setting whose live value is not
     what the node's profile asks for (the kubelet plan's ``changes``), each
-    checkpoint the kubelet would refuse to restore, or the reason the kubelet
-    settings could not be read or planned."""
+    checkpoint the kubelet would refuse to restore, the DRA checkpoint
+    (``dra_checkpoint`` of the plan: its claims, or why the kubelet would
+    refuse it), or the reason the kubelet settings could not be read or
+    planned."""
     if problem:
         return [Finding("kubelet-unreadable", "error", "kubelet settings cannot be checked: %s" % problem)]
     findings = []
@@ -383,6 +387,16 @@ def kubelet_findings(changes, remove_checkpoints=(), problem=None, profile=None)
         findings.append(Finding("kubelet-checkpoint", "warning",
                                 "kubelet checkpoint %s does not match the configured policy: the kubelet would refuse "
                                 "to start until it is removed" % path, None, None, path))
+    if dra_checkpoint:
+        if dra_checkpoint.get("problem"):
+            findings.append(Finding("kubelet-dra-checkpoint", "warning", dra_checkpoint["problem"], None, None,
+                                    dra_checkpoint.get("path")))
+        else:
+            findings.append(Finding("kubelet-dra-checkpoint", "info",
+                                    "%s records %d prepared claim(s)%s" % (
+                                        dra_checkpoint.get("path"), dra_checkpoint.get("claims") or 0,
+                                        " of %s" % ", ".join(dra_checkpoint["drivers"]) if dra_checkpoint.get("drivers")
+                                        else ""), None, None, dra_checkpoint.get("claims")))
     return findings
 
 
