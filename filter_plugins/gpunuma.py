@@ -42,7 +42,7 @@ from ansible.module_utils.gpunuma.common import seal as seallib  # noqa: E402
 from ansible.module_utils.gpunuma.common import secrets as secretslib  # noqa: E402
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.kubelet import guard as kubeletguard  # noqa: E402
-from ansible.module_utils.gpunuma.kubelet import plan as kubeletplan  # noqa: E402
+from ansible.module_utils.gpunuma.kubelet import dra as kubeletdra  # noqa: E402
 from ansible.module_utils.gpunuma.kubelet import resource_slices as resourceslices  # noqa: E402
 from ansible.module_utils.gpunuma.plan.planner import systemd_environment_assignment, systemd_exec_line  # noqa: E402
 from ansible.module_utils.gpunuma.plan.profiles import (  # noqa: E402
@@ -405,7 +405,7 @@ def gpunuma_rollback_target(read, rollback, requested, profiles_dir, inventory_p
 
 def kubelet_topology_dra_mode(requested, registrations=()):
     """``kubelet_topology_dra`` resolved (``auto``: from the node's DRA plugin registrations)."""
-    return kubeletplan.dra_mode(requested, registrations)
+    return kubeletdra.dra_mode(requested, registrations)
 
 
 @_filter
@@ -609,6 +609,18 @@ def numa_binding_housekeeping(plan, unit_dir, confine, irqbalance_ban, slice_nam
         irqbalance_active=irqbalance_active)
 
 
+def numa_binding_node_reads(files):
+    """``files`` (name -> path) of the numa_binding node read, with irqbalance's environment files added."""
+    reads = dict(files or {})
+    reads.update(housekeepinglib.irqbalance_env_reads())
+    return reads
+
+
+def numa_binding_irqbalance_texts(files):
+    """``{path: text}`` of irqbalance's environment files from that read's ``files`` result."""
+    return housekeepinglib.irqbalance_env_read_texts(files)
+
+
 def numa_binding_exec_argv(instance, numactl_path):
     """The argv a plan instance runs: numactl prefix (if any) + command.
 
@@ -742,6 +754,8 @@ FILTERS = (
     "numa_binding_stale_env_files",
     "numa_binding_program_problems",
     "numa_binding_housekeeping",
+    "numa_binding_node_reads",
+    "numa_binding_irqbalance_texts",
     "gpunuma_audit_resource_slices",
     "kubelet_topology_dra_mode",
     "kubelet_topology_guard_files",

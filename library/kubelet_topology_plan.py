@@ -269,13 +269,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.inputs import count_or_word
-from ansible.module_utils.gpunuma.kubelet.plan import (
-    CPU_STATE_FILE,
-    DRA_MODES,
-    DRA_STATE_FILE,
-    MEMORY_STATE_FILE,
-    plan_kubelet,
-)
+from ansible.module_utils.gpunuma.kubelet.dra import DRA_MODES, DRA_STATE_FILE
+from ansible.module_utils.gpunuma.kubelet.plan import CPU_STATE_FILE, MEMORY_STATE_FILE, plan_kubelet
 from ansible.module_utils.gpunuma.plan.profiles import load_profile, parse_profile_text
 
 

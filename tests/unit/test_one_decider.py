@@ -40,6 +40,32 @@ def test_container_markers_are_named_in_one_place():
     assert elsewhere == [], "container markers decided outside gpunuma.node.autonuma: %s" % elsewhere
 
 
+def test_irqbalance_environment_files_are_named_in_one_place():
+    """node/housekeeping.py's IRQBALANCE_ENV_FILES: the role reads them by that list and maps them back with it."""
+    owner = os.path.join(REPO_ROOT, "module_utils", "gpunuma", "node", "housekeeping.py")
+    pattern = re.compile(r"/etc/(default|sysconfig)/irqbalance")
+    # A role's argument spec may mention them in a description (documentation, not a decision).
+    elsewhere = [os.path.relpath(path, REPO_ROOT) for path in _files()
+                 if path != owner and not path.endswith("argument_specs.yml")
+                 and pattern.search(open(path, encoding="utf-8").read())]
+    assert elsewhere == [], "irqbalance environment files named outside gpunuma.node.housekeeping: %s" % elsewhere
+
+
+def test_irqbalance_reads_map_back_to_every_environment_file():
+    import base64
+
+    from ansible.module_utils.gpunuma.node import housekeeping
+
+    reads = housekeeping.irqbalance_env_reads()
+    assert sorted(reads.values()) == sorted(housekeeping.IRQBALANCE_ENV_FILES)
+    files = {name: {"exists": True, "content": base64.b64encode(("IRQBALANCE_BANNED_CPULIST=%d\n" % i).encode()).decode()}
+             for i, name in enumerate(sorted(reads))}
+    texts = housekeeping.irqbalance_env_read_texts(files)
+    assert sorted(texts) == sorted(housekeeping.IRQBALANCE_ENV_FILES)
+    assert all(text.startswith("IRQBALANCE_BANNED_CPULIST=") for text in texts.values())
+    assert housekeeping.irqbalance_env_read_texts({}) == {path: "" for path in housekeeping.IRQBALANCE_ENV_FILES}
+
+
 def test_no_other_live_write_rule():
     # The old YAML rule and the audit's own test, in any spelling.
     pattern = re.compile(r"not\s+__autonuma_node\.in_container|numa_balancing_live\"?\]?\s*==\s*\"auto\"")

@@ -4,7 +4,7 @@ Under DRA a pod's GPU is aligned with its NIC or CPUs only by a ResourceClaim
 constraint (``matchAttribute`` on ``resource.kubernetes.io/numaNode`` or
 ``resource.kubernetes.io/pcieRoot``, docs/kubelet.md "DRA"): the claim is only
 as right as the attributes the drivers publish. This compares them, per GPU
-device of a GPU driver (gpu.nvidia.com, gpu.amd.com), with what gpunuma
+device of a GPU driver (dra.DRA_GPU_DRIVERS), with what gpunuma
 discovered on the node:
 
 - ``numaNode`` (a scalar ``int``, or ``ints`` where the cluster has
@@ -27,11 +27,11 @@ Attribute values are typed as the resource.k8s.io API writes them:
 from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common.errors import ProblemsError
+from ansible.module_utils.gpunuma.kubelet.dra import DRA_GPU_DRIVERS
 
 NUMA_NODE = "resource.kubernetes.io/numaNode"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
-GPU_DRIVERS = ("gpu.nvidia.com", "gpu.amd.com")
 _VALUE_KEYS = ("int", "ints", "string", "strings", "bool", "version")
 
 
@@ -109,7 +109,7 @@ def _gpu_index(topology):
     return by_uuid, by_bus
 
 
-def resource_slice_findings(document, topology, node_name, gpu_drivers=GPU_DRIVERS):
+def resource_slice_findings(document, topology, node_name, gpu_drivers=DRA_GPU_DRIVERS):
     """Findings (``severity``, ``message``, ``device``, ``expected``, ``actual``) for ``node_name``'s GPU devices."""
     by_uuid, by_bus = _gpu_index(topology)
     findings = []

@@ -36,6 +36,8 @@ numa_binding_irqbalance_ban) and both are plain systemd drop-ins, so the
 
 from __future__ import annotations
 
+import base64
+
 import re
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
@@ -110,6 +112,23 @@ def hex_mask(cpus):
 # The environment files irqbalance.service reads (EnvironmentFile=): Debian and
 # Ubuntu ship /etc/default/irqbalance, EL and Fedora /etc/sysconfig/irqbalance.
 IRQBALANCE_ENV_FILES = ("/etc/default/irqbalance", "/etc/sysconfig/irqbalance")
+
+
+def irqbalance_env_reads():
+    """The ``files`` entries of a gpunuma_node_info read that fetch irqbalance's environment files
+    (``{"irqbalance:<path>": path}``), so a role names none of the paths itself."""
+    return {"irqbalance:" + path: path for path in IRQBALANCE_ENV_FILES}
+
+
+def irqbalance_env_read_texts(files):
+    """``{path: text}`` from a gpunuma_node_info ``files`` result read with :func:`irqbalance_env_reads`
+    (base64 ``content``; a missing file is empty)."""
+    texts = {}
+    for name, path in irqbalance_env_reads().items():
+        entry = (files or {}).get(name) or {}
+        content = entry.get("content") or ""
+        texts[path] = base64.b64decode(content).decode("utf-8", "replace") if content else ""
+    return texts
 
 
 def irqbalance_env_texts(value):
