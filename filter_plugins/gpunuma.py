@@ -123,8 +123,9 @@ def gpunuma_audit_line(report):
 def gpunuma_audit_kubelet(plan_result, profile=None, problem=None):
     """audit.kubelet_findings from a kubelet_topology plan result (or the problem that stopped it)."""
     plan_result = plan_result or {}
-    return audit.kubelet_findings(plan_result.get("changes"), plan_result.get("remove_checkpoints"), problem, profile,
-                                  plan_result.get("dra_checkpoint"))
+    # Plain dicts: Ansible stores no dict subclass in a variable without a warning.
+    return [dict(f) for f in audit.kubelet_findings(plan_result.get("changes"), plan_result.get("remove_checkpoints"),
+                                                    problem, profile, plan_result.get("dra_checkpoint"))]
 
 
 @_filter
@@ -136,7 +137,7 @@ def gpunuma_audit_resource_slices(document, topology, node_name):
         except ValueError as exc:
             raise AnsibleFilterError("gpunuma_audit_resource_slices: not JSON (%s); allowed: the output of kubectl get "
                                      "resourceslices -o json" % exc)
-    return [audit.Finding("kubelet-resource-slice", f["severity"], f["message"], None, f["expected"], f["actual"])
+    return [dict(audit.Finding("kubelet-resource-slice", f["severity"], f["message"], None, f["expected"], f["actual"]))
             for f in resourceslices.resource_slice_findings(document, topology or {}, node_name)]
 
 

@@ -44,15 +44,17 @@ def run_module(module, args=None, check=False, extra=()):
     return proc.returncode, result
 
 
-def run_playbook(playbook, inventory, extra_vars=None, check=False, extra=()):
-    """Run a playbook; return the CompletedProcess (stdout: the default callback)."""
+def run_playbook(playbook, inventory, extra_vars=None, check=False, extra=(), env=None):
+    """Run a playbook; return the CompletedProcess (stdout: the default callback). ``env``: variables added
+    to (or replacing) ansible_env's."""
     cmd = [os.path.join(BINDIR, "ansible-playbook"), "-i", inventory, playbook]
     for key, value in (extra_vars or {}).items():
         cmd += ["-e", json.dumps({key: value})]
     if check:
         cmd.append("--check")
     cmd += list(extra)
-    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, env=ansible_env())
+    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+                          env=ansible_env(**(env or {})))
 
 
 def run_playbook_json(playbook, inventory, *extra):

@@ -106,9 +106,11 @@ def test_kubelet_settings_are_audited(tmp_path):
     assert config.read_text() == before
 
 
-def test_dra_nodes_are_audited_against_their_resource_slices(tmp_path):
+@pytest.mark.parametrize("slices_from", ["file", "kubectl"])
+def test_dra_nodes_are_audited_against_their_resource_slices(tmp_path, slices_from):
     """gpunuma_audit_resource_slices: the GPU devices a DRA driver publishes against the node's topology, and the
-    DRA checkpoint reported (docs/audit.md)."""
+    DRA checkpoint reported (docs/audit.md). ``kubectl``: read live through a kubectl on the controller's PATH
+    (here a script that records its arguments and prints the slices)."""
     import shutil
 
     from conftest import FIXTURES
@@ -138,11 +140,23 @@ def test_dra_nodes_are_audited_against_their_resource_slices(tmp_path):
                       "kubelet_topology_node_name": "gpu-k01", "kubelet_topology_dra": "gpu",
                       "gpu_topology_node_path": str(topology), "gpu_topology_nvml_dump": "/nonexistent"}}}}))
     reports = tmp_path / "reports"
+    env = None
+    if slices_from == "kubectl":
+        bindir = tmp_path / "bin"
+        bindir.mkdir()
+        kubectl = bindir / "kubectl"
+        kubectl.write_text('#!/bin/sh\nprintf "%%s\\n" "$@" > "%s"\ncat "%s"\n' % (tmp_path / "kubectl-args", slices_file))
+        kubectl.chmod(0o755)
+        env = {"PATH": os.pathsep.join([str(bindir), os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     proc = run_playbook("playbooks/audit.yml", str(inventory),
                         {"gpunuma_audit_dir": str(reports), "numa_binding_plan_path": str(tmp_path / "plan.json"),
                          "autonuma_sysctl_file": str(tmp_path / "sysctl.conf"),
-                         "gpunuma_audit_resource_slices": str(slices_file)}, check=True)
+                         "gpunuma_audit_resource_slices": str(slices_file) if slices_from == "file" else "kubectl"},
+                        check=True, env=env)
     out = proc.stdout + proc.stderr
+    if slices_from == "kubectl":
+        assert (tmp_path / "kubectl-args").read_text().split() == [
+            "get", "resourceslices", "--output", "json", "--field-selector", "spec.nodeName=gpu-k01"], out[-3000:]
     report = json.loads((reports / "localhost.json").read_text())
     slice_findings = [f for f in report["findings"] if f["id"] == "kubelet-resource-slice"]
     assert [(f["severity"], f["expected"], f["actual"]) for f in slice_findings] == [("error", 1, 0)], out[-3000:]
