@@ -2069,3 +2069,27 @@ def test_totals_for_inverts_the_auto_reserve(total):
     back = _totals_for(capacities, None)
     for node, node_total in halves.items():
         assert abs(back[node] - node_total) <= 2 + node_total // (1 << 30)
+
+
+@pytest.mark.parametrize("name", ["dgxa100-nps4-8node", "gb200-4gpu-34numa", "h200-1gpu-vm", "hgx-h200-8gpu-2socket-ht",
+                                  "pcie-8gpu-plx-2socket"])
+@pytest.mark.parametrize("cores", ["auto", 0, 1, 3])
+@pytest.mark.parametrize("irq_pin", [False, True])
+def test_housekeeping_cpu_set_is_the_plans_housekeeping(name, cores, irq_pin):
+    """The kubelet's reserved CPUs come from planner.housekeeping_cpu_set, without planning instances: it must be
+    exactly the union of build_plan's housekeeping map for the same options (one decider)."""
+    topo = topology(name)
+    plan = build_plan(topo, load_profile("strict", os.path.join(REPO_ROOT, "policies", "profiles")), [],
+                      housekeeping_cores_per_node=cores, irq_pin=irq_pin)
+    expected = frozenset()
+    for text in plan["housekeeping"].values():
+        if text:
+            expected |= parse_cpulist(text)
+    assert planner.housekeeping_cpu_set(topo, cores, irq_pin=irq_pin) == expected
+
+
+def test_housekeeping_cpu_set_names_bad_options():
+    with pytest.raises(PlanError) as caught:
+        planner.housekeeping_cpu_set(topology("h200-1gpu-vm"), -1, housekeeping_cpus="0,4000")
+    text = str(caught.value)
+    assert "housekeeping_cores_per_node: -1 is not a core count" in text and "housekeeping_cpus: CPUs 4000 do not exist" in text

@@ -41,7 +41,9 @@ from ansible.module_utils.gpunuma.kubelet.config import (
     parse_config,
     plain,
 )
-from ansible.module_utils.gpunuma.plan.planner import build_plan
+from ansible.module_utils.gpunuma.plan.model import PlanError
+from ansible.module_utils.gpunuma.plan.planner import housekeeping_cpu_set
+from ansible.module_utils.gpunuma.plan.profiles import ProfileError, validate_profile
 
 CPU_POLICIES = ("none", "static")
 MEMORY_POLICIES = ("None", "Static")
@@ -215,17 +217,20 @@ def checkpoint_policy(text):
 
 
 def housekeeping_cpus(topology, profile, housekeeping_cores_per_node, explicit_cpus=None):
-    """The planner's housekeeping CPUs (a frozenset), from ``plan.build_plan``'s ``housekeeping`` map.
-
-    The binding planner is the only code that decides CPUs: the kubelet's
-    reserved CPUs are exactly the cores it keeps away from inference workers.
-    """
-    plan = build_plan(topology, profile, [], housekeeping_cores_per_node=housekeeping_cores_per_node,
-                      housekeeping_cpus=explicit_cpus)
-    cpus = frozenset()
-    for node_id, text in plan["housekeeping"].items():
-        if text:
-            cpus |= parse_cpulist(text, "plan.housekeeping[%s]" % node_id)
+    """The planner's housekeeping CPUs (a frozenset): ``planner.housekeeping_cpu_set``, the code that decides
+    them for the binding plan, so the kubelet's reserved CPUs are exactly the cores no worker gets. ``profile``
+    is checked as build_plan checks it (a bad one is a problem here too)."""
+    problems = []
+    try:
+        validate_profile(profile)
+    except ProfileError as exc:
+        problems.extend(exc.problems)
+    try:
+        cpus = housekeeping_cpu_set(topology, housekeeping_cores_per_node, explicit_cpus)
+    except PlanError as exc:
+        raise PlanError(problems + list(exc.problems))
+    if problems:
+        raise PlanError(problems)
     return cpus
 
 

@@ -226,6 +226,40 @@ def render_instance(spec, topo, profile, fence=None):
 # Entry point
 
 
+def _plan_topology(topology, housekeeping_cores_per_node, housekeeping_cpus, irq_pin, warnings, problems):
+    """``(PlanTopology, reserved CPUs or None)``: the topology with each node's housekeeping cores decided."""
+    housekeeping = (
+        housekeeping_cores_per_node
+        if housekeeping_cores_per_node == "auto"
+        or (is_int(housekeeping_cores_per_node) and housekeeping_cores_per_node >= 0)
+        else "auto"
+    )
+    reserved_cpus = parse_housekeeping_cpus(housekeeping_cpus, problems)
+    topo = PlanTopology(topology, housekeeping, warnings, reserved_cpus, irq_pin=irq_pin)
+    if reserved_cpus is not None and not reserved_cpus <= topo.all_cpus:
+        problems.append(
+            "housekeeping_cpus: CPUs %s do not exist on %s; allowed: %s"
+            % (format_cpulist(reserved_cpus - topo.all_cpus), topo.hostname, format_cpulist(topo.all_cpus) or "none")
+        )
+    return topo, reserved_cpus
+
+
+def housekeeping_cpu_set(topology, housekeeping_cores_per_node="auto", housekeeping_cpus=None, irq_pin=False):
+    """The CPUs :func:`build_plan` keeps away from workers (its ``housekeeping`` map, as one frozenset), decided by
+    the same code without planning any instance: the kubelet's reserved CPUs are these. Raises
+    :class:`PlanError` on bad options or topology."""
+    problems = []
+    validate_options(housekeeping_cores_per_node, "fallback", problems)
+    topo, _reserved = _plan_topology(topology, housekeeping_cores_per_node, housekeeping_cpus, irq_pin, [], problems)
+    if problems:
+        raise PlanError(problems)
+    cpus = frozenset()
+    for node_id in topo.cpu_node_ids:
+        for core in topo.nodes[node_id].housekeeping:
+            cpus |= frozenset(core)
+    return cpus
+
+
 def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto", strict_capacity="fallback",
                applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto",
                housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None, preferred_many=None, irq_pin=False):
@@ -262,19 +296,8 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
         profile = None
     # With bad options or profile the instances are still checked, so that
     # one run reports every problem.
-    housekeeping = (
-        housekeeping_cores_per_node
-        if housekeeping_cores_per_node == "auto"
-        or (is_int(housekeeping_cores_per_node) and housekeeping_cores_per_node >= 0)
-        else "auto"
-    )
-    reserved_cpus = parse_housekeeping_cpus(housekeeping_cpus, problems)
-    topo = PlanTopology(topology, housekeeping, warnings, reserved_cpus, irq_pin=irq_pin)
-    if reserved_cpus is not None and not reserved_cpus <= topo.all_cpus:
-        problems.append(
-            "housekeeping_cpus: CPUs %s do not exist on %s; allowed: %s"
-            % (format_cpulist(reserved_cpus - topo.all_cpus), topo.hostname, format_cpulist(topo.all_cpus) or "none")
-        )
+    topo, reserved_cpus = _plan_topology(topology, housekeeping_cores_per_node, housekeeping_cpus, irq_pin, warnings,
+                                         problems)
     applied_plan = validate_applied_plan(applied_plan, problems)
 
     if instances is None:
