@@ -13,14 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils.gpunuma.kubelet.plan import (
-    KubeletPlanError,
-    _spread,
-    format_quantity,
-    housekeeping_cpus,
-    parse_quantity,
-    plan_kubelet,
-)
+from ansible.module_utils.gpunuma.kubelet import managers
+from ansible.module_utils.gpunuma.kubelet.plan import KubeletPlanError, housekeeping_cpus, plan_kubelet
+from ansible.module_utils.gpunuma.kubelet.values import format_quantity, parse_quantity
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.plan.planner import build_plan
 from ansible.module_utils.gpunuma.plan.profiles import load_profile, parse_profile_text
@@ -323,7 +318,7 @@ def test_eviction_hard_written_on_opt_in_keeps_the_disk_defaults():
        st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=8, unique=True),
        st.sampled_from(["first_node", "cpu_nodes"]))
 def test_spread_always_satisfies_the_sum_rule(totals, nodes, spread):
-    entries = _spread(totals, sorted(nodes), spread)
+    entries = managers.spread(totals, sorted(nodes), spread)
     for resource, total in totals.items():
         assert _sum(entries, resource) == total
     assert {e["numaNode"] for e in entries} <= set(nodes)
