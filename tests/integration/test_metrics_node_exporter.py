@@ -46,7 +46,8 @@ def test_bad_settings_named_before_anything_changes(tmp_path):
     assert proc.returncode != 0
     assert 'gpunuma_metrics_textfile_dir is "/var/lib/node exporter"; allowed: an absolute path of' in proc.stdout
     assert 'gpunuma_metrics_interval is "soon"; allowed: a systemd time span' in proc.stdout
-    assert "Create the collector directory" not in proc.stdout
+    assert "Create the textfile collector directory" not in proc.stdout
+    assert "Install the collector, its service and timer" not in proc.stdout
 
 
 def install_node_exporter(node):
