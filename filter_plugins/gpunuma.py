@@ -404,6 +404,7 @@ def gpunuma_rollback_target(read, rollback, requested, profiles_dir, inventory_p
 
 # ================================================================ kubelet_topology
 
+@_filter
 def kubelet_topology_dra_mode(requested, registrations=()):
     """``kubelet_topology_dra`` resolved (``auto``: from the node's DRA plugin registrations)."""
     return kubeletdra.dra_mode(requested, registrations)

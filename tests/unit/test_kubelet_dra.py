@@ -112,6 +112,16 @@ def test_auto_follows_the_drivers_registered_with_the_kubelet(names, mode):
     assert dra_mode("gpu", names) == "gpu"
 
 
+def test_a_bare_off_in_yaml_is_off_and_other_values_are_named():
+    """YAML 1.1 (Ansible's inventories) reads an unquoted off as false."""
+    assert dra_mode(False) == "off"
+    for bad in (True, "on", "GPU", None, 0):
+        with pytest.raises(GpunumaError) as caught:
+            dra_mode(bad)
+        assert str(caught.value).startswith("kubelet_topology_dra: %r is not allowed; allowed: off, gpu, gpu_and_cpu, auto"
+                                            % (bad,))
+
+
 # ---------------------------------------------------------------- memory checkpoint guard
 
 def test_the_guard_follows_the_static_memory_manager_and_the_drift_gate():

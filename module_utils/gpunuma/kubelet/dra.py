@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 DRA_STATE_FILE = "dra_manager_state"
 # How GPUs (and CPUs) reach pods (docs/kubelet.md, "DRA"): off = device plugins, aligned by the Topology
@@ -22,6 +23,10 @@ DRA_GPU_DRIVERS = ("gpu.nvidia.com", "gpu.amd.com")
 DRA_CPU_DRIVERS = ("dra.cpu",)
 # KEP-6232's gate: a kubelet that tolerates a moved kernel image itself needs no checkpoint check before it starts.
 MEMORY_DRIFT_GATE = "MemoryManagerDriftTolerance"
+
+
+class DraError(GpunumaError):
+    """A DRA setting that is not allowed; the message names the variable and what is allowed."""
 
 
 def apply_dra(run, dra, overrides, reserved):
@@ -64,10 +69,17 @@ def apply_dra(run, dra, overrides, reserved):
         % (format_cpulist(reserved) if reserved else "(none)"))
 
 
-def dra_mode(requested, registrations=()):
+def dra_mode(requested, registrations=(), what="kubelet_topology_dra"):
     """The DRA mode: ``requested`` itself, or for ``auto`` the drivers registered with the node's kubelet.
 
-    ``registrations`` are the file names in the kubelet's ``plugins_registry`` directory (``<driver>-reg.sock``)."""
+    ``registrations`` are the file names in the kubelet's ``plugins_registry`` directory (``<driver>-reg.sock``).
+    An unquoted ``off`` in YAML 1.1 (Ansible's inventories) arrives as false and means off; any other value
+    outside :data:`DRA_MODES` and ``auto`` raises :class:`DraError` naming ``what``."""
+    if requested is False:
+        return "off"
+    if requested not in DRA_MODES + ("auto",):
+        raise DraError("%s: %r is not allowed; allowed: %s, auto (quote \"off\" in YAML, where a bare off is false)"
+                       % (what, requested, ", ".join(DRA_MODES)))
     if requested != "auto":
         return requested
     drivers = set()
