@@ -184,29 +184,12 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
     problems = []
     warnings = []
     hostname = topology.get("hostname") if isinstance(topology, dict) else None
-    host = hostname or "this host"
-    try:
-        version = parse_version(kubelet_version)
-    except KubeletPlanError as exc:
-        problems.extend(exc.problems)
-        version = None
-    if kubelet_version is None:
-        warnings.append("kubelet_version is not set: the minimum kubelet versions of policy options were not checked")
-    if memory_spread not in MEMORY_SPREADS:
-        problems.append("memory_spread: %r is not allowed; allowed: %s" % (memory_spread, ", ".join(MEMORY_SPREADS)))
-    if not isinstance(manage_reservations, bool):
-        problems.append("manage_reservations: %r is not a boolean; allowed: true, false" % (manage_reservations,))
-    counts = list(pod_gpu_counts or [])
-    if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts):
-        problems.append("pod_gpu_counts: %r is not allowed; allowed: a list of GPU counts per pod (integers, 0 or more)"
-                        % (pod_gpu_counts,))
-        counts = []
-
+    version, counts = _options(kubelet_version, memory_spread, manage_reservations, pod_gpu_counts, problems, warnings)
     try:
         reserved = housekeeping_cpus(topology, profile, housekeeping_cores_per_node, housekeeping_cpus_list)
     except GpunumaError as exc:
         raise KubeletPlanError(list(getattr(exc, "problems", [str(exc)])) + problems)
-    run = _Run(topology, version, host, problems, warnings)
+    run = _Run(topology, version, hostname or "this host", problems, warnings)
     reservations = _desired(run, profile, preset, overrides, manage_reservations)
     apply_dra(run, dra, overrides, reserved)
     try:
@@ -227,17 +210,44 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
     changes, config_text = _merge(run, parsed, reservations)
     new_config = plain(parsed.doc)
     remove = _stale_checkpoints(run, new_config, changes, cpu_state, memory_state, state_dir)
+    return KubeletPlan(new_config, config_text, [plain(c) for c in changes], remove, warnings, len(run.node_ids),
+                       run.settings["reservedSystemCPUs"], parsed.fmt, plain(run.settings),
+                       _dra_result(new_config, dra, dra_state, state_dir, warnings))
+
+
+def _options(kubelet_version, memory_spread, manage_reservations, pod_gpu_counts, problems, warnings):
+    """``(version tuple or None, pod GPU counts)``: the plain options checked, each problem named."""
+    try:
+        version = parse_version(kubelet_version)
+    except KubeletPlanError as exc:
+        problems.extend(exc.problems)
+        version = None
+    if kubelet_version is None:
+        warnings.append("kubelet_version is not set: the minimum kubelet versions of policy options were not checked")
+    if memory_spread not in MEMORY_SPREADS:
+        problems.append("memory_spread: %r is not allowed; allowed: %s" % (memory_spread, ", ".join(MEMORY_SPREADS)))
+    if not isinstance(manage_reservations, bool):
+        problems.append("manage_reservations: %r is not a boolean; allowed: true, false" % (manage_reservations,))
+    counts = list(pod_gpu_counts or [])
+    if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts):
+        problems.append("pod_gpu_counts: %r is not allowed; allowed: a list of GPU counts per pod (integers, 0 or more)"
+                        % (pod_gpu_counts,))
+        counts = []
+    return version, counts
+
+
+def _dra_result(new_config, dra, dra_state, state_dir, warnings):
+    """The plan's DRA part: the mode, whether the kubelet unit checks its memory checkpoint first (Static without
+    KEP-6232's tolerance gate), and the DRA checkpoint (its problem also a warning)."""
     gates = new_config.get("featureGates") if isinstance(new_config.get("featureGates"), dict) else {}
-    dra_result = {
+    result = {
         "mode": dra,
-        # Static Memory Manager without KEP-6232's tolerance: the kubelet unit checks its checkpoint first.
         "memory_checkpoint_guard": new_config.get("memoryManagerPolicy") == "Static" and gates.get(MEMORY_DRIFT_GATE) is not True,
         "dra_checkpoint": dra_checkpoint(dra_state, "%s/%s" % (state_dir.rstrip("/") or "", DRA_STATE_FILE)),
     }
-    if dra_result["dra_checkpoint"] and dra_result["dra_checkpoint"]["problem"]:
-        warnings.append(dra_result["dra_checkpoint"]["problem"])
-    return KubeletPlan(new_config, config_text, [plain(c) for c in changes], remove, warnings, len(run.node_ids),
-                       run.settings["reservedSystemCPUs"], parsed.fmt, plain(run.settings), dra_result)
+    if result["dra_checkpoint"] and result["dra_checkpoint"]["problem"]:
+        warnings.append(result["dra_checkpoint"]["problem"])
+    return result
 
 
 def _desired(run, profile, preset, overrides, manage_reservations):

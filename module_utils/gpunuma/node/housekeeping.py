@@ -205,6 +205,21 @@ def irq_devices(plan, topology):
     return found
 
 
+class _Out(object):
+    """What the three housekeeping options add up to: files, removals, problems, notes (in that order)."""
+
+    def __init__(self, plan, unit_dir, header, host):
+        self.plan = plan or {}
+        self.unit_dir = unit_dir.rstrip("/") or "/"
+        self.header = header
+        self.host = host
+        self.profile_off = self.plan.get("profile") == "off"
+        self.housekeeping = _union(self.plan.get("housekeeping", {}).values())
+        self.workers = _union(self.plan.get("worker_cpus", {}).values()) - self.housekeeping
+        self.hk_text, self.worker_text = format_cpulist(self.housekeeping), format_cpulist(self.workers)
+        self.problems, self.notes, self.files, self.absent = [], [], [], []
+
+
 def housekeeping_files(plan, unit_dir="/etc/systemd/system", confine=False, irqbalance_ban=False,
                        slice_name="gpunuma.slice", cpuset_available=True, irqbalance_loaded=False,
                        irqbalance_default="", host="this host", header="", irq_pin=False, topology=None,
@@ -216,74 +231,100 @@ def housekeeping_files(plan, unit_dir="/etc/systemd/system", confine=False, irqb
     Every file gpunuma may have written is in ``absent`` when the option is
     off (or the profile is ``off``), so turning it off is the way back.
     """
-    problems, notes, files, absent = [], [], [], []
-    unit_dir = unit_dir.rstrip("/") or "/"
-    profile_off = (plan or {}).get("profile") == "off"
-    housekeeping = _union((plan or {}).get("housekeeping", {}).values())
-    workers = _union((plan or {}).get("worker_cpus", {}).values()) - housekeeping
-    hk_text, worker_text = format_cpulist(housekeeping), format_cpulist(workers)
+    out = _Out(plan, unit_dir, header, host)
+    slice_name, want_confine = _confinement(out, confine, slice_name, cpuset_available)
+    _irqbalance_ban(out, irqbalance_ban, irqbalance_loaded, irqbalance_default)
+    services, pinned = _irq_pinning(out, irq_pin, irqbalance_active, topology)
+    return {
+        "files": out.files,
+        "absent": out.absent,
+        "services": services,
+        "irq_pinned": pinned if services else [],
+        "problems": out.problems,
+        "notes": out.notes,
+        "confined": want_confine and not out.problems,
+        "slice": slice_name if want_confine and not out.problems else None,
+        "housekeeping_cpus": out.hk_text,
+        "banned_cpus": out.worker_text,
+    }
+
+
+def _confinement(out, confine, slice_name, cpuset_available):
+    """system.slice, user.slice and init.scope on the housekeeping CPUs, the instances in a slice of their own:
+    ``(slice name, wanted)``."""
+    problems, host = out.problems, out.host
     if not isinstance(slice_name, str) or not SLICE_RE.match(slice_name) or slice_name in (
             "-.slice", "system.slice", "user.slice", "machine.slice", "kubepods.slice"):
         problems.append("numa_binding_slice must be a slice unit name of gpunuma's own (like gpunuma.slice), "
                         "not -.slice, system.slice, user.slice, machine.slice or kubepods.slice; got %r" % (slice_name,))
         slice_name = "gpunuma.slice"
-
-    slice_path = "%s/%s" % (unit_dir, slice_name)
-    confine_paths = ["%s/%s.d/%s" % (unit_dir, unit, CONFINE_NAME) for unit, _unused in CONFINED]
-    want_confine = bool(confine) and not profile_off
+    slice_path = "%s/%s" % (out.unit_dir, slice_name)
+    confine_paths = ["%s/%s.d/%s" % (out.unit_dir, unit, CONFINE_NAME) for unit, _unused in CONFINED]
+    want_confine = bool(confine) and not out.profile_off
     if want_confine:
         if not cpuset_available:
             problems.append("numa_binding_housekeeping_confine is true but %s has no cgroup v2 cpuset controller "
                             "(/sys/fs/cgroup/cgroup.controllers does not list cpuset): AllowedCPUs= on slices "
                             "would do nothing; set it to false for this host" % host)
-        if not housekeeping:
+        if not out.housekeeping:
             problems.append("numa_binding_housekeeping_confine is true but the plan of %s keeps no housekeeping CPUs "
                             "(gpunuma_housekeeping_cores_per_node is 0 and gpunuma_housekeeping_cpus unset): "
                             "system.slice, user.slice and init.scope would have no CPU to run on" % host)
-        if not workers:
-            notes.append("every CPU of %s is a housekeeping CPU: confinement changes nothing" % host)
+        if not out.workers:
+            out.notes.append("every CPU of %s is a housekeeping CPU: confinement changes nothing" % host)
     if want_confine and not problems:
-        files.append({"path": slice_path, "content": (
-            header + "%s: the slice of gpunuma's instances, beside system.slice, whose CPUs are\n"
+        out.files.append({"path": slice_path, "content": (
+            out.header + "%s: the slice of gpunuma's instances, beside system.slice, whose CPUs are\n"
             "# confined to the housekeeping CPUs (%s).\n"
-            "[Unit]\nDescription=gpunuma inference instances\nBefore=slices.target\n" % (MARKER, hk_text))})
+            "[Unit]\nDescription=gpunuma inference instances\nBefore=slices.target\n" % (MARKER, out.hk_text))})
         for path, (unit, section) in zip(confine_paths, CONFINED):
-            files.append({"path": path, "content": (
-                header + "%s: %s runs on the housekeeping CPUs only; the workers' CPUs\n"
+            out.files.append({"path": path, "content": (
+                out.header + "%s: %s runs on the housekeeping CPUs only; the workers' CPUs\n"
                 "# (%s) are left to gpunuma's instances in %s.\n"
-                "[%s]\nAllowedCPUs=%s\n" % (MARKER, unit, worker_text or "none", slice_name, section, hk_text))})
+                "[%s]\nAllowedCPUs=%s\n" % (MARKER, unit, out.worker_text or "none", slice_name, section, out.hk_text))})
     else:
-        absent.extend([slice_path] + confine_paths)
+        out.absent.extend([slice_path] + confine_paths)
+    return slice_name, want_confine
 
-    irq_path = "%s/irqbalance.service.d/%s" % (unit_dir, IRQBALANCE_NAME)
-    want_ban = bool(irqbalance_ban) and not profile_off
+
+def _irqbalance_ban(out, irqbalance_ban, irqbalance_loaded, irqbalance_default):
+    """irqbalance keeps interrupts off the workers' CPUs (a drop-in of irqbalance.service, restarted if running)."""
+    host = out.host
+    irq_path = "%s/irqbalance.service.d/%s" % (out.unit_dir, IRQBALANCE_NAME)
+    want_ban = bool(irqbalance_ban) and not out.profile_off
     ban_problem = False
     if want_ban and irqbalance_loaded:
         for env_path, text in sorted(irqbalance_env_texts(irqbalance_default).items()):
             lines = banned_in_default(text)
             if lines:
                 ban_problem = True
-                problems.append("numa_binding_irqbalance_ban is true but %s on %s already sets %s, which "
-                                "irqbalance.service reads after gpunuma's drop-in and would win; remove that line "
-                                "or set numa_binding_irqbalance_ban: false" % (env_path, host, "; ".join(lines)))
-        if not housekeeping:
+                out.problems.append("numa_binding_irqbalance_ban is true but %s on %s already sets %s, which "
+                                    "irqbalance.service reads after gpunuma's drop-in and would win; remove that line "
+                                    "or set numa_binding_irqbalance_ban: false" % (env_path, host, "; ".join(lines)))
+        if not out.housekeeping:
             ban_problem = True
-            problems.append("numa_binding_irqbalance_ban is true but the plan of %s keeps no housekeeping CPUs "
-                            "for interrupts (gpunuma_housekeeping_cores_per_node is 0)" % host)
+            out.problems.append("numa_binding_irqbalance_ban is true but the plan of %s keeps no housekeeping CPUs "
+                                "for interrupts (gpunuma_housekeeping_cores_per_node is 0)" % host)
     if want_ban and not irqbalance_loaded:
-        notes.append("numa_binding_irqbalance_ban: irqbalance.service is not installed on %s; nothing to tell" % host)
-    if want_ban and irqbalance_loaded and not ban_problem and workers:
-        files.append({"path": irq_path, "unit": "irqbalance.service", "restart": "if-running", "content": (
-            header + "%s: irqbalance keeps interrupts off the workers' CPUs and balances them over the\n"
+        out.notes.append("numa_binding_irqbalance_ban: irqbalance.service is not installed on %s; nothing to tell" % host)
+    if want_ban and irqbalance_loaded and not ban_problem and out.workers:
+        out.files.append({"path": irq_path, "unit": "irqbalance.service", "restart": "if-running", "content": (
+            out.header + "%s: irqbalance keeps interrupts off the workers' CPUs and balances them over the\n"
             "# housekeeping CPUs (%s). IRQBALANCE_BANNED_CPULIST: irqbalance 1.8 and later;\n"
             "# IRQBALANCE_BANNED_CPUS: the older hex mask.\n"
             "[Service]\nEnvironment=IRQBALANCE_BANNED_CPULIST=%s\nEnvironment=IRQBALANCE_BANNED_CPUS=%s\n"
-            % (MARKER, hk_text, worker_text, hex_mask(workers)))})
+            % (MARKER, out.hk_text, out.worker_text, hex_mask(out.workers)))})
     elif not (want_ban and ban_problem):
         # irqbalance (not gpunuma's) reads its environment again: restarted by gpunuma_apply when it runs.
-        absent.append({"path": irq_path, "unit": "irqbalance.service"})
-    irq_unit_path = "%s/%s" % (unit_dir, IRQ_UNIT)
-    want_pin = bool(irq_pin) and not profile_off
+        out.absent.append({"path": irq_path, "unit": "irqbalance.service"})
+
+
+def _irq_pinning(out, irq_pin, irqbalance_active, topology):
+    """The instances' GPU and NIC interrupts on the housekeeping CPUs of their own NUMA node (a oneshot unit):
+    ``(services, pinned devices)``."""
+    plan, host = out.plan, out.host
+    irq_unit_path = "%s/%s" % (out.unit_dir, IRQ_UNIT)
+    want_pin = bool(irq_pin) and not out.profile_off
     services = []
     pinned = []
     if want_pin:
@@ -292,33 +333,22 @@ def housekeeping_files(plan, unit_dir="/etc/systemd/system", confine=False, irqb
             pin_problems.append("numa_binding_irq_pin is true but irqbalance.service runs on %s and would move the "
                                 "pinned interrupts again; stop and disable irqbalance, or use "
                                 "numa_binding_irqbalance_ban instead" % host)
-        if not housekeeping:
+        if not out.housekeeping:
             pin_problems.append("numa_binding_irq_pin is true but the plan of %s keeps no housekeeping CPUs to pin "
                                 "interrupts to (gpunuma_housekeeping_cores_per_node is 0)" % host)
-        if any(i.get("unit") == IRQ_UNIT for i in (plan or {}).get("instances") or []):
+        if any(i.get("unit") == IRQ_UNIT for i in plan.get("instances") or []):
             pin_problems.append("numa_binding_irq_pin needs the unit name %s, which an instance of %s uses"
                                 % (IRQ_UNIT, host))
-        problems.extend(pin_problems)
-        by_node = dict((str(n), _union([t])) for n, t in ((plan or {}).get("housekeeping") or {}).items())
-        groups = {}
-        for node, bdf, what in irq_devices(plan, topology):
-            cpus, source = irq_target(topology, by_node, node)
-            if cpus is None:
-                notes.append("numa_binding_irq_pin: %s (%s) keeps the kernel's default affinity: %s" % (
-                    what, bdf, "its NUMA node is unknown" if node is None else
-                    "no housekeeping CPU on its socket (node %s and its socket mates keep none)" % node))
-                continue
-            groups.setdefault(format_cpulist(cpus), []).append(bdf)
-            pinned.append({"device": what, "pci_bus_id": bdf, "numa_node": node, "cpus": format_cpulist(cpus),
-                           "cpus_node": source})
+        out.problems.extend(pin_problems)
+        groups = _irq_groups(out, plan, topology, pinned)
         if not pinned:
-            notes.append("numa_binding_irq_pin: no GPU or NIC of %s's instances has a PCI address in the topology; "
-                         "nothing to pin" % host)
+            out.notes.append("numa_binding_irq_pin: no GPU or NIC of %s's instances has a PCI address in the topology; "
+                             "nothing to pin" % host)
         if not pin_problems and pinned:
             words = " ".join("%s=%s" % (cpus, ",".join(bdfs)) for cpus, bdfs in sorted(groups.items()))
-            files.append({"path": IRQ_SCRIPT, "mode": "0755", "content": IRQ_SCRIPT_TEXT})
-            files.append({"path": irq_unit_path, "unit": IRQ_UNIT, "content": (
-                header + "# gpunuma instance irq-affinity: not a worker; the interrupts of the instances' GPUs\n"
+            out.files.append({"path": IRQ_SCRIPT, "mode": "0755", "content": IRQ_SCRIPT_TEXT})
+            out.files.append({"path": irq_unit_path, "unit": IRQ_UNIT, "content": (
+                out.header + "# gpunuma instance irq-affinity: not a worker; the interrupts of the instances' GPUs\n"
                 "# and NICs on the housekeeping CPUs of their own NUMA node. Stopping it (numa_binding_irq_pin:\n"
                 "# false, the off profile) gives them the kernel's default affinity again.\n"
                 "[Unit]\nDescription=gpunuma: GPU and NIC interrupts on the housekeeping CPUs\n"
@@ -328,16 +358,23 @@ def housekeeping_files(plan, unit_dir="/etc/systemd/system", confine=False, irqb
             services.append(IRQ_UNIT)
     if not services:
         # Stopped (and so reset) by the instance prune, which knows its marker; the script goes.
-        absent.append(IRQ_SCRIPT)
-    return {
-        "files": files,
-        "absent": absent,
-        "services": services,
-        "irq_pinned": pinned if services else [],
-        "problems": problems,
-        "notes": notes,
-        "confined": want_confine and not problems,
-        "slice": slice_name if want_confine and not problems else None,
-        "housekeeping_cpus": hk_text,
-        "banned_cpus": worker_text,
-    }
+        out.absent.append(IRQ_SCRIPT)
+    return services, pinned
+
+
+def _irq_groups(out, plan, topology, pinned):
+    """``{cpu list: [bus ids]}``: each device's interrupts on its node's (or socket's) housekeeping CPUs
+    (``irq_target``); ``pinned`` gets one record per device, ``out.notes`` one per device left alone."""
+    by_node = dict((str(n), _union([t])) for n, t in (plan.get("housekeeping") or {}).items())
+    groups = {}
+    for node, bdf, what in irq_devices(plan, topology):
+        cpus, source = irq_target(topology, by_node, node)
+        if cpus is None:
+            out.notes.append("numa_binding_irq_pin: %s (%s) keeps the kernel's default affinity: %s" % (
+                what, bdf, "its NUMA node is unknown" if node is None else
+                "no housekeeping CPU on its socket (node %s and its socket mates keep none)" % node))
+            continue
+        groups.setdefault(format_cpulist(cpus), []).append(bdf)
+        pinned.append({"device": what, "pci_bus_id": bdf, "numa_node": node, "cpus": format_cpulist(cpus),
+                       "cpus_node": source})
+    return groups
