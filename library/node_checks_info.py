@@ -101,7 +101,8 @@ node_checks:
   contains:
     findings:
       description: >-
-        Each with C(check) (pcie_link, acs, iommu, cpu_governor, persistence_mode, thp, numa_balancing, unreadable),
+        Each with C(check) (pcie_link, acs, iommu, cpu_governor, persistence_mode, thp, numa_balancing, unreadable;
+        on nodes with AMD Instinct GPUs amd_nps, amd_iommu, amd_c2_state, amd_numa_balancing),
         C(severity), C(subject) (C(host), C(gpu <bus id>), C(bridge <bus id> above gpu <bus id>)), C(gpu)
         (bus id or null), C(message), C(evidence) (list of C(file), C(value)) and C(fix).
       type: list

@@ -36,12 +36,14 @@ from ansible.module_utils.gpunuma.node import autonuma
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError, GpunumaError
 from ansible.module_utils.gpunuma.discovery.sysfs import NVIDIA_VENDOR, pcie_gen_from_speed, quote, read_bounded
+from ansible.module_utils.gpunuma.verify import amd_checks
 
 SEVERITIES = ("info", "warning", "error")
 PROFILES = ("strict", "preferred", "interleave", "off")
 # The profiles whose memory policy binds (the planner's mem_policy: bind).
 BINDING_PROFILES = ("strict",)
-CHECKS = ("pcie_link", "acs", "iommu", "cpu_governor", "persistence_mode", "thp", "numa_balancing", "unreadable")
+CHECKS = ("pcie_link", "acs", "iommu", "cpu_governor", "persistence_mode", "thp", "numa_balancing",
+          "unreadable") + amd_checks.CHECKS
 
 NCCL_ACS_URL = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#pci-access-control-services-acs"
 KERNEL_NUMA_BALANCING_URL = "https://docs.kernel.org/admin-guide/sysctl/kernel.html#numa-balancing"
@@ -144,6 +146,7 @@ class NodeFacts:
     kernel_release: object = None  # str (uname -r), or None when unknown
     iommu_groups_present: bool = False
     problems: list = dataclasses.field(default_factory=list)  # Finding (check "unreadable")
+    amd: object = None  # amd_checks.read_amd's facts on a node with AMD Instinct GPUs, else None
 
     def shown(self, rel):
         """A path under the root as the user should see it."""
@@ -367,12 +370,16 @@ def read_node(root="/"):
         names = sorted(os.listdir(bus))
     except OSError:
         names = []
+    instinct = []
     for bdf in names:
         if not _BDF_RE.fullmatch(bdf):
             continue
         rel = os.path.join("sys", "bus", "pci", "devices", bdf)
         vendor = reader.text(os.path.join(rel, "vendor"))
         klass = reader.text(os.path.join(rel, "class")) or ""
+        if amd_checks.is_instinct(vendor, klass):
+            instinct.append(bdf)
+            continue
         if vendor != NVIDIA_VENDOR or not (klass.startswith("0x0300") or klass.startswith("0x0302")):
             continue
         chain = _chain(reader, bdf)
@@ -417,6 +424,7 @@ def read_node(root="/"):
                                                  parse_numa_balancing)
     facts.kernel_release = reader.text(os.path.join("proc", "sys", "kernel", "osrelease")) or None
     facts.iommu_groups_present = bool(_listdir(reader.path(os.path.join("sys", "kernel", "iommu_groups"))))
+    facts.amd = amd_checks.read_amd(reader, instinct)
     facts.problems = reader.problems
     return facts
 
@@ -689,6 +697,10 @@ def evaluate(facts, profile=None, expect_full_speed=False):
     findings += _governor_findings(facts)
     findings += _thp_findings(facts)
     findings += _numa_balancing_findings(facts, profile)
+    for check, severity, subject, message, evidence, fix in amd_checks.findings(
+            facts.amd, facts.cmdline, facts.numa_balancing, shown):
+        findings.append(Finding(check=check, severity=severity, subject=subject, message=message,
+                                evidence=[Evidence(f, v) for f, v in evidence], fix=fix))
     for gpu in facts.gpus:
         findings += _link_findings(gpu, gpu.link, "gpu", expect_full_speed, shown)
         for position, bridge in enumerate(gpu.bridges):
