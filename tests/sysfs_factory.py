@@ -240,7 +240,7 @@ def _write_pci(sys_dir, devices, node_cpus, online_set, nbits, symlinks):
         _write(os.path.join(dev_dir, "numa_node"), "%d\n" % numa_node)
         _write(os.path.join(dev_dir, "local_cpulist"), format_cpulist(local) + "\n")
         _write(os.path.join(dev_dir, "local_cpus"), cpumask(local, nbits) + "\n")
-        for attr in ("max_link_speed", "max_link_width", "current_link_speed", "current_link_width"):
+        for attr in ("max_link_speed", "max_link_width", "current_link_speed", "current_link_width", "unique_id"):
             if dev.get(attr) is not None:
                 _write(os.path.join(dev_dir, attr), "%s\n" % dev[attr])
         # virtio-net puts its netdevs under virtio<N>/net/, not net/.
@@ -403,6 +403,30 @@ def amd_nps4_8node(root):
                         rdma=[name], netdevs=["ibp%ds0f%s" % (_bus(bdf), bdf[-1])],
                         **{"class": "0x020700"}, **_link(GEN4, 16)))
     return build_tree(root, nodes, distances=distances, cpus=cpus, pci=pci, numa_balancing=1)
+
+
+# An 8-GPU AMD Instinct MI300X host (device 0x74a1, PCI class 0x1200, Gen5 x16) on two EPYC sockets in NPS1:
+# GPUs 0-3 on NUMA node 0 and 4-7 on node 1, as `rocm-smi --showtoponuma` prints it for such a host
+# (ROCm/legacy-rocm-build#4740); the bus ids and unique_ids are this layout's own.
+MI300X_GPUS = [("0000:%02x:00.0" % bus, 0 if i < 4 else 1, "%016x" % (0x5b4ac59a0da2a6a0 + i))
+               for i, bus in enumerate((0x05, 0x15, 0x65, 0x75, 0x85, 0x95, 0xe5, 0xf5))]
+AMD = "0x1002"
+
+
+def mi300x_8gpu_2socket(root):
+    """2 sockets x 48 cores with SMT (96 CPUs a socket), NPS1 (one NUMA node a socket), 8 MI300X."""
+    nodes, cpus = [], {}
+    for node in range(2):
+        first = list(range(48 * node, 48 * node + 48))
+        nodes.append({"id": node, "cpus": first + [c + 96 for c in first], "mem_kb": 768 * GIB_KB,
+                      "free_kb": 700 * GIB_KB})
+        for cpu in first:
+            cpus[cpu] = (node, cpu % 48, [cpu, cpu + 96])
+            cpus[cpu + 96] = (node, cpu % 48, [cpu, cpu + 96])
+    pci = [dict(bdf=bdf, vendor=AMD, device="0x74a1", numa_node=node, unique_id=uid,
+                parents=[_with_bus(bdf, _bus(bdf) - 1)], **{"class": "0x120000"}, **_link(GEN5, 16))
+           for bdf, node, uid in MI300X_GPUS]
+    return build_tree(root, nodes, distances=[[10, 32], [32, 10]], cpus=cpus, pci=pci, numa_balancing=1)
 
 
 def _grace_distances(count, cpu_nodes):

@@ -733,10 +733,15 @@ def test_function_helpers_by_class(tmp_path):
         dict(bdf="0000:05:00.0", vendor="0x8086", device="0x1234", numa_node=0, **{"class": "0x028000"}),
         dict(bdf="0000:06:00.0", vendor="0x144d", device="0xa80a", numa_node=0, **{"class": "0x010802"}),
         dict(bdf="0000:07:00.0", vendor="0x8086", device="0x2822", numa_node=0, **{"class": "0x010601"}),
+        # AMD Instinct MI210 (display controller class) and MI300X (processing accelerator): GPUs; an AMD VGA
+        # controller (an APU's) is not.
         dict(bdf="0000:08:00.0", vendor="0x1002", device="0x740f", numa_node=0, **{"class": "0x038000"}),
+        dict(bdf="0000:09:00.0", vendor="0x1002", device="0x74a1", numa_node=0, **{"class": "0x120000"}),
+        dict(bdf="0000:0a:00.0", vendor="0x1002", device="0x164e", numa_node=0, **{"class": "0x030000"}),
     ]
     host = sysfs.read_host(factory.build_tree(tmp_path, [{"id": 0, "cpus": "0-1"}], pci=pci))
-    assert [d["pci_bus_id"] for d in sysfs.gpu_functions(host)] == ["0000:01:00.0", "0000:02:00.0"]
+    assert [d["pci_bus_id"] for d in sysfs.gpu_functions(host)] == ["0000:01:00.0", "0000:02:00.0", "0000:08:00.0",
+                                                                     "0000:09:00.0"]
     assert [d["pci_bus_id"] for d in sysfs.nic_functions(host)] == ["0000:04:00.0", "0000:04:00.1", "0000:05:00.0"]
     assert [d["pci_bus_id"] for d in sysfs.nvme_functions(host)] == ["0000:06:00.0"]
 

@@ -110,6 +110,7 @@ _TOPOLOGY_PROPERTIES = {
         "mig_enabled": _t("boolean"),
         "memory_total_bytes": _BYTES,
         "irq_vectors": _t("integer", minimum=0),
+        "vendor": {"enum": ["nvidia", "amd"]},
     })),
     "gpu_links": _t("array", null=True, items=_list(_t("string"))),
     "nics": _list(_obj(["name", "numa_node"], {

@@ -89,6 +89,27 @@ from ansible.module_utils.gpunuma.common.bounded import read_bounded  # noqa: F4
 from ansible.module_utils.gpunuma.common.errors import CpuListError, SysfsError
 
 NVIDIA_VENDOR = "0x10de"
+# AMD Instinct GPUs: vendor 0x1002 with the class of a processing accelerator (0x1200, MI300 series), a
+# display controller (0x0380, MI100/MI200) or a 3D controller (0x0302); a VGA controller (0x0300) of
+# that vendor is an APU's or a workstation card, not counted.
+AMD_VENDOR = "0x1002"
+AMD_INSTINCT_CLASSES = ("0x1200", "0x0380", "0x0302")
+_AMD_UNIQUE_ID_RE = re.compile(r"(?:0x)?([0-9a-fA-F]{1,16})", re.ASCII)
+
+
+def is_amd_instinct(vendor, pci_class):
+    """A PCI function's vendor and class (sysfs text) name an AMD Instinct GPU."""
+    return vendor == AMD_VENDOR and bool(pci_class) and pci_class[:6] in AMD_INSTINCT_CLASSES
+
+
+def amd_gpu_uuid(unique_id):
+    """The UUID ROCm gives an AMD GPU (``GPU-<hex>``, what ROCR_VISIBLE_DEVICES takes) from its
+    ``unique_id`` sysfs attribute, or None when there is none."""
+    match = _AMD_UNIQUE_ID_RE.fullmatch((unique_id or "").strip())
+    if not match or int(match.group(1), 16) == 0:
+        return None
+    return "GPU-%s" % match.group(1).lower().rjust(16, "0")
+
 
 # Every pattern is matched in full (fullmatch: "$" would accept a final
 # newline) and with ASCII digits only: int() also takes "\u0661", and
@@ -175,13 +196,13 @@ def pcie_gen_from_speed(speed):
 
 
 def gpu_functions(host):
-    """PCI functions of NVIDIA GPUs: vendor 0x10de, class 0x0300xx (VGA) or 0x0302xx (3D)."""
+    """PCI functions of GPUs: NVIDIA's (vendor 0x10de, class 0x0300xx VGA or 0x0302xx 3D) and AMD Instinct
+    ones (:func:`is_amd_instinct`)."""
     return [
         dev
         for dev in host["pci"]
-        if dev["vendor"] == NVIDIA_VENDOR
-        and dev["class"] is not None
-        and dev["class"][:6] in ("0x0300", "0x0302")
+        if (dev["vendor"] == NVIDIA_VENDOR and dev["class"] is not None and dev["class"][:6] in ("0x0300", "0x0302"))
+        or is_amd_instinct(dev["vendor"], dev["class"])
     ]
 
 
@@ -741,9 +762,10 @@ class _HostReader:
                 netdevs = self.virtio_netdevs(base)
             rdma = self.device_names(base + "infiniband", "RDMA devices")
             nvme = self.device_names(base + "nvme", "NVMe controllers")
-        return {
+        vendor = self.hex_attr(base + "vendor", essential=True)
+        device = {
             "pci_bus_id": bus_id,
-            "vendor": self.hex_attr(base + "vendor", essential=True),
+            "vendor": vendor,
             "device": self.hex_attr(base + "device", essential=True),
             "class": pci_class,
             "numa_node": numa_node,
@@ -758,9 +780,13 @@ class _HostReader:
             "nvme": nvme,
             "realpath": self.read_realpath(dev_dir),
             # MSI/MSI-X vectors of NICs and GPUs (msi_irqs/<irq>): what IRQ pinning puts on housekeeping CPUs.
-            "msi_vectors": self.msi_vectors(base) if pci_class is not None and pci_class[:4] in ("0x02", "0x03")
+            "msi_vectors": self.msi_vectors(base) if pci_class is not None and pci_class[:4] in ("0x02", "0x03", "0x12")
             else None,
         }
+        if is_amd_instinct(vendor, pci_class):
+            # amdgpu's unique_id: the GPU's identity ROCm shows as GPU-<hex>.
+            device["unique_id"] = self.str_attr(base + "unique_id")
+        return device
 
     def msi_vectors(self, base):
         """How many MSI/MSI-X vectors the function has allocated (entries of ``msi_irqs/``), None without it."""

@@ -34,7 +34,8 @@ from ansible.module_utils.gpunuma.discovery.nodes import (
     nodes_from_smi,
 )
 from ansible.module_utils.gpunuma.discovery.nvml import gpu_link_matrix, is_error
-from ansible.module_utils.gpunuma.discovery.sysfs import gpu_functions, nic_functions, nvme_functions, pcie_gen_from_speed
+from ansible.module_utils.gpunuma.discovery.sysfs import (
+    NVIDIA_VENDOR, amd_gpu_uuid, gpu_functions, nic_functions, nvme_functions, pcie_gen_from_speed)
 from ansible.module_utils.gpunuma.common import schemas
 
 SCHEMA = schemas.TOPOLOGY
@@ -199,7 +200,8 @@ def _gpu_identities(nvml, smi, sysfs_gpus, warnings):
                             "only for the GPUs whose index matches" % (_labels(smi_labels),
                                                                        _labels(g["index"] for g in gpus)))
     elif smi is not None:
-        ordered = sorted(sysfs_gpus, key=lambda p: p["pci_bus_id"])
+        # nvidia-smi numbers NVIDIA GPUs only.
+        ordered = sorted((p for p in sysfs_gpus if p["vendor"] == NVIDIA_VENDOR), key=lambda p: p["pci_bus_id"])
         if ordered and len(ordered) != len(smi["gpus"]):
             warnings.append("nvidia-smi topo lists %d GPUs but sysfs %d NVIDIA GPUs; PCI placement not used"
                             % (len(smi["gpus"]), len(ordered)))
@@ -215,7 +217,13 @@ def _gpu_identities(nvml, smi, sysfs_gpus, warnings):
             gpus.append({"index": row["index"], "uuid": None, "name": None, "pci_bus_id": bus})
     else:
         for index, pci in enumerate(sorted(sysfs_gpus, key=lambda p: p["pci_bus_id"])):
-            gpus.append({"index": index, "uuid": None, "name": None, "pci_bus_id": pci["pci_bus_id"]})
+            gpu = {"index": index, "uuid": None, "name": None, "pci_bus_id": pci["pci_bus_id"]}
+            if pci["vendor"] != NVIDIA_VENDOR:
+                # An AMD Instinct GPU: its vendor (absent means NVIDIA, as in every topology before it) and the
+                # UUID ROCm gives it from amdgpu's unique_id.
+                gpu["vendor"] = "amd"
+                gpu["uuid"] = amd_gpu_uuid(pci.get("unique_id"))
+            gpus.append(gpu)
     return gpus
 
 

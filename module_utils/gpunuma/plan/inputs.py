@@ -522,8 +522,13 @@ def check_unique(instances, problems):
 
 
 def check_gpu_environment(specs, topo, problems):
-    """GPU identity belongs to the planner, except where MIG needs MIG-<uuid>."""
+    """GPU identity belongs to the planner, except where MIG needs MIG-<uuid>; an instance's GPUs are of one vendor."""
     for spec in specs:
+        vendors = sorted(set(topo.gpus[g].vendor for g in spec.gpus))
+        if len(vendors) > 1:
+            problems.append("%s.gpus: %s are of vendors %s; allowed: GPUs of one vendor per instance (one runtime "
+                            "selects them: CUDA_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES)"
+                            % (spec.path, format_cpulist(spec.gpus), ", ".join(vendors)))
         if spec.placement == "numa_node" or any(topo.gpus[g].mig for g in spec.gpus):
             continue
         for key in GPU_ENVIRONMENT:

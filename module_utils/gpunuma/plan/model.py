@@ -28,7 +28,7 @@ TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 INSTANCES_VAR = "gpunuma_instances"
 APPLIED_PLAN_SOURCE = "/etc/gpunuma/plan.json"
 DEFAULT_SERVICE_USER = "gpunuma"
-GPU_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+GPU_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 PLACEMENT_KEYS = ("gpus", "gpus_per_instance", "numa_node")
 # Variables the planner can fill with an instance's nearest NICs (opt-in).
 NIC_ENVIRONMENT = ("UCX_NET_DEVICES", "NCCL_IB_HCA")

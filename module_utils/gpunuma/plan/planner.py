@@ -144,7 +144,9 @@ def render_instance(spec, topo, profile, fence=None):
 
     # Secret values never reach the plan (common/secrets.py): only their names.
     environment = {k: v for k, v in spec.environment.items() if k not in spec.secret_names}
-    if gpus:
+    if gpus and any(topo.gpus[g].vendor == "amd" for g in gpus):
+        _rocm_environment(spec, gpus, uuids, environment)
+    elif gpus:
         mig = [g for g in gpus if topo.gpus[g].mig]
         if "CUDA_VISIBLE_DEVICES" in environment:
             spec.warnings.append(
@@ -224,6 +226,21 @@ def render_instance(spec, topo, profile, fence=None):
 
 # --------------------------------------------------------------------------
 # Entry point
+
+
+def _rocm_environment(spec, gpus, uuids, environment):
+    """ROCR_VISIBLE_DEVICES for an instance of AMD GPUs: by the UUIDs ROCm shows (GPU-<unique_id>), else by index
+    in the order ROCm enumerates them (PCI order, as discovery numbers them). HIP_VISIBLE_DEVICES is left out:
+    HIP applies it after ROCR's and counts within the GPUs ROCR left, so setting both would filter twice
+    (ROCm documentation, "GPU isolation techniques")."""
+    if all(uuids):
+        environment["ROCR_VISIBLE_DEVICES"] = ",".join(uuids)
+        return
+    environment["ROCR_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    spec.warnings.append(
+        "GPU %s has no UUID in the topology (amdgpu's unique_id); ROCR_VISIBLE_DEVICES uses indexes in PCI order"
+        % format_cpulist([g for g, u in zip(gpus, uuids) if not u])
+    )
 
 
 def _plan_topology(topology, housekeeping_cores_per_node, housekeeping_cpus, irq_pin, warnings, problems):

@@ -89,6 +89,12 @@ class PlanGpu:
     uuid: Optional[str]
     node: Optional[int]  # CPU-bearing binding node, or None when unknown
     mig: bool = False
+    vendor: str = "nvidia"  # the topology's ``vendor`` (absent: nvidia)
+
+
+# The vendors a topology's GPUs may name, and the variable that selects an instance's GPUs for each
+# (docs/plan-v1.md, "GPU environment").
+GPU_VENDORS = ("nvidia", "amd")
 
 
 class PlanTopology(object):
@@ -213,7 +219,13 @@ class PlanTopology(object):
                     % (index, node_id)
                 )
                 node_id = None
-            self.gpus[index] = PlanGpu(index=index, uuid=uuid, node=node_id, mig=bool(raw.get("mig_enabled")))
+            vendor = raw.get("vendor", "nvidia")
+            if vendor not in GPU_VENDORS:
+                problems.append("%s.vendor: %r is not a GPU vendor; allowed: %s (absent: nvidia)"
+                                % (where, vendor, ", ".join(GPU_VENDORS)))
+                continue
+            self.gpus[index] = PlanGpu(index=index, uuid=uuid, node=node_id, mig=bool(raw.get("mig_enabled")),
+                                       vendor=vendor)
             gpu_rows[index] = pos
         self.nics = self._nics(topology.get("nics"), problems)
         self.nic_links = self._nic_links(topology.get("gpu_nic_links"), gpu_rows, len(topology["gpus"]), warnings)

@@ -17,10 +17,9 @@ shows of them is checked here, read-only, beside node_checks' own checks:
   says to measure both values on the workload: an info finding while it is on
   (gpunuma's own rule for bound workers stays node_checks' ``numa_balancing``).
 
-AMD Instinct GPUs are PCI functions of vendor 0x1002 with the class of a
-processing accelerator (0x1200, MI300 series), a display controller (0x0380,
-MI100/MI200) or a 3D controller (0x0302). A node without one gets none of
-these findings. Findings are returned as plain tuples
+AMD Instinct GPUs are what discovery counts as such
+(``discovery.sysfs.is_amd_instinct``). A node without one gets none of these
+findings. Findings are returned as plain tuples
 ``(check, severity, subject, message, [(file, value)], fix)``;
 node_checks turns them into its records.
 """
@@ -30,19 +29,12 @@ from __future__ import annotations
 import os
 import re
 
-AMD_VENDOR = "0x1002"
-INSTINCT_CLASSES = ("0x1200", "0x0380", "0x0302")
 GUIDE_URL = "https://instinct.docs.amd.com/projects/amdgpu-docs/en/latest/system-optimization/mi300x.html"
 CHECKS = ("amd_nps", "amd_iommu", "amd_c2_state", "amd_numa_balancing")
 _NODE_RE = re.compile(r"node(0|[1-9][0-9]{0,3})", re.ASCII)
 _CPU_RE = re.compile(r"cpu(0|[1-9][0-9]{0,5})", re.ASCII)
 _STATE_RE = re.compile(r"state([0-9]{1,2})", re.ASCII)
 _MAX_LISTED = 8
-
-
-def is_instinct(vendor, klass):
-    """A PCI function's vendor and class (sysfs text) name an AMD Instinct GPU."""
-    return vendor == AMD_VENDOR and bool(klass) and klass[:6] in INSTINCT_CLASSES
 
 
 def _listdir(path):

@@ -35,7 +35,8 @@ import re
 from ansible.module_utils.gpunuma.node import autonuma
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError, GpunumaError
-from ansible.module_utils.gpunuma.discovery.sysfs import NVIDIA_VENDOR, pcie_gen_from_speed, quote, read_bounded
+from ansible.module_utils.gpunuma.discovery.sysfs import (
+    NVIDIA_VENDOR, is_amd_instinct, pcie_gen_from_speed, quote, read_bounded)
 from ansible.module_utils.gpunuma.verify import amd_checks
 
 SEVERITIES = ("info", "warning", "error")
@@ -377,7 +378,7 @@ def read_node(root="/"):
         rel = os.path.join("sys", "bus", "pci", "devices", bdf)
         vendor = reader.text(os.path.join(rel, "vendor"))
         klass = reader.text(os.path.join(rel, "class")) or ""
-        if amd_checks.is_instinct(vendor, klass):
+        if is_amd_instinct(vendor, klass):
             instinct.append(bdf)
             continue
         if vendor != NVIDIA_VENDOR or not (klass.startswith("0x0300") or klass.startswith("0x0302")):

@@ -1,0 +1,87 @@
+"""AMD Instinct GPUs from sysfs: discovery, the plan's ROCR_VISIBLE_DEVICES, one vendor per instance.
+
+The host is tests/sysfs_factory.py's mi300x_8gpu_2socket: 8 MI300X (PCI class 0x1200,
+vendor 0x1002) on two NPS1 sockets, GPUs 0-3 on node 0 and 4-7 on node 1 as ROCm SMI
+prints it for such a host. No AMD GPU has been available to run discovery on; amd-smi
+and rocm-smi are not read yet (sysfs only).
+"""
+
+import copy
+import os
+
+import pytest
+
+from ansible.module_utils.gpunuma.discovery import sysfs
+from ansible.module_utils.gpunuma.discovery.topology import build_topology
+from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
+from ansible.module_utils.gpunuma.plan.profiles import load_profile
+from conftest import REPO_ROOT
+from sysfs_factory import MI300X_GPUS, mi300x_8gpu_2socket
+
+pytestmark = pytest.mark.unit
+
+PROFILES = os.path.join(REPO_ROOT, "policies", "profiles")
+
+
+def mi300x(tmp_path):
+    return build_topology("mi300x-a01", host=sysfs.read_host(mi300x_8gpu_2socket(str(tmp_path))), sources=["sysfs"])
+
+
+def test_mi300x_gpus_are_discovered_on_their_nodes_with_their_rocm_uuids(tmp_path):
+    topo = mi300x(tmp_path)
+    assert [(g["pci_bus_id"], g["numa_node"], g["vendor"], g["uuid"]) for g in topo["gpus"]] == [
+        (bdf, node, "amd", "GPU-" + uid) for bdf, node, uid in MI300X_GPUS]
+    assert [g["index"] for g in topo["gpus"]] == list(range(8))
+
+
+@pytest.mark.parametrize("unique_id, uuid", [("0x5b4ac59a0da2a6a0", "GPU-5b4ac59a0da2a6a0"), ("ABC", "GPU-0000000000000abc"),
+                                             ("0", None), ("", None), ("not hex", None), (None, None)])
+def test_amd_uuid_from_unique_id(unique_id, uuid):
+    assert sysfs.amd_gpu_uuid(unique_id) == uuid
+
+
+def test_one_instance_per_gpu_is_local_exclusive_and_selected_by_rocr(tmp_path):
+    topo = mi300x(tmp_path)
+    instances = [{"name": "llm%d" % i, "gpus": [i], "command": ["/usr/bin/true"]} for i in range(8)]
+    plan = build_plan(topo, load_profile("strict", PROFILES), instances)
+    seen = set()
+    for inst, (_bdf, node, uid) in zip(plan["instances"], MI300X_GPUS):
+        assert inst["numa_nodes"] == [node] and inst["mem_nodes"] == [node]
+        assert inst["environment"]["ROCR_VISIBLE_DEVICES"] == "GPU-" + uid
+        assert "CUDA_VISIBLE_DEVICES" not in inst["environment"] and "HIP_VISIBLE_DEVICES" not in inst["environment"]
+        cpus = set(sysfs.parse_cpulist(inst["cpus"]))
+        node_cpus = set(range(48 * node, 48 * node + 48)) | set(range(96 + 48 * node, 96 + 48 * node + 48))
+        assert cpus <= node_cpus and not cpus & seen, inst
+        seen |= cpus
+
+
+def test_without_unique_ids_rocr_takes_indexes_with_a_warning(tmp_path):
+    topo = mi300x(tmp_path)
+    for gpu in topo["gpus"]:
+        gpu["uuid"] = None
+    plan = build_plan(topo, load_profile("strict", PROFILES), [{"name": "llm", "gpus": [2, 3], "command": ["/usr/bin/true"]}])
+    assert plan["instances"][0]["environment"]["ROCR_VISIBLE_DEVICES"] == "2,3"
+    assert any("ROCR_VISIBLE_DEVICES uses indexes" in w for w in plan["warnings"])
+
+
+@pytest.mark.parametrize("key", ["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"])
+def test_the_gpu_selection_is_the_planners(tmp_path, key):
+    topo = mi300x(tmp_path)
+    with pytest.raises(PlanError) as caught:
+        build_plan(topo, load_profile("strict", PROFILES),
+                   [{"name": "llm", "gpus": [0], "command": ["/usr/bin/true"], "environment": {key: "0"}}])
+    assert "environment.%s: set by gpunuma from the instance's GPUs" % key in str(caught.value)
+
+
+def test_an_instance_across_vendors_is_refused(tmp_path):
+    topo = mi300x(tmp_path)
+    mixed = copy.deepcopy(topo)
+    del mixed["gpus"][1]["vendor"]  # absent: nvidia
+    with pytest.raises(PlanError) as caught:
+        build_plan(mixed, load_profile("strict", PROFILES), [{"name": "llm", "gpus": [0, 1], "command": ["/usr/bin/true"]}])
+    assert "gpus: 0-1 are of vendors amd, nvidia; allowed: GPUs of one vendor per instance" in str(caught.value)
+    bad = copy.deepcopy(topo)
+    bad["gpus"][0]["vendor"] = "intel"
+    with pytest.raises(PlanError) as caught:
+        build_plan(bad, load_profile("strict", PROFILES), [])
+    assert "vendor: 'intel' is not a GPU vendor; allowed: nvidia, amd (absent: nvidia)" in str(caught.value)
