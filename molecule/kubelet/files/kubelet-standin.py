@@ -4,9 +4,10 @@
 This is not the kubelet and runs no pods. The upstream kubelet itself runs in
 tests/integration/test_kubelet_real.py (fresh node to static and back with
 its checkpoints, reservedMemory accepted, a Guaranteed pod pinned, a refused
-change restored), but only on this host's one NUMA node. This small program
-plays the kubelet for what needs a machine the host is not (several NUMA
-nodes, more than 8 of them): it it reads the KubeletConfiguration
+change restored, the Memory Manager checkpoint a reboot left behind moved
+aside before it starts, DRA gpu_and_cpu accepted), but only on this host's
+one NUMA node. This small program plays the kubelet for what needs a machine
+the host is not (several NUMA nodes, more than 8 of them): it reads the KubeletConfiguration
 and the CPU / Memory Manager checkpoint files, refuses to start exactly where
 the real kubelet documents that it would, writes the checkpoints under the
 configured policies (the real kubelet writes them even under the default
