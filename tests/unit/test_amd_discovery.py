@@ -85,3 +85,29 @@ def test_an_instance_across_vendors_is_refused(tmp_path):
     with pytest.raises(PlanError) as caught:
         build_plan(bad, load_profile("strict", PROFILES), [])
     assert "vendor: 'intel' is not a GPU vendor; allowed: nvidia, amd (absent: nvidia)" in str(caught.value)
+
+
+def test_the_fleet_report_draws_the_mi300x_host(tmp_path):
+    """The controller's fleet report on an AMD host: every GPU drawn in its instance's colour, each instance local."""
+    import html
+    import json
+    import re
+
+    from gpunuma_controller import report
+
+    topo = mi300x(tmp_path / "sys")
+    plan = build_plan(topo, load_profile("strict", PROFILES),
+                      [{"name": "llm%d" % i, "gpus": [i], "command": ["/usr/bin/true"]} for i in range(8)])
+    out = tmp_path / "fleet"
+    (out / "topology").mkdir(parents=True)
+    (out / "topology" / "mi300x-a01.json").write_text(json.dumps(topo))
+    (out / "topology" / "mi300x-a01.plan.json").write_text(json.dumps(plan))
+    page, fleet = report.build_report(str(out))
+    assert fleet["hosts"]["mi300x-a01"]["problems"] == []
+    start = page.index('<section class="host" id="%s"' % html.escape(report._anchor("mi300x-a01")))
+    sec = page[start:page.index("</section>", start)]
+    assert re.findall(r'<tr class="instance" data-instance="([^"]*)"', sec) == ["llm%d" % i for i in range(8)]
+    for gpu in range(8):
+        assert re.search(r'data-gpu="%d"><rect [^>]*fill="%s"' % (gpu, report.PALETTE[gpu]), sec), gpu
+    # No instance crosses a node or socket (the markers test_report.py checks on a host that does).
+    assert "cross-badge" not in sec and '<line class="cross"' not in sec
