@@ -32,6 +32,8 @@ def test_mi300x_gpus_are_discovered_on_their_nodes_with_their_rocm_uuids(tmp_pat
     assert [(g["pci_bus_id"], g["numa_node"], g["vendor"], g["uuid"]) for g in topo["gpus"]] == [
         (bdf, node, "amd", "GPU-" + uid) for bdf, node, uid in MI300X_GPUS]
     assert [g["index"] for g in topo["gpus"]] == list(range(8))
+    # GPU-to-GPU links are PCIe paths here, and the warning says which fabric sysfs does not show.
+    assert "GPU links derived from PCIe paths in sysfs; XGMI links are not visible there" in topo["warnings"]
 
 
 @pytest.mark.parametrize("unique_id, uuid", [("0x5b4ac59a0da2a6a0", "GPU-5b4ac59a0da2a6a0"), ("ABC", "GPU-0000000000000abc"),

@@ -134,7 +134,8 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
     if gpu_links is None:
         gpu_links = _pci_matrix(gpus, gpus, pci_by_bus, same_list=True)
         if len(gpus) > 1:
-            warnings.append("GPU links derived from PCIe paths in sysfs; NVLinks are not visible there")
+            fabric = "XGMI links" if any(g.get("vendor") == "amd" for g in gpus) else "NVLinks"
+            warnings.append("GPU links derived from PCIe paths in sysfs; %s are not visible there" % fabric)
     gpu_nic_links = _gpu_nic_links(gpus, nics, smi, pci_by_bus)
 
     driver = (nvml or {}).get("driver_version")
