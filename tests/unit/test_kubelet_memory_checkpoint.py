@@ -228,3 +228,24 @@ def test_a_backup_on_another_filesystem_is_copied_then_removed(tmp_path, monkeyp
     (moved,) = list((tmp_path / "elsewhere").iterdir())
     assert moved.read_text() == before and not moved.name.endswith(".part")
     assert not (sd / "memory_manager_state").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "oversize"])
+def test_a_checkpoint_that_is_no_regular_file_or_too_large_is_kept_unread(tmp_path, kind, monkeypatch):
+    """Read bounded: a FIFO in its place does not block the kubelet's start, a directory or a file over the cap is
+    not read, and none of them is reported as absent or moved."""
+    root = tmp_path / "root"
+    machine(root, {0: {"memory": GIB}})
+    sd = tmp_path / "kubelet"
+    sd.mkdir()
+    path = sd / "memory_manager_state"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_text(checkpoint({0: {"memory": GIB}}))
+        monkeypatch.setattr(mc._read, "__defaults__", (64,))
+    action, line = mc.check(str(sd), str(root))
+    assert action == "kept" and "it cannot be read" in line, line
+    assert os.path.lexists(path)

@@ -97,6 +97,11 @@ AMD_INSTINCT_CLASSES = ("0x1200", "0x0380", "0x0302")
 _AMD_UNIQUE_ID_RE = re.compile(r"(?:0x)?([0-9a-fA-F]{1,16})", re.ASCII)
 
 
+def is_nvidia_gpu(vendor, pci_class):
+    """A PCI function's vendor and class (sysfs text) name an NVIDIA GPU: class 0x0300xx (VGA) or 0x0302xx (3D)."""
+    return vendor == NVIDIA_VENDOR and bool(pci_class) and pci_class[:6] in ("0x0300", "0x0302")
+
+
 def is_amd_instinct(vendor, pci_class):
     """A PCI function's vendor and class (sysfs text) name an AMD Instinct GPU."""
     return vendor == AMD_VENDOR and bool(pci_class) and pci_class[:6] in AMD_INSTINCT_CLASSES
@@ -196,13 +201,11 @@ def pcie_gen_from_speed(speed):
 
 
 def gpu_functions(host):
-    """PCI functions of GPUs: NVIDIA's (vendor 0x10de, class 0x0300xx VGA or 0x0302xx 3D) and AMD Instinct
-    ones (:func:`is_amd_instinct`)."""
+    """PCI functions of GPUs: NVIDIA's (:func:`is_nvidia_gpu`) and AMD Instinct ones (:func:`is_amd_instinct`)."""
     return [
         dev
         for dev in host["pci"]
-        if (dev["vendor"] == NVIDIA_VENDOR and dev["class"] is not None and dev["class"][:6] in ("0x0300", "0x0302"))
-        or is_amd_instinct(dev["vendor"], dev["class"])
+        if is_nvidia_gpu(dev["vendor"], dev["class"]) or is_amd_instinct(dev["vendor"], dev["class"])
     ]
 
 

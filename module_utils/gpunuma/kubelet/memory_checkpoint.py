@@ -44,11 +44,14 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import time
 
 STATE_FILE = "memory_manager_state"
 DEFAULT_TOLERANCE = 128 * 1024 * 1024
+# The checkpoint of a node with many pods is tens of KiB; sysfs and procfs files are smaller still.
+MAX_READ_BYTES = 16 * 1024 * 1024
 _MEMTOTAL_RE = re.compile(r"MemTotal:\s*([0-9]+)\s*kB")
 _NODE_DIR_RE = re.compile(r"^node([0-9]+)$")
 _HUGEPAGES_DIR_RE = re.compile(r"^hugepages-([0-9]+)kB$")
@@ -105,20 +108,30 @@ def checkpoint_totals(text):
     return totals
 
 
-def _read(path):
-    with open(path) as handle:
-        return handle.read()
+def _read(path, limit=MAX_READ_BYTES):
+    """A regular file's text, at most ``limit`` bytes; OSError otherwise (what every caller already handles)."""
+    # O_NONBLOCK: a FIFO put in the file's place must not hang the kubelet's start.
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, "larger than %d bytes" % limit, path)
+    return data.decode("utf-8", "replace")
+
+
+def _listdir(path):
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 
 
 def machine_totals(root="/"):
     """``{node id: {resource: total bytes}}`` of the running machine, as the kubelet sees it."""
     node_root = os.path.join(root, "sys/devices/system/node")
     totals = {}
-    try:
-        names = os.listdir(node_root)
-    except OSError:
-        names = []
-    for name in names:
+    for name in _listdir(node_root):
         match = _NODE_DIR_RE.match(name)
         if not match:
             continue
@@ -129,11 +142,7 @@ def machine_totals(root="/"):
             continue
         resources = {"memory": int(memtotal.group(1)) * 1024 if memtotal else 0}
         huge_dir = os.path.join(node_dir, "hugepages")
-        try:
-            sizes = os.listdir(huge_dir)
-        except OSError:
-            sizes = []
-        for size_name in sizes:
+        for size_name in _listdir(huge_dir):
             size = _HUGEPAGES_DIR_RE.match(size_name)
             if not size:
                 continue
@@ -206,8 +215,10 @@ def check(state_dir, root="/", tolerance=DEFAULT_TOLERANCE, backup_dir=None, now
     try:
         text = _read(path)
         mtime = os.stat(path).st_mtime
-    except OSError:
+    except FileNotFoundError:
         return "absent", "%s: absent; nothing to check" % path
+    except OSError as exc:
+        return "kept", "%s: kept; it cannot be read (%s) and the kubelet says what it makes of it" % (path, exc)
     try:
         recorded = checkpoint_totals(text)
     except CheckpointError as exc:

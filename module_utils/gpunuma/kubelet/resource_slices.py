@@ -26,7 +26,8 @@ Attribute values are typed as the resource.k8s.io API writes them:
 
 from __future__ import annotations
 
-from ansible.module_utils.gpunuma.common.errors import ProblemsError
+from ansible.module_utils.gpunuma.common.errors import NvmlError, ProblemsError
+from ansible.module_utils.gpunuma.discovery.nvml import normalize_bus_id
 from ansible.module_utils.gpunuma.kubelet.dra import DRA_GPU_DRIVERS
 
 NUMA_NODE = "resource.kubernetes.io/numaNode"
@@ -60,15 +61,11 @@ def _attr(attributes, name, driver):
 
 
 def _bus_id(value):
-    """A PCI address normalised as the topology writes it (``0000:07:00.0``, lower case)."""
-    if not isinstance(value, str):
+    """A PCI address as the topology writes it (``discovery.nvml.normalize_bus_id``), or None when it is not one."""
+    try:
+        return normalize_bus_id(value)
+    except NvmlError:
         return None
-    text = value.strip().lower()
-    if text.count(":") == 1:
-        text = "0000:" + text
-    head, _sep, tail = text.rpartition(":")
-    domain, _sep, bus = head.partition(":")
-    return "%s:%s:%s" % (domain[-4:].rjust(4, "0"), bus.rjust(2, "0"), tail)
 
 
 def slices(document):

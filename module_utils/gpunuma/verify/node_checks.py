@@ -36,7 +36,7 @@ from ansible.module_utils.gpunuma.node import autonuma
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError, GpunumaError
 from ansible.module_utils.gpunuma.discovery.sysfs import (
-    NVIDIA_VENDOR, is_amd_instinct, pcie_gen_from_speed, quote, read_bounded)
+    is_amd_instinct, is_nvidia_gpu, pcie_gen_from_speed, quote, read_bounded)
 from ansible.module_utils.gpunuma.verify import amd_checks
 
 SEVERITIES = ("info", "warning", "error")
@@ -381,7 +381,7 @@ def read_node(root="/"):
         if is_amd_instinct(vendor, klass):
             instinct.append(bdf)
             continue
-        if vendor != NVIDIA_VENDOR or not (klass.startswith("0x0300") or klass.startswith("0x0302")):
+        if not is_nvidia_gpu(vendor, klass):
             continue
         chain = _chain(reader, bdf)
         local = None
