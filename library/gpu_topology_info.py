@@ -63,6 +63,19 @@ options:
       - A saved C(nvidia-smi topo -m) output. Given alone (without O(sysfs_root) or
         O(nvml_dump)), the topology is built from that text only and nothing local is read.
     type: path
+  amd_smi_topology_file:
+    description:
+      - A saved C(amd-smi topology --json) output of the node, read with sysfs (live or O(sysfs_root)) for the
+        XGMI links of its AMD GPUs, matched by bus id. Takes precedence over O(rocm_smi_topo_file).
+      - Live, without it, C(amd-smi topology --json) and then C(rocm-smi --showtopo --json) are run on nodes with
+        AMD GPUs (per O(sources)); the KFD topology in sysfs gives partitions and links without either tool.
+    type: path
+  rocm_smi_topo_file:
+    description:
+      - A saved C(rocm-smi --showtopo) output (text or C(--json), or any of its C(--showtopoweight),
+        C(--showtopotype), C(--showtoponuma) sections) for the AMD GPUs' links and NUMA nodes; its C(GPU[i])
+        are the node's AMD GPUs in ROCm's order.
+    type: path
   lscpu_file:
     description:
       - A saved C(lscpu) output of the same machine, read with O(nvidia_smi_topo_file) alone (the topo text
@@ -93,8 +106,8 @@ options:
         the driver is being upgraded).
     type: list
     elements: str
-    choices: [nvml, nvidia_smi, sysfs]
-    default: [nvml, nvidia_smi, sysfs]
+    choices: [nvml, nvidia_smi, sysfs, amd_smi, rocm_smi]
+    default: [nvml, nvidia_smi, sysfs, amd_smi, rocm_smi]
   nvidia_smi_path:
     description: Path to C(nvidia-smi); by default it is looked up on C(PATH).
     type: path
@@ -102,7 +115,9 @@ options:
     description: Name recorded in the topology; defaults to the node's host name.
     type: str
 notes:
-  - Needs no GPU; a node without NVIDIA devices returns an empty C(gpus) list.
+  - Needs no GPU; a node without NVIDIA or AMD Instinct GPUs returns an empty C(gpus) list.
+  - AMD GPUs (docs/amd.md) come from sysfs and the KFD topology (partitions, XGMI links), with C(amd-smi) or
+    C(rocm-smi) output where present; XGMI pairs are written C(XGMI<hops>) in RV(topology.gpu_links).
   - NVML is used only when the C(pynvml) module (package C(nvidia-ml-py)) imports on the node.
 seealso:
   - name: gpunuma topology contract
@@ -237,8 +252,10 @@ def main():
             lscpu_file=dict(type="path"),
             nvml_dump=dict(type="path"),
             record_nvml_dump=dict(type="path"),
-            sources=dict(type="list", elements="str", choices=["nvml", "nvidia_smi", "sysfs"],
-                         default=["nvml", "nvidia_smi", "sysfs"]),
+            amd_smi_topology_file=dict(type="path"),
+            rocm_smi_topo_file=dict(type="path"),
+            sources=dict(type="list", elements="str", choices=["nvml", "nvidia_smi", "sysfs", "amd_smi", "rocm_smi"],
+                         default=["nvml", "nvidia_smi", "sysfs", "amd_smi", "rocm_smi"]),
             nvidia_smi_path=dict(type="path"),
             hostname=dict(type="str"),
             read_files=dict(type="dict"),
@@ -257,6 +274,15 @@ def main():
             return None, "nvidia-smi topo -m exited %d: %s" % (rc, (err or out).strip()[:300])
         return out, None
 
+    def run_tool(argv):
+        binary = module.get_bin_path(argv[0])
+        if not binary:
+            return None, None  # no ROCm tool on this node: the KFD topology in sysfs is read instead
+        rc, out, err = module.run_command([binary] + list(argv[1:]), environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            return None, "%s exited %d: %s" % (" ".join(argv), rc, (err or out).strip()[:300])
+        return out, None
+
     try:
         result = discover(
             hostname=params["hostname"] or socket.gethostname(),
@@ -267,6 +293,9 @@ def main():
             run_nvidia_smi=run_nvidia_smi,
             keep_nvml_dump=bool(params["record_nvml_dump"]),
             lscpu_file=params["lscpu_file"],
+            amd_smi_file=params["amd_smi_topology_file"],
+            rocm_smi_file=params["rocm_smi_topo_file"],
+            run_tool=run_tool,
         )
     except GpunumaError as exc:
         module.fail_json(msg=str(exc))

@@ -15,11 +15,11 @@ DOCUMENTATION = r"""
 module: h2d_probe_info
 short_description: Measure host-to-device copy bandwidth and latency per GPU, bound and unbound
 description:
-  - Measures, per NVIDIA GPU and per placement, the bandwidth of large host-to-device copies from
+  - Measures, per GPU (NVIDIA, or AMD through HIP) and per placement, the bandwidth of large host-to-device copies from
     pinned and from pageable memory, of device-to-host copies to pinned memory, and the latency
     distribution (p50, p99, max) of small pinned host-to-device copies.
-  - Uses the CUDA driver API in C(libcuda.so.1) through ctypes; needs neither PyTorch nor a CUDA
-    toolkit on the node.
+  - Uses the CUDA driver API in C(libcuda.so.1) through ctypes, or on AMD nodes the HIP runtime in
+    C(libamdhip64.so) (O(runtime)); needs neither PyTorch nor a CUDA toolkit on the node.
   - Each placement runs in its own child process - C(local) binds CPUs and memory to the GPU's NUMA
     node, C(remote) to another CPU-bearing node (the farthest by SLIT distance, or O(remote_node)),
     C(unbound) changes nothing. The binding is read back from C(/proc/self/status) and
@@ -95,6 +95,18 @@ options:
     description: The CUDA driver library to load (a test stand-in, or a driver outside the loader path).
     type: str
     default: libcuda.so.1
+  runtime:
+    description:
+      - The GPU runtime to measure with - C(cuda) (the CUDA driver API), C(hip) (ROCm's HIP runtime, AMD GPUs;
+        same copies, events, placements and statistics), or C(auto), CUDA where O(libcuda_path) loads, else HIP.
+      - On a node with both vendors, C(auto) measures the NVIDIA GPUs; run again with C(hip) for the AMD ones.
+    type: str
+    choices: [auto, cuda, hip]
+    default: auto
+  libhip_path:
+    description: The HIP runtime library to load with O(runtime) C(hip) or C(auto).
+    type: str
+    default: libamdhip64.so
   load:
     description:
       - Load while measuring (module_utils/gpunuma/verify/h2d_load.py, docs/probe.md) - C(idle); C(copies), every
@@ -175,6 +187,9 @@ probe:
     reason:
       description: Why the probe was skipped or failed; null when ok.
       type: str
+    runtime:
+      description: C(cuda) or C(hip), the runtime measured with; absent when no runtime library loads.
+      type: str
     gpus:
       description: One entry per probed GPU with C(index), C(uuid), C(pci_bus_id), C(numa_node), C(pcie), C(status) and C(placements).
       type: list
@@ -245,6 +260,8 @@ def main():
             remote_node=dict(type="int"),
             timeout_s=dict(type="int", default=h2d.DEFAULTS["timeout_s"]),
             libcuda_path=dict(type="str", default="libcuda.so.1"),
+            runtime=dict(type="str", default="auto", choices=list(h2d.RUNTIMES)),
+            libhip_path=dict(type="str", default=h2d.DEFAULTS["libhip_path"]),
             load=dict(type="str", default="idle", choices=list(h2d_load.LOADS)),
             load_memory_workers=dict(type="int", default=h2d_load.DEFAULT_MEMORY_WORKERS),
             load_max_seconds=dict(type="int", default=h2d_load.DEFAULT_MAX_SECONDS),

@@ -240,7 +240,8 @@ def _write_pci(sys_dir, devices, node_cpus, online_set, nbits, symlinks):
         _write(os.path.join(dev_dir, "numa_node"), "%d\n" % numa_node)
         _write(os.path.join(dev_dir, "local_cpulist"), format_cpulist(local) + "\n")
         _write(os.path.join(dev_dir, "local_cpus"), cpumask(local, nbits) + "\n")
-        for attr in ("max_link_speed", "max_link_width", "current_link_speed", "current_link_width", "unique_id"):
+        for attr in ("max_link_speed", "max_link_width", "current_link_speed", "current_link_width", "unique_id",
+                     "current_compute_partition", "current_memory_partition"):
             if dev.get(attr) is not None:
                 _write(os.path.join(dev_dir, attr), "%s\n" % dev[attr])
         # virtio-net puts its netdevs under virtio<N>/net/, not net/.
@@ -413,8 +414,15 @@ MI300X_GPUS = [("0000:%02x:00.0" % bus, 0 if i < 4 else 1, "%016x" % (0x5b4ac59a
 AMD = "0x1002"
 
 
-def mi300x_8gpu_2socket(root):
-    """2 sockets x 48 cores with SMT (96 CPUs a socket), NPS1 (one NUMA node a socket), 8 MI300X."""
+def mi300x_8gpu_2socket(root, gpus=None, compute_partition=None, numa_node=None):
+    """2 sockets x 48 cores with SMT (96 CPUs a socket), NPS1 (one NUMA node a socket), 8 MI300X.
+
+    ``gpus``: other ``(bus id, node, unique_id)`` triples (a published capture's); ``compute_partition``:
+    amdgpu's ``current_compute_partition`` (``CPX`` ...) with ``current_memory_partition`` NPS1;
+    ``numa_node``: every GPU's sysfs ``numa_node`` instead of its own (-1 as in VMs)."""
+    gpus = gpus or MI300X_GPUS
+    modes = {"current_compute_partition": compute_partition, "current_memory_partition": "NPS1"} \
+        if compute_partition else {}
     nodes, cpus = [], {}
     for node in range(2):
         first = list(range(48 * node, 48 * node + 48))
@@ -423,10 +431,22 @@ def mi300x_8gpu_2socket(root):
         for cpu in first:
             cpus[cpu] = (node, cpu % 48, [cpu, cpu + 96])
             cpus[cpu + 96] = (node, cpu % 48, [cpu, cpu + 96])
-    pci = [dict(bdf=bdf, vendor=AMD, device="0x74a1", numa_node=node, unique_id=uid,
-                parents=[_with_bus(bdf, _bus(bdf) - 1)], **{"class": "0x120000"}, **_link(GEN5, 16))
-           for bdf, node, uid in MI300X_GPUS]
+    pci = [dict(bdf=bdf, vendor=AMD, device="0x74a1", numa_node=node if numa_node is None else numa_node, unique_id=uid,
+                parents=[_with_bus(bdf, _bus(bdf) - 1)], **{"class": "0x120000"}, **_link(GEN5, 16), **modes)
+           for bdf, node, uid in gpus]
     return build_tree(root, nodes, distances=[[10, 32], [32, 10]], cpus=cpus, pci=pci, numa_balancing=1)
+
+
+def kfd_tree(root, bundle):
+    """Write a published KFD topology capture (tests/fixtures/published/amd/kfd-*.json: ``files`` holds each
+    ``nodes/...properties`` text) under ``root``/sys/class/kfd/kfd/topology; returns the document."""
+    import json
+    with open(bundle) as handle:
+        doc = json.load(handle)
+    base = os.path.join(root, "sys", "class", "kfd", "kfd", "topology")
+    for rel, text in doc["files"].items():
+        _write(os.path.join(base, rel), text)
+    return doc
 
 
 def _grace_distances(count, cpu_nodes):

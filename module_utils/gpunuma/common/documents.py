@@ -111,6 +111,12 @@ _TOPOLOGY_PROPERTIES = {
         "memory_total_bytes": _BYTES,
         "irq_vectors": _t("integer", minimum=0),
         "vendor": {"enum": ["nvidia", "amd"]},
+        "partition": _obj(["index", "count"], {
+            "index": _t("integer", minimum=0),
+            "count": _t("integer", minimum=1),
+            "compute": _t("string", null=True),
+            "memory": _t("string", null=True),
+        }),
     })),
     "gpu_links": _t("array", null=True, items=_list(_t("string"))),
     "nics": _list(_obj(["name", "numa_node"], {

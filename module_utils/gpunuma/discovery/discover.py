@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from ansible.module_utils.gpunuma.discovery import amd as amd_source
 from ansible.module_utils.gpunuma.discovery import nvml as nvml_source
 from ansible.module_utils.gpunuma.discovery import sysfs as sysfs_source
 from ansible.module_utils.gpunuma.discovery.cpu_layout import MAX_LSCPU_CHARS, LscpuError, parse_lscpu
@@ -15,7 +16,9 @@ from ansible.module_utils.gpunuma.common.errors import NvmlError, SysfsError, To
 from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
 from ansible.module_utils.gpunuma.discovery.topology import build_topology
 
-ALL_SOURCES = ("nvml", "nvidia_smi", "sysfs")
+ALL_SOURCES = ("nvml", "nvidia_smi", "sysfs", "amd_smi", "rocm_smi")
+# The AMD tools, most trusted first, with what each is run as (docs/amd.md).
+AMD_TOOLS = (("amd_smi", ("amd-smi", "topology", "--json")), ("rocm_smi", ("rocm-smi", "--showtopo", "--json")))
 
 # nvidia-smi topo -m for 64 GPUs and 64 NICs is about 130 KiB; 1 MiB leaves
 # room for any real node and bounds what a wrong file can cost.
@@ -49,8 +52,40 @@ def _nvml_absent(message):
     return "not installed" in message or "nvmlInit" in message
 
 
+def _amd_tool_doc(amd_smi_file, rocm_smi_file, sources, offline, run_tool, warnings, used):
+    """The parsed amd-smi or rocm-smi document: a file the user gave (errors raise), else the first tool of
+    ``sources`` that runs on this node (failures warn). Called only where AMD GPUs are present."""
+    for name, label, path, parse in (("amd_smi_topology_file", "amd_smi", amd_smi_file, amd_source.parse_amd_smi),
+                                     ("rocm_smi_topo_file", "rocm_smi", rocm_smi_file, amd_source.parse_rocm_smi)):
+        if path is not None:
+            doc = parse(_read_text(path, name, amd_source.MAX_SMI_CHARS, amd_source.AmdSourceError,
+                                   "an amd-smi/rocm-smi output"), source="%s %s" % (name, path))
+            used.append(label)
+            return doc
+    if offline or run_tool is None:
+        return None
+    for name, argv in AMD_TOOLS:
+        if name not in sources:
+            continue
+        text, problem = run_tool(argv)
+        if text is None:
+            if problem:
+                warnings.append(problem)
+            continue
+        parse = amd_source.parse_amd_smi if name == "amd_smi" else amd_source.parse_rocm_smi
+        try:
+            doc = parse(text, source=" ".join(argv))
+        except amd_source.AmdSourceError as exc:
+            warnings.append("%s; ignoring %s" % (exc, argv[0]))
+            continue
+        used.append(name)
+        return doc
+    return None
+
+
 def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=ALL_SOURCES,
-             run_nvidia_smi=None, nvml_module=None, keep_nvml_dump=False, lscpu_file=None):
+             run_nvidia_smi=None, nvml_module=None, keep_nvml_dump=False, lscpu_file=None,
+             amd_smi_file=None, rocm_smi_file=None, run_tool=None):
     """Return ``{"topology": ..., "nvml_dump": dump-or-None, "nvml_error": str-or-None}``.
 
     Explicit offline inputs that are broken (a missing ``sysfs_root``, an
@@ -118,8 +153,16 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
         host = sysfs_source.read_host(root)
         used.append("sysfs")
 
+    amd = {}
+    if host is not None and any(not sysfs_source.is_nvidia_gpu(p["vendor"], p["class"])
+                                for p in sysfs_source.gpu_functions(host)):
+        amd["kfd"] = amd_source.read_kfd(sysfs_root if sysfs_root is not None else "/")
+        if amd["kfd"] is not None:
+            used.append("kfd")
+    if amd or amd_smi_file is not None or rocm_smi_file is not None:
+        amd["smi"] = _amd_tool_doc(amd_smi_file, rocm_smi_file, sources, offline, run_tool, warnings, used)
     topology = build_topology(hostname, host=host, nvml=dump, smi=smi, warnings=warnings, sources=used,
-                              cpu_layout_host=layout)
+                              cpu_layout_host=layout, amd=amd)
     if nvml_error and dump is None and any(g["uuid"] is None for g in topology["gpus"]):
         # GPUs are visible but NVML could not name them: say why, once.
         topology["complete"] = False

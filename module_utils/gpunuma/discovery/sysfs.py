@@ -789,6 +789,9 @@ class _HostReader:
         if is_amd_instinct(vendor, pci_class):
             # amdgpu's unique_id: the GPU's identity ROCm shows as GPU-<hex>.
             device["unique_id"] = self.str_attr(base + "unique_id")
+            # amdgpu's partition modes (MI300 series): SPX/DPX/QPX/CPX and NPS1/NPS2/NPS4.
+            device["compute_partition"] = self.str_attr(base + "current_compute_partition")
+            device["memory_partition"] = self.str_attr(base + "current_memory_partition")
         return device
 
     def msi_vectors(self, base):

@@ -33,9 +33,10 @@ from ansible.module_utils.gpunuma.discovery.nodes import (
     nodes_from_layout,
     nodes_from_smi,
 )
+from ansible.module_utils.gpunuma.discovery.amd_topology import amd_identities, overlay as _overlay
 from ansible.module_utils.gpunuma.discovery.nvml import gpu_link_matrix, is_error
 from ansible.module_utils.gpunuma.discovery.sysfs import (
-    NVIDIA_VENDOR, amd_gpu_uuid, gpu_functions, nic_functions, nvme_functions, pcie_gen_from_speed)
+    NVIDIA_VENDOR, gpu_functions, nic_functions, nvme_functions, pcie_gen_from_speed)
 from ansible.module_utils.gpunuma.common import schemas
 
 SCHEMA = schemas.TOPOLOGY
@@ -108,34 +109,49 @@ def _select_node(candidates, nodes, warnings, label):
     return None, None, cpuless
 
 
-def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sources=None, cpu_layout_host=None):
+def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sources=None, cpu_layout_host=None,
+                   amd=None):
     """Combine the sources into a topology/v1 dict (see docs/topology-v1.md).
 
     ``cpu_layout_host``: a user's lscpu capture (``cpu_layout.parse_lscpu``), read in place of
-    sysfs's CPU layout where sysfs is not a source.
+    sysfs's CPU layout where sysfs is not a source. ``amd``: ``{"kfd": amd.read_kfd(), "smi": a parsed
+    amd-smi or rocm-smi document}`` (each optional) for AMD GPUs (:mod:`gpunuma.discovery.amd`).
     """
     warnings = list(warnings or [])
     sources = list(sources or [])
-    if host is None and nvml is None and smi is None:
+    amd = amd or {}
+    if host is None and nvml is None and smi is None and not amd.get("kfd") and not amd.get("smi"):
         raise TopologyError("no topology source: give sysfs, an NVML dump or nvidia-smi topo text")
     numa_nodes, extra = _numa_nodes(host, smi, cpu_layout_host, warnings)
     nodes = NodeIndex(numa_nodes)
     pci_by_bus = dict((p["pci_bus_id"], p) for p in (host or {}).get("pci") or [])
-    gpus = _gpu_identities(nvml, smi, gpu_functions(host) if host else [], warnings)
+    sysfs_gpus = gpu_functions(host) if host else []
+    gpus = _gpu_identities(nvml, smi, [p for p in sysfs_gpus if p["vendor"] == NVIDIA_VENDOR], warnings)
+    amd_gpus, amd_words = amd_identities(amd, [p for p in sysfs_gpus if p["vendor"] != NVIDIA_VENDOR],
+                                         [n["id"] for n in numa_nodes if n["cpus"]], len(gpus), warnings)
+    gpus.extend(amd_gpus)
     smi_rows = dict((row["index"], row) for row in (smi or {}).get("gpus", []))
     for gpu in gpus:
         _place_gpu(gpu, nvml, host, pci_by_bus, smi_rows.get(gpu["index"], {}), nodes, warnings)
     nics, nvme = _devices(host, smi, nodes)
 
-    # --- link matrices: NVML, else topo text, else sysfs PCI paths
-    gpu_links = gpu_link_matrix(nvml) if nvml is not None else None
-    if gpu_links is None and smi is not None and len(smi["gpu_links"]) == len(gpus):
-        gpu_links = [list(r) for r in smi["gpu_links"]]
-    if gpu_links is None:
+    # --- link matrices: NVML, else topo text, else sysfs PCI paths; AMD pairs from amd-smi, rocm-smi or KFD
+    nvidia = len(gpus) - len(amd_gpus)
+    nv_links = gpu_link_matrix(nvml) if nvml is not None else None
+    if nv_links is None and smi is not None and len(smi["gpu_links"]) == nvidia:
+        nv_links = [list(r) for r in smi["gpu_links"]]
+    if nv_links is not None and not amd_gpus:
+        gpu_links = nv_links
+    else:
         gpu_links = _pci_matrix(gpus, gpus, pci_by_bus, same_list=True)
-        if len(gpus) > 1:
-            fabric = "XGMI links" if any(g.get("vendor") == "amd" for g in gpus) else "NVLinks"
-            warnings.append("GPU links derived from PCIe paths in sysfs; %s are not visible there" % fabric)
+        for i, row in enumerate(nv_links or []):
+            gpu_links[i][:nvidia] = list(row)
+        _overlay(gpu_links, amd_words)
+        unseen = (("NVLinks", nvidia, nv_links is not None), ("XGMI links", len(amd_gpus), amd_words is not None))
+        fabrics = [name for name, count, known in unseen if count > 1 and not known]
+        if fabrics:
+            warnings.append("GPU links derived from PCIe paths in sysfs; %s are not visible there"
+                            % " and ".join(fabrics))
     gpu_nic_links = _gpu_nic_links(gpus, nics, smi, pci_by_bus)
 
     driver = (nvml or {}).get("driver_version")
@@ -218,13 +234,7 @@ def _gpu_identities(nvml, smi, sysfs_gpus, warnings):
             gpus.append({"index": row["index"], "uuid": None, "name": None, "pci_bus_id": bus})
     else:
         for index, pci in enumerate(sorted(sysfs_gpus, key=lambda p: p["pci_bus_id"])):
-            gpu = {"index": index, "uuid": None, "name": None, "pci_bus_id": pci["pci_bus_id"]}
-            if pci["vendor"] != NVIDIA_VENDOR:
-                # An AMD Instinct GPU: its vendor (absent means NVIDIA, as in every topology before it) and the
-                # UUID ROCm gives it from amdgpu's unique_id.
-                gpu["vendor"] = "amd"
-                gpu["uuid"] = amd_gpu_uuid(pci.get("unique_id"))
-            gpus.append(gpu)
+            gpus.append({"index": index, "uuid": None, "name": None, "pci_bus_id": pci["pci_bus_id"]})
     return gpus
 
 
@@ -257,6 +267,7 @@ def _place_gpu(gpu, nvml, host, pci_by_bus, row, nodes, warnings):
         ("nvml", nvml_node),
         ("sysfs", sysfs_node),
         ("nvidia_smi", smi_node),
+    ] + gpu.pop("_amd_nodes", []) + [
         ("cpu_affinity", nodes.node_of_cpus(affinity) if affinity else None),
     ]
     node, node_source, cpuless = _select_node(candidates, nodes, warnings, label)

@@ -145,7 +145,8 @@ def render_instance(spec, topo, profile, fence=None):
     # Secret values never reach the plan (common/secrets.py): only their names.
     environment = {k: v for k, v in spec.environment.items() if k not in spec.secret_names}
     if gpus and any(topo.gpus[g].vendor == "amd" for g in gpus):
-        _rocm_environment(spec, gpus, uuids, environment)
+        ordinals = sorted(g for g, gpu in topo.gpus.items() if gpu.vendor == "amd")
+        _rocm_environment(spec, gpus, uuids, [ordinals.index(g) for g in gpus], environment)
     elif gpus:
         mig = [g for g in gpus if topo.gpus[g].mig]
         if "CUDA_VISIBLE_DEVICES" in environment:
@@ -228,18 +229,21 @@ def render_instance(spec, topo, profile, fence=None):
 # Entry point
 
 
-def _rocm_environment(spec, gpus, uuids, environment):
-    """ROCR_VISIBLE_DEVICES for an instance of AMD GPUs: by the UUIDs ROCm shows (GPU-<unique_id>), else by index
-    in the order ROCm enumerates them (PCI order, as discovery numbers them). HIP_VISIBLE_DEVICES is left out:
-    HIP applies it after ROCR's and counts within the GPUs ROCR left, so setting both would filter twice
-    (ROCm documentation, "GPU isolation techniques")."""
+def _rocm_environment(spec, gpus, uuids, ordinals, environment):
+    """ROCR_VISIBLE_DEVICES for an instance of AMD GPUs: by the UUIDs ROCm shows (GPU-<unique_id>), else by
+    ordinal in the order ROCm enumerates the node's AMD GPUs (KFD node order, as discovery numbers them;
+    ``ordinals``: each GPU's place among the AMD GPUs, which differs from its index on a node that also has
+    NVIDIA GPUs). Partitions of one GPU share its unique_id, so they are always selected by ordinal.
+    HIP_VISIBLE_DEVICES is left out: HIP applies it after ROCR's and counts within the GPUs ROCR left, so
+    setting both would filter twice (ROCm documentation, "GPU isolation techniques")."""
     if all(uuids):
         environment["ROCR_VISIBLE_DEVICES"] = ",".join(uuids)
         return
-    environment["ROCR_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    environment["ROCR_VISIBLE_DEVICES"] = ",".join(str(o) for o in ordinals)
+    without = format_cpulist([g for g, u in zip(gpus, uuids) if not u])
     spec.warnings.append(
-        "GPU %s has no UUID in the topology (amdgpu's unique_id); ROCR_VISIBLE_DEVICES uses indexes in PCI order"
-        % format_cpulist([g for g, u in zip(gpus, uuids) if not u])
+        "GPU %s has no UUID of its own in the topology (amdgpu's unique_id; partitions share their GPU's); "
+        "ROCR_VISIBLE_DEVICES uses ROCm's ordinals %s" % (without, ",".join(str(o) for o in ordinals))
     )
 
 

@@ -21,17 +21,22 @@ from ansible.module_utils.gpunuma.plan.model import TOPOLOGY_SCHEMA, PlanError, 
 _UUID_RE = re.compile(r"(GPU|MIG)-[A-Za-z0-9-]{1,80}")
 _NIC_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _NVLINK_RE = re.compile(r"NV([0-9]{1,4})")
+_XGMI_RE = re.compile(r"XGMI([0-9])")
 _LINK_RANK = {"PIX": 6, "PXB": 5, "PHB": 4, "NODE": 3, "SYS": 2, "SOC": 2}
 
 
 def link_rank(code):
-    """Rank of a GPU link code: NV# (more links better) > PIX > PXB > PHB > NODE > SYS."""
+    """Rank of a GPU link code: NV# (more links better) and XGMI<hops> (fewer hops better, XGMI0 between
+    partitions of one GPU) > PIX > PXB > PHB > NODE > SYS. NVIDIA and AMD codes never meet in one pair."""
     if not isinstance(code, str):
         return 0
     code = code.strip().upper()
     match = _NVLINK_RE.fullmatch(code)
     if match:
         return 100 + int(match.group(1))
+    match = _XGMI_RE.fullmatch(code)
+    if match:
+        return 100 - int(match.group(1))
     return _LINK_RANK.get(code, 0)
 
 

@@ -1,4 +1,4 @@
-"""Host-to-device probe through the CUDA driver API (``libcuda.so.1``) with ctypes.
+"""Host-to-device probe through the CUDA driver API (``libcuda.so.1``) or HIP (``libamdhip64.so``) with ctypes.
 
 No PyTorch, no CUDA toolkit: every NVIDIA driver installs ``libcuda.so.1``.
 Each (GPU, placement) pair is measured in a forked child process that first
@@ -36,6 +36,7 @@ from ansible.module_utils.gpunuma.verify.h2d_cuda import (  # noqa: F401 (the pr
     CU_MEMHOSTREGISTER_PORTABLE, CU_STREAM_NON_BLOCKING, CUDA_ERROR_DEVICE_UNAVAILABLE, CUDA_ERROR_DEVICES_UNAVAILABLE,
     CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY,
     CUDA_SUCCESS, CudaDriver, CudaError, DriverMissing, normalise_bus_id)
+from ansible.module_utils.gpunuma.verify.h2d_hip import RUNTIMES, open_runtime
 from ansible.module_utils.gpunuma.verify.h2d_host import (  # noqa: F401 (the probe's API, re-exported)  # pylint: disable=unused-import
     MPOL_BIND, MPOL_DEFAULT, PCIE_ENCODING, ProbeError, PCIE_LANE_GTS, Libc, choose_remote, gpu_numa_node, pcie_link,
     pcie_theoretical_gbps, read_numa_nodes, read_status_binding)
@@ -61,6 +62,9 @@ DEFAULTS = {
     "pinned_alloc": "register",
     "timeout_s": 120,
     "libcuda_path": "libcuda.so.1",
+    # CUDA's driver API or HIP (verify/h2d_hip.py); auto: CUDA where libcuda loads, else HIP.
+    "runtime": "auto",
+    "libhip_path": "libamdhip64.so",
     "remote_node": None,
     "gpus": None,
     # Load while measuring (verify/h2d_load.py): idle, copies, memory or both.
@@ -123,8 +127,11 @@ def check_options(opts):
             errors.append("gpus is %r; it must be a list of GPU indices, UUIDs or PCI bus ids" % (gpus,))
     errors.extend(h2d_load.check(out["load"], out["load_memory_workers"], out["load_max_seconds"],
                                  out["load_memory_node"], out["load_cpus"]))
-    if not isinstance(out["libcuda_path"], str) or not out["libcuda_path"]:
-        errors.append("libcuda_path is %r; it must be a library name or path" % (out["libcuda_path"],))
+    for key in ("libcuda_path", "libhip_path"):
+        if not isinstance(out[key], str) or not out[key]:
+            errors.append("%s is %r; it must be a library name or path" % (key, out[key]))
+    if out["runtime"] not in RUNTIMES:
+        errors.append("runtime is %r; allowed: %s" % (out["runtime"], ", ".join(RUNTIMES)))
     if errors:
         raise ProbeError("; ".join(errors))
     return out
@@ -366,7 +373,7 @@ def _child_measure(ordinal, placement, cpus, mem_nodes, opts):
     binding["cpus_verified"] = (not cpus) or allowed == set(cpus)
     binding["mem_verified"] = (not mem_nodes) or (binding["mempolicy"] == "bind" and set(binding["mempolicy_nodes"]) == set(mem_nodes))
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    cuda = CudaDriver(opts["libcuda_path"])
+    cuda = open_runtime(_library(opts))
     cuda.init()
     measured = measure_device(cuda, ordinal, opts, libc=libc)
     pages = measured.pop("buffer_pages", {})
@@ -443,9 +450,14 @@ def run_in_child(target, args, timeout_s):
         return {"error": "the measuring process answered garbage", "type": "crash"}
 
 
-def _enumerate_child(libcuda_path):
+def _library(opts):
+    """What open_runtime opens: the runtime option and both library paths."""
+    return {"runtime": opts["runtime"], "libcuda_path": opts["libcuda_path"], "libhip_path": opts["libhip_path"]}
+
+
+def _enumerate_child(library):
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    cuda = CudaDriver(libcuda_path)
+    cuda = open_runtime(library)
     try:
         cuda.init()
     except CudaError as exc:
@@ -457,7 +469,7 @@ def _enumerate_child(libcuda_path):
         info = cuda.describe(cuda.device(ordinal))
         info["index"] = ordinal
         gpus.append(info)
-    return {"driver_version": cuda.driver_version(), "gpus": gpus}
+    return {"driver_version": cuda.driver_version(), "runtime": cuda.kind, "gpus": gpus}
 
 
 def select_gpus(gpus, wanted):
@@ -555,23 +567,26 @@ def probe(options, root="/", nvml=None, hostname=None):
     report["numa_nodes"] = {str(n): {"cpus": format_cpulist(nodes[n]["cpus"]), "distances": nodes[n]["distances"]}
                             for n in sorted(nodes)}
     try:
-        CudaDriver(opts["libcuda_path"])  # load test only: the parent never calls cuInit
+        runtime = open_runtime(_library(opts)).kind  # load test only: the parent never calls cuInit
     except DriverMissing as exc:
         report.update(status="skipped", reason=str(exc))
         return report
-    listing = run_in_child(_enumerate_child, (opts["libcuda_path"],), opts["timeout_s"])
+    report["runtime"] = runtime
+    what = "the CUDA driver" if runtime == "cuda" else "the HIP runtime"
+    listing = run_in_child(_enumerate_child, (_library(opts),), opts["timeout_s"])
     if "ok" not in listing:
         err = listing.get("cuda_error")
         if err:
             report.update(status="skipped" if err["code"] in (CUDA_ERROR_INSUFFICIENT_DRIVER,) else "error",
-                          reason="the CUDA driver could not list GPUs: %s failed with %s (%d): %s" % (
-                              err["call"], err["name"], err["code"], err["text"]))
+                          reason="%s could not list GPUs: %s failed with %s (%d): %s" % (
+                              what, err["call"], err["name"], err["code"], err["text"]))
         else:
-            report.update(status="error", reason="the CUDA driver could not list GPUs: %s" % listing["error"])
+            report.update(status="error", reason="%s could not list GPUs: %s" % (what, listing["error"]))
         return report
     report["driver_version"] = listing["ok"]["driver_version"]
     if not listing["ok"]["gpus"]:
-        report.update(status="skipped", reason="no NVIDIA GPU on this node (the CUDA driver reports none)")
+        report.update(status="skipped", reason="no %s GPU on this node (%s reports none)"
+                      % ("NVIDIA" if runtime == "cuda" else "AMD", what))
         return report
     gpus = select_gpus(listing["ok"]["gpus"], opts["gpus"])
     if opts["load"] == "idle":
@@ -584,7 +599,7 @@ def probe(options, root="/", nvml=None, hostname=None):
             far = choose_remote(first, nodes, None)
             memory_node = first if far is None else far
         cpus = opts["load_cpus"] or (sorted(nodes[memory_node]["cpus"]) if memory_node in nodes else None)
-        with h2d_load.Load(opts["load"], [g["index"] for g in gpus], opts["libcuda_path"], memory_node, cpus,
+        with h2d_load.Load(opts["load"], [g["index"] for g in gpus], _library(opts), memory_node, cpus,
                            opts["load_memory_workers"], opts["load_max_seconds"]) as load:
             _probe_gpus(report, gpus, nodes, opts, root, nvml)
         report["load"] = load.describe()

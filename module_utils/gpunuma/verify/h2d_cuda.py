@@ -49,6 +49,8 @@ class DriverMissing(GpunumaError):
 class CudaDriver:
     """ctypes wrapper over the libcuda entry points the probe uses."""
 
+    kind = "cuda"
+
     def __init__(self, path="libcuda.so.1"):
         try:
             self.lib = ctypes.CDLL(path)

@@ -38,7 +38,8 @@ import select
 import signal
 import time
 
-from ansible.module_utils.gpunuma.verify.h2d_cuda import CU_MEMHOSTALLOC_PORTABLE, CudaDriver, CudaError
+from ansible.module_utils.gpunuma.verify.h2d_cuda import CU_MEMHOSTALLOC_PORTABLE, CudaError
+from ansible.module_utils.gpunuma.verify.h2d_hip import open_runtime
 from ansible.module_utils.gpunuma.verify.h2d_host import MPOL_BIND, Libc
 
 LOADS = ("idle", "copies", "memory", "both")
@@ -80,9 +81,10 @@ def _die_with_parent():
         pass
 
 
-def _copies(libcuda_path, ordinal, stop, deadline, ready):
-    """Host-to-device copies from a pinned buffer on GPU ``ordinal`` until told to stop: bytes copied."""
-    cuda = CudaDriver(libcuda_path)
+def _copies(library, ordinal, stop, deadline, ready):
+    """Host-to-device copies from a pinned buffer on GPU ``ordinal`` until told to stop: bytes copied.
+    ``library``: a libcuda path, or the probe's runtime options (h2d_hip.open_runtime)."""
+    cuda = open_runtime(library)
     cuda.init()
     dev = cuda.device(ordinal)
     ctx, stream, host, dptr = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64(0)
