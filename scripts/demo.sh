@@ -23,7 +23,7 @@
 #   --plan-only  the plan-only demo, even where Docker could run
 #   --clean      remove the demo containers (gpunuma-demo-*) and .demo/
 # Environment:
-#   GPUNUMA_DEMO_HOSTS=demo-live,h200-vm,...  a smaller fleet (default: all five)
+#   GPUNUMA_DEMO_HOSTS=demo-live,h200-vm,...  a smaller fleet (default: all six)
 #   GPUNUMA_DEMO_DOCKER=0                     never use Docker (plan-only demo)
 #   GPUNUMA_DEMO_DIR=DIR                      the demo's files (default .demo/)
 set -euo pipefail
@@ -38,7 +38,10 @@ readonly ARTEFACTS="$DEMO_DIR/artefacts"
 # Where the node sees the repository's fixtures and the stand-in worker.
 readonly NODE_FIXTURES=/opt/gpunuma-demo/fixtures
 readonly NODE_WORKER=/opt/gpunuma-demo/demo-worker.py
-readonly ALL_HOSTS="demo-live hgx-h200-8gpu gb200-4gpu dgx-a100-nps4 h200-vm"
+readonly ALL_HOSTS="demo-live hgx-h200-8gpu gb200-4gpu dgx-a100-nps4 h200-vm mi300x-cpx"
+# The AMD node's sysfs tree (scripts/gen-amd-demo-host.py), unpacked where its discovery reads it.
+readonly AMD_TREE=tests/fixtures/hosts/mi300x-cpx-sysfs.tar.gz
+readonly NODE_AMD_ROOT=/opt/gpunuma-demo/hosts/mi300x-cpx
 readonly LIVE_HOST=demo-live
 readonly WORKER_PORT=8081
 
@@ -77,6 +80,9 @@ export ANSIBLE_CONFIG="$REPO/ansible.cfg" ANSIBLE_NOCOLOR=1 ANSIBLE_RETRY_FILES_
 plan_only() {
   say "gpunuma demo: plan only: $1; discovering and planning inventory/demo.yml, nothing is provisioned"
   shift
+  # inventory/demo.yml reads the AMD node's tree under the demo directory.
+  rm -rf "$DEMO_DIR/hosts/mi300x-cpx" && mkdir -p "$DEMO_DIR/hosts/mi300x-cpx"
+  tar -xzf "$AMD_TREE" -C "$DEMO_DIR/hosts/mi300x-cpx"
   exec ansible-playbook -i inventory/demo.yml playbooks/plan.yml -e "{\"gpunuma_demo_dir\": \"$DEMO_DIR\"}" "$@"
 }
 
@@ -153,6 +159,11 @@ for h in "${hosts[@]}"; do
     --stop-signal SIGRTMIN+3 "$IMAGE" /lib/systemd/systemd >/dev/null
   started+=("$h")
 done
+case " ${hosts[*]} " in
+  *" mi300x-cpx "*)
+    docker exec -i "${PREFIX}mi300x-cpx" sh -c "rm -rf $NODE_AMD_ROOT && mkdir -p $NODE_AMD_ROOT && tar -xzf - -C $NODE_AMD_ROOT" \
+      <"$AMD_TREE" ;;
+esac
 for h in "${started[@]}"; do
   state=
   for _ in $(seq 1 300); do
@@ -186,6 +197,8 @@ offline = {
     "hgx-h200-8gpu": dict(published, gpu_topology_nvidia_smi_topo_file=fx + "/published/hgx-h200-8gpu-10nic-tabs.topo.txt"),
     "gb200-4gpu": dict(published, gpu_topology_nvidia_smi_topo_file=fx + "/published/gb200-4gpu-gpunumaid.topo.txt"),
     "dgx-a100-nps4": dict(published, gpu_topology_nvidia_smi_topo_file=fx + "/published/dgxa100-epyc7742-nps4-10nic.topo.txt"),
+    # An AMD node: 8 MI300X in CPX mode, 63 compute partitions (a published KFD capture).
+    "mi300x-cpx": {"gpu_topology_sysfs_root": "$NODE_AMD_ROOT"},
     "h200-vm": {"gpu_topology_sysfs_root": fx + "/recorded/h200-vm/sysfs",
                 "gpu_topology_nvml_dump": fx + "/recorded/h200-vm/nvml-dump.json",
                 # No GPU here: validate.yml replays the probe recorded on that H200.

@@ -437,6 +437,23 @@ def mi300x_8gpu_2socket(root, gpus=None, compute_partition=None, numa_node=None)
     return build_tree(root, nodes, distances=[[10, 32], [32, 10]], cpus=cpus, pci=pci, numa_balancing=1)
 
 
+# The physical GPUs of the published MI300X CPX KFD capture (tests/fixtures/published/amd/kfd-mi300x-cpx-8gpu.json:
+# location_id >> 8) and the KFD CPU node each links to.
+CPX_DEVICES = {"0000:05:00.0": 0, "0000:27:00.0": 0, "0000:47:00.0": 0, "0000:65:00.0": 0,
+               "0000:85:00.0": 1, "0000:a7:00.0": 1, "0000:c7:00.0": 1, "0000:e5:00.0": 1}
+KFD_MI300X_CPX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "published", "amd",
+                              "kfd-mi300x-cpx-8gpu.json")
+
+
+def mi300x_cpx_host(root, numa_node=None):
+    """The MI300X host of the published CPX KFD capture: mi300x_8gpu_2socket with the capture's eight GPUs
+    (bus ids and CPU nodes), amdgpu's modes CPX/NPS1, and the capture's KFD tree (63 partitions)."""
+    gpus = [(bus, node, "%016x" % (0x1000 + n)) for n, (bus, node) in enumerate(sorted(CPX_DEVICES.items()))]
+    root = mi300x_8gpu_2socket(root, gpus=gpus, compute_partition="CPX", numa_node=numa_node)
+    kfd_tree(root, KFD_MI300X_CPX)
+    return root
+
+
 def kfd_tree(root, bundle):
     """Write a published KFD topology capture (tests/fixtures/published/amd/kfd-*.json: ``files`` holds each
     ``nodes/...properties`` text) under ``root``/sys/class/kfd/kfd/topology; returns the document."""

@@ -36,7 +36,8 @@ def plan_of(state, host):
 def test_tables_are_printed(demo):
     _, out = demo
     assert "FINGERPRINT" in out and "INSTANCE" in out
-    for host in ("demo-local", "h200-vm", "hgx-h200-8gpu", "dgx-a100-nps4", "gb200-4gpu", "dgx1-v100", "pcie-8gpu-plx"):
+    for host in ("demo-local", "h200-vm", "mi300x-cpx", "hgx-h200-8gpu", "dgx-a100-nps4", "gb200-4gpu", "dgx1-v100",
+                 "pcie-8gpu-plx"):
         assert host in out
 
 
@@ -63,6 +64,24 @@ def test_nps4_pairs_stay_on_one_node(demo):
     assert all(i["cpus"].count(",") == 1 for i in plan["instances"])  # each a whole node: 16 cores, 2 ranges
 
 
+def test_amd_cpx_node_keeps_each_tensor_parallel_group_on_one_gpus_partitions(demo):
+    """The MI300X CPX node (63 compute partitions of 8 GPUs, a published KFD capture): each TP8 server gets the
+    eight partitions of one GPU, local to its node, selected by ROCm ordinals."""
+    state, _ = demo
+    topo = json.loads((state / "topology" / "mi300x-cpx.json").read_text())
+    assert len(topo["gpus"]) == 63 and {g["vendor"] for g in topo["gpus"]} == {"amd"} and "kfd" in topo["sources"]
+    gpus = dict((g["index"], g) for g in topo["gpus"])
+    plan = {i["name"]: i for i in plan_of(state, "mi300x-cpx")["instances"]}
+    for name in ("tp8-a", "tp8-b"):
+        inst = plan[name]
+        devices = {gpus[g]["pci_bus_id"] for g in inst["gpus"]}
+        assert len(inst["gpus"]) == 8 and len(devices) == 1, inst["gpus"]
+        assert inst["numa_nodes"] == [gpus[inst["gpus"][0]]["numa_node"]] and inst["mem_policy"] == "bind"
+        assert inst["environment"]["ROCR_VISIBLE_DEVICES"] == ",".join(str(g) for g in inst["gpus"])
+        assert "CUDA_VISIBLE_DEVICES" not in inst["environment"]
+    assert not set(plan["tp8-a"]["gpus"]) & set(plan["tp8-b"]["gpus"])
+
+
 def test_unplaceable_gpus_are_not_guessed(demo):
     state, _ = demo
     plan = plan_of(state, "pcie-8gpu-plx")
@@ -72,7 +91,7 @@ def test_unplaceable_gpus_are_not_guessed(demo):
 def test_topology_persisted_for_every_host(demo):
     state, _ = demo
     hosts = sorted(p.name for p in (state / "topology").glob("*.json") if not p.name.endswith(".plan.json"))
-    assert len(hosts) == 7
+    assert len(hosts) == 8
 
 
 def _table_line(out, host, name):

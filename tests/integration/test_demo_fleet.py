@@ -2,8 +2,9 @@
 
 One run of the demo, on a smaller fleet to stay within a few minutes on a
 small machine (GPUNUMA_DEMO_HOSTS): the live-discovered GPU-less node, whose
-stand-in worker really runs bound, and the recorded H200 VM, whose topology is
-offline input so its unit is installed but not started. The demo's files go
+stand-in worker really runs bound, the recorded H200 VM and the AMD MI300X CPX
+node, whose topologies are offline input so their units are installed but not
+started. The demo's files go
 to a temporary directory (GPUNUMA_DEMO_DIR); its containers are the demo's own
 (gpunuma-demo-*), removed at the end by `demo.sh --clean`.
 """
@@ -20,7 +21,7 @@ from containers import needs_docker
 
 pytestmark = [pytest.mark.container, needs_docker]
 
-HOSTS = ["demo-live", "h200-vm"]
+HOSTS = ["demo-live", "h200-vm", "mi300x-cpx"]
 LIVE = "demo-live"
 PREFIX = "gpunuma-demo-"
 
@@ -88,6 +89,20 @@ def test_every_host_provisioned_or_installed_not_started(run):
     for host in HOSTS:
         state = read(artefacts / "state" / (host + ".json"))
         assert state["schema"] == "gpunuma.state/v1" and state["hostname"] == host
+
+
+def test_amd_node_provisioned_audited_and_validated(run):
+    """The demo's playbooks on the AMD node: its four units (ROCR_VISIBLE_DEVICES, TP8 on one GPU's
+    partitions) installed and not started, its audit compliant, its probe skipped (no GPU here)."""
+    out, artefacts, _ = run
+    rc, units = node_sh("mi300x-cpx", "ls /etc/systemd/system/gpunuma-*.service")
+    assert rc == 0 and sorted(units.split()) == ["/etc/systemd/system/gpunuma-%s.service" % n
+                                                 for n in ("small-0", "small-1", "tp8-a", "tp8-b")]
+    rc, unit = node_sh("mi300x-cpx", "cat /etc/systemd/system/gpunuma-tp8-a.service")
+    assert "ROCR_VISIBLE_DEVICES=" in unit and "CUDA_VISIBLE_DEVICES" not in unit
+    assert read(artefacts / "audit" / "mi300x-cpx.json")["status"] == "compliant"
+    assert read(artefacts / "validation" / "mi300x-cpx.json")["status"] == "skipped"
+    assert read(artefacts / "state" / "mi300x-cpx.json")["profile"] == "strict"
 
 
 def test_live_worker_runs_on_the_planned_cpus(run):

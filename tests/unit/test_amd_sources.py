@@ -21,15 +21,12 @@ from ansible.module_utils.gpunuma.discovery.discover import discover
 from ansible.module_utils.gpunuma.plan.planner import build_plan
 from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import REPO_ROOT
-from sysfs_factory import kfd_tree, mi300x_8gpu_2socket
+from sysfs_factory import CPX_DEVICES, kfd_tree, mi300x_8gpu_2socket, mi300x_cpx_host
 
 pytestmark = pytest.mark.unit
 
 AMD = os.path.join(REPO_ROOT, "tests", "fixtures", "published", "amd")
 PROFILES = os.path.join(REPO_ROOT, "policies", "profiles")
-# The physical GPUs of the MI300X CPX capture (location_id >> 8) and the KFD CPU node each links to.
-CPX_DEVICES = {"0000:05:00.0": 0, "0000:27:00.0": 0, "0000:47:00.0": 0, "0000:65:00.0": 0,
-               "0000:85:00.0": 1, "0000:a7:00.0": 1, "0000:c7:00.0": 1, "0000:e5:00.0": 1}
 
 
 def fixture(name):
@@ -114,10 +111,7 @@ def test_no_kfd_is_none(tmp_path):
 
 
 def cpx_host(tmp_path, numa_node=None):
-    gpus = [(bus, node, "%016x" % (0x1000 + n)) for n, (bus, node) in enumerate(sorted(CPX_DEVICES.items()))]
-    root = mi300x_8gpu_2socket(str(tmp_path), gpus=gpus, compute_partition="CPX", numa_node=numa_node)
-    kfd_tree(root, fixture("kfd-mi300x-cpx-8gpu.json"))
-    return root
+    return mi300x_cpx_host(str(tmp_path), numa_node=numa_node)
 
 
 def test_cpx_host_topology_has_every_partition_on_its_node(tmp_path):
@@ -335,3 +329,50 @@ def test_rocm_smi_mutations_parse_or_fail_by_name(base, at, size, kind, junk):
 def test_published_rocm_smi_parse_unmutated():
     for body in _published_rocm_smi():
         assert amd.parse_rocm_smi(body)["count"] in (4, 8)
+
+
+def _tree(root):
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, root)
+            if os.path.islink(path):
+                out[rel] = ("link", os.readlink(path))
+            elif os.path.isfile(path):
+                with open(path, "rb") as handle:
+                    out[rel] = ("file", handle.read())
+            else:
+                out[rel] = ("dir", None)
+    return out
+
+
+def test_the_demo_hosts_archive_is_what_the_factory_builds(tmp_path):
+    """tests/fixtures/hosts/mi300x-cpx-sysfs.tar.gz (scripts/gen-amd-demo-host.py) cannot drift from the
+    factory and the published capture it is built from."""
+    import tarfile
+    with tarfile.open(os.path.join(REPO_ROOT, "tests", "fixtures", "hosts", "mi300x-cpx-sysfs.tar.gz")) as tar:
+        tar.extractall(str(tmp_path / "archive"))
+    built = mi300x_cpx_host(str(tmp_path / "built"))
+    assert _tree(str(tmp_path / "archive")) == _tree(built)
+
+
+def test_kubelet_plan_on_the_cpx_host(tmp_path):
+    """The kubelet role's decisions work unchanged on an AMD topology: strict gives single-numa-node and
+    reserves housekeeping CPUs on both sockets' nodes."""
+    from ansible.module_utils.gpunuma.kubelet.plan import plan_kubelet
+    from ansible.module_utils.gpunuma.plan.profiles import parse_profile_text
+    topo = discover("mi300x-cpx", sysfs_root=cpx_host(tmp_path))["topology"]
+    with open(os.path.join(REPO_ROOT, "policies", "kubelet", "strict.yml")) as handle:
+        preset = parse_profile_text(handle.read())
+    with open(os.path.join(REPO_ROOT, "tests", "fixtures", "kubelet", "kubeadm-config.yaml")) as handle:
+        config = handle.read()
+    result = plan_kubelet(topo, load_profile("strict", PROFILES), preset, config, kubelet_version="1.34")
+    assert result.config["topologyManagerPolicy"] == "single-numa-node"
+    reserved = set(sysfs_cpus(result.config["reservedSystemCPUs"]))
+    assert reserved & set(range(0, 48)) and reserved & set(range(48, 96)), result.config["reservedSystemCPUs"]
+
+
+def sysfs_cpus(text):
+    from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
+    return parse_cpulist(text)
