@@ -417,6 +417,9 @@ AMD = "0x1002"
 def mi300x_8gpu_2socket(root, gpus=None, compute_partition=None, numa_node=None):
     """2 sockets x 48 cores with SMT (96 CPUs a socket), NPS1 (one NUMA node a socket), 8 MI300X.
 
+    The CPUs are laid out as a 48-core EPYC 9004 (six CCDs of eight cores, each CCD one L3 cache:
+    ``cache/index3``), the CPU of AMD's MI300X reference platforms.
+
     ``gpus``: other ``(bus id, node, unique_id)`` triples (a published capture's); ``compute_partition``:
     amdgpu's ``current_compute_partition`` (``CPX`` ...) with ``current_memory_partition`` NPS1;
     ``numa_node``: every GPU's sysfs ``numa_node`` instead of its own (-1 as in VMs)."""
@@ -431,10 +434,14 @@ def mi300x_8gpu_2socket(root, gpus=None, compute_partition=None, numa_node=None)
         for cpu in first:
             cpus[cpu] = (node, cpu % 48, [cpu, cpu + 96])
             cpus[cpu + 96] = (node, cpu % 48, [cpu, cpu + 96])
+    l3 = {}
+    for cpu in range(192):
+        first = cpu % 96 // 8 * 8
+        l3[cpu] = [c for c in range(first, first + 8)] + [c + 96 for c in range(first, first + 8)]
     pci = [dict(bdf=bdf, vendor=AMD, device="0x74a1", numa_node=node if numa_node is None else numa_node, unique_id=uid,
                 parents=[_with_bus(bdf, _bus(bdf) - 1)], **{"class": "0x120000"}, **_link(GEN5, 16), **modes)
            for bdf, node, uid in gpus]
-    return build_tree(root, nodes, distances=[[10, 32], [32, 10]], cpus=cpus, pci=pci, numa_balancing=1)
+    return build_tree(root, nodes, distances=[[10, 32], [32, 10]], cpus=cpus, pci=pci, numa_balancing=1, l3=l3)
 
 
 # The physical GPUs of the published MI300X CPX KFD capture (tests/fixtures/published/amd/kfd-mi300x-cpx-8gpu.json:

@@ -114,3 +114,40 @@ def test_the_fleet_report_draws_the_mi300x_host(tmp_path):
         assert re.search(r'data-gpu="%d"><rect [^>]*fill="%s"' % (gpu, report.PALETTE[gpu]), sec), gpu
     # No instance crosses a node or socket (the markers test_report.py checks on a host that does).
     assert "cross-badge" not in sec and '<line class="cross"' not in sec
+
+
+def test_one_instance_per_gpu_is_l3_aligned_or_says_why(tmp_path):
+    """Each worker's cores touch the fewest L3 caches (CCDs of eight cores) its core count needs, or the plan
+    says the node's shares cannot follow its L3 groups."""
+    topo = mi300x(tmp_path)
+    assert [len(n["l3_groups"]) for n in topo["numa_nodes"]] == [6, 6]
+    instances = [{"name": "llm%d" % i, "gpus": [i], "command": ["/usr/bin/true"]} for i in range(8)]
+    plan = build_plan(topo, load_profile("strict", PROFILES), instances)
+    for inst in plan["instances"]:
+        cores = set(c % 96 for c in sysfs.parse_cpulist(inst["cpus"]))
+        touched = set(c // 8 for c in cores)
+        fewest = -(-len(cores) // 8)
+        node = inst["numa_nodes"][0]
+        assert len(touched) == fewest or any("cannot follow its" in w and "NUMA node %d" % node in w
+                                             for w in plan["warnings"]), (inst["name"], inst["cpus"])
+
+
+def test_a_node_with_both_vendors(tmp_path):
+    """NVIDIA and AMD GPUs on one node: NVIDIA first (their CUDA order), AMD after with vendor amd; an AMD
+    instance without UUIDs is selected by its ordinal among the AMD GPUs, not by its topology index."""
+    from sysfs_factory import NVIDIA, build_tree
+
+    nodes = [{"id": n, "cpus": "%d-%d" % (8 * n, 8 * n + 7), "mem_kb": 64 << 20, "free_kb": 60 << 20} for n in range(2)]
+    pci = [dict(bdf="0000:%02x:00.0" % bus, vendor=vendor, device="0x2335", numa_node=node, **{"class": cls})
+           for bus, vendor, cls, node in ((0x05, "0x1002", "0x120000", 0), (0x18, NVIDIA, "0x030200", 0),
+                                          (0x85, "0x1002", "0x120000", 1), (0x98, NVIDIA, "0x030200", 1))]
+    topo = build_topology("mixed", host=sysfs.read_host(build_tree(str(tmp_path), nodes, pci=pci)), sources=["sysfs"])
+    assert [(g["index"], g["pci_bus_id"], g.get("vendor", "nvidia")) for g in topo["gpus"]] == [
+        (0, "0000:18:00.0", "nvidia"), (1, "0000:98:00.0", "nvidia"), (2, "0000:05:00.0", "amd"), (3, "0000:85:00.0", "amd")]
+    assert "GPU links derived from PCIe paths in sysfs; NVLinks and XGMI links are not visible there" in topo["warnings"]
+    plan = build_plan(topo, load_profile("strict", PROFILES),
+                      [{"name": "cuda", "gpus": [1], "command": ["/usr/bin/true"]},
+                       {"name": "rocm", "gpus": [3], "command": ["/usr/bin/true"]}])
+    cuda, rocm = plan["instances"]
+    assert cuda["environment"]["CUDA_VISIBLE_DEVICES"] == "1" and "ROCR_VISIBLE_DEVICES" not in cuda["environment"]
+    assert rocm["environment"]["ROCR_VISIBLE_DEVICES"] == "1" and rocm["numa_nodes"] == [1]

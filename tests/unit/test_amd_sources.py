@@ -376,3 +376,38 @@ def test_kubelet_plan_on_the_cpx_host(tmp_path):
 def sysfs_cpus(text):
     from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
     return parse_cpulist(text)
+
+
+_MI210 = json.loads(text("kfd-mi210-xgmi-pcie-8gpu.json"))["files"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(_MI210)), st.sampled_from(["drop", "garbage", "truncate", "dir"]),
+                          st.text(max_size=20)), max_size=6))
+def test_damaged_kfd_trees_read_without_crashing(tmp_path_factory, damage):
+    """A KFD tree with files lost, truncated, replaced by garbage or by directories: read_kfd never raises,
+    every GPU it returns has a bus id and links only to nodes, and the link words are XGMI words."""
+    root = tmp_path_factory.mktemp("kfd")
+    base = root / "sys/class/kfd/kfd/topology"
+    files = dict(_MI210)
+    for rel, kind, junk in damage:
+        if kind == "drop":
+            files.pop(rel, None)
+        elif kind == "garbage":
+            files[rel] = junk
+        elif kind == "truncate" and files.get(rel) is not None:
+            files[rel] = files[rel][:len(files[rel]) // 2]
+        else:
+            files[rel] = None
+    for rel, body in files.items():
+        path = base / rel
+        if body is None:
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(body)
+    topo = amd.read_kfd(str(root))
+    gpus = amd.kfd_gpus(topo)
+    assert all(isinstance(g["pci_bus_id"], str) and len(g["pci_bus_id"]) == 12 for g in gpus)
+    for (i, j), word in amd.kfd_links(topo, gpus).items():
+        assert 0 <= i < len(gpus) and 0 <= j < len(gpus) and i != j and word.startswith("XGMI")
