@@ -33,6 +33,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
 from ansible.module_utils.gpunuma.verify import audit, h2d_report  # noqa: E402
 from ansible.module_utils.gpunuma.node import limits, sysctl_owners  # noqa: E402
 from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
+from ansible.module_utils.gpunuma.operate import topology_store  # noqa: E402
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib  # noqa: E402
 from ansible.module_utils.gpunuma.node import housekeeping as housekeepinglib  # noqa: E402
 from ansible.module_utils.gpunuma.node import programs as programslib  # noqa: E402
@@ -233,9 +234,8 @@ def autonuma_input_problems(options, values, aliases=None):
 
 
 # ================================================================ gpu_topology
-# Controller file names and persisted-topology reads (gpunuma.role_inputs).
+# Controller file names (gpunuma.role_inputs) and the persisted-topology decision (gpunuma.operate.topology_store).
 
-TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 
 # The one name of a host's controller files (topology, plan, audit and
 # validation reports): reversible %XX, so two hosts never share a file.
@@ -305,17 +305,11 @@ def gpu_topology_controller_files(host, directory):
     return {"stem": stem, "topology": base + ".json", "pending": base + ".pending.json", "plan": base + ".plan.json"}
 
 
-def gpu_topology_read_topology(content, path, where, encoding="base64"):
-    """A persisted topology (node: slurp content; controller: text) as ``{data, problem}``."""
-    return role_inputs.read_state_file(
-        content,
-        where,
-        TOPOLOGY_SCHEMA,
-        "It holds the hardware fingerprint later runs compare against. To recover, re-run with "
-        "-e gpu_topology_accept_changes=true to replace it with a fresh discovery (the damaged file is kept as "
-        "a backup, %s.<pid>.<time>~), or move it aside (mv %s %s.damaged) and run again." % (path, path, path),
-        encoding,
-    )
+def gpu_topology_decide(topology, hostname, node_file, node_path, controller_text, controller_path,
+                        accept_changes=False, fail_on_change=False, persist_on_node=True):
+    """The role's one decision over the persisted inventories (operate/topology_store.decide)."""
+    return topology_store.decide(topology, hostname, node_file, node_path, controller_text, controller_path,
+                                 bool(accept_changes), bool(fail_on_change), bool(persist_on_node))
 
 
 def gpu_topology_input_problems(options, values, aliases=None, host=None):
@@ -721,7 +715,7 @@ FILTERS = (
     "gpunuma_output_dir",
     "gpunuma_metrics_textfile_dir",
     "gpu_topology_controller_files",
-    "gpu_topology_read_topology",
+    "gpu_topology_decide",
     "gpu_topology_input_problems",
     # gpu_validate
     "gpu_validate_policy",
