@@ -193,6 +193,7 @@ autonuma_tuned_conflict = _filter(sysctl_owners.tuned_conflict)
 autonuma_decide = _filter(autonumalib.decide)
 # Whether the live value is written (not in a container unless asked): the audit asks the same function.
 autonuma_write_live = _filter(autonumalib.write_live)
+autonuma_role_plan = _filter(autonumalib.role_plan)
 
 # systemd-sysctl reads only *.conf files (sysctl.d(5)); the whole path must match.
 AUTONUMA_SYSCTL_FILE_PATTERN = r"/[^\x00-\x1f\x7f]*[^/\x00-\x1f\x7f]\.conf"
@@ -707,6 +708,7 @@ FILTERS = (
     "autonuma_tuned_conflict",
     "autonuma_decide",
     "autonuma_write_live",
+    "autonuma_role_plan",
     # site.yml
     "gpunuma_not_provisioned",
     "gpunuma_seal",

@@ -142,3 +142,58 @@ def test_autonuma_probe_returns_the_release(tmp_path):
     assert result["kernel_release"] == "6.1.0-28-amd64" and result["live_value"] == "0"
     assert node_probe.probe(runner, autonuma={"proc_path": str(kernel / "numa_balancing")})["autonuma"][
         "kernel_release"] == "6.1.0-28-amd64"
+
+
+# ------------------------------------------------------------------ role_plan: everything the role does, at once
+
+OWN = "/etc/sysctl.d/90-gpunuma-numa-balancing.conf"
+
+
+def node(**over):
+    base = {"live_value": 1, "kernel_release": "5.10.0", "in_container": False, "sysctl_paths": [], "sysctl_lines": [],
+            "tuned_active": "", "tuned_active_rc": 1, "tuned_lines": []}
+    base.update(over)
+    return base
+
+
+def role_plan(setting, probe=None, profile="strict", apply_live=None, on_conflict="warn"):
+    return autonuma.role_plan(setting, profile, probe, apply_live, OWN, on_conflict, "gpu-a01",
+                              "/proc/sys/kernel/numa_balancing")
+
+
+def test_role_plan_null_hands_the_key_back():
+    out = role_plan(None)
+    assert (out["value"], out["remove_file"], out["write_file"], out["write_live"]) == (None, True, False, False)
+    assert out["notes"] == ["autonuma_numa_balancing is null: kernel.numa_balancing is not managed; its live value "
+                            "is left as it is."]
+
+
+def test_role_plan_auto_writes_file_and_live_value_on_an_old_kernel():
+    out = role_plan("auto", node())
+    assert (out["value"], out["write_file"], out["write_live"], out["problem"]) == (0, True, True, None)
+    assert out["notes"][0].startswith("autonuma_numa_balancing is auto, profile strict, kernel 5.10.0 (older than 5.12): 0")
+
+
+def test_role_plan_leaves_an_equal_live_value_and_a_container_alone():
+    assert role_plan(0, node(live_value=0))["write_live"] is False
+    inside = role_plan(0, node(in_container=True))
+    assert inside["write_file"] and not inside["write_live"]
+    assert "was not written: this node is a container" in inside["notes"][-1]
+    assert role_plan(0, node(in_container=True), apply_live=True)["write_live"] is True
+
+
+def test_role_plan_conflicts_warn_or_stop_before_writing():
+    later = "/etc/sysctl.d/99-site.conf"
+    probe = node(sysctl_paths=[later], sysctl_lines=["%s:kernel.numa_balancing=1" % later])
+    warned = role_plan(0, probe)
+    assert warned["write_file"] and any(n.startswith("WARNING gpu-a01: %s sets kernel.numa_balancing=1" % later)
+                                        for n in warned["notes"])
+    stopped = role_plan(0, probe, on_conflict="fail")
+    assert stopped["problem"].startswith("gpu-a01: kernel.numa_balancing=0 would not hold: %s" % later)
+    assert not stopped["write_file"] and not stopped["write_live"]
+
+
+def test_role_plan_on_a_kernel_without_numa_balancing_writes_nothing():
+    out = role_plan(0, node(live_value=None))
+    assert not out["write_file"] and not out["write_live"]
+    assert out["notes"][-1].startswith("/proc/sys/kernel/numa_balancing does not exist")

@@ -148,3 +148,53 @@ def write_live(apply_live, in_container):
     if text in ("false", "no", "0", "off"):
         return False, "autonuma_apply_live is false"
     raise GpunumaError("autonuma_apply_live: %r is not allowed; allowed: null (auto), true, false" % (apply_live,))
+
+
+def role_plan(setting, profile_name, node, apply_live, sysctl_file, on_conflict, hostname, proc_path,
+              key="kernel.numa_balancing"):
+    """Everything the autonuma role does on a node, decided at once from one read of it.
+
+    ``node``: ``gpunuma_node_info``'s ``autonuma`` section (None when it was not read: ``setting`` null).
+    Returns ``{value, notes, problem, write_file, remove_file, write_live}``: ``notes`` are the sentences the
+    role prints (why auto chose, what gpunuma overrides, conflicts under ``on_conflict: warn``, what is left
+    alone); ``problem`` stops the host before anything is written (``on_conflict: fail``); ``write_live`` is
+    set only where the live value may be written (:func:`write_live`) and differs.
+    """
+    from ansible.module_utils.gpunuma.node import sysctl_owners
+
+    node = node or {}
+    value, reason = decide(setting, profile_name, node.get("kernel_release"))
+    out = {"value": value, "notes": [], "problem": None, "write_file": False, "remove_file": value is None,
+           "write_live": False}
+    if value is None:
+        out["notes"].append("%s: %s is not managed; its live value is left as it is." % (
+            "autonuma_numa_balancing is null", key) if _setting(setting) is None else reason + ".")
+        return out
+    if _setting(setting) == AUTO:
+        out["notes"].append(reason + ".")
+    live = node.get("live_value")
+    write, why = write_live(apply_live, node.get("in_container"))
+    active = sysctl_owners.tuned_active_profiles(node.get("tuned_active")) if node.get("tuned_active_rc") == 0 else []
+    tuned = sysctl_owners.tuned_setting(node.get("tuned_lines") or [], active, key)
+    paths = list(dict.fromkeys(list(node.get("sysctl_paths") or []) + [sysctl_file]))
+    lines = list(node.get("sysctl_lines") or []) + ["%s:%s=%s" % (sysctl_file, key, value)]
+    files = sysctl_owners.sysctl_conflicts(sysctl_owners.sysctl_writers(paths, lines, key), sysctl_file, value, key)
+    tuned_conflict = sysctl_owners.tuned_conflict(tuned, value, key)
+    conflicts = ([tuned_conflict] if tuned_conflict else []) + [f["reason"] for f in files["overriding"]]
+    out["notes"].extend(f["reason"] for f in files["overridden"])
+    if on_conflict == "warn":
+        out["notes"].extend("WARNING %s: %s" % (hostname, c) for c in conflicts)
+    elif conflicts:
+        out["problem"] = ("%s: %s=%s would not hold: %s (autonuma_on_conflict is fail; set it to warn to go on "
+                          "anyway)" % (hostname, key, value, "; ".join(conflicts)))
+        return out
+    if live is None:
+        out["notes"].append("%s does not exist: this kernel has no automatic NUMA balancing (CONFIG_NUMA_BALANCING "
+                            "off or a single-node build), so there is nothing to set." % proc_path)
+        return out
+    out["write_file"] = True
+    out["write_live"] = bool(write) and str(live) != str(value)
+    if not write:
+        out["notes"].append("%s=%s is persisted in %s but the live value (%s) was not written: %s."
+                            % (key, value, sysctl_file, live, why))
+    return out
