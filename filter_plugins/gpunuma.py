@@ -31,14 +31,14 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
         ansible.module_utils.__path__.append(_path)
 
 from ansible.module_utils.gpunuma.verify import audit, h2d_report  # noqa: E402
-from ansible.module_utils.gpunuma.node import limits, sysctl_owners  # noqa: E402
+from ansible.module_utils.gpunuma.node import limits  # noqa: E402
 from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
 from ansible.module_utils.gpunuma.operate import topology_store  # noqa: E402
+from ansible.module_utils.gpunuma.plan import node_plan  # noqa: E402
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib  # noqa: E402
 from ansible.module_utils.gpunuma.node import housekeeping as housekeepinglib  # noqa: E402
 from ansible.module_utils.gpunuma.node import programs as programslib  # noqa: E402
 from ansible.module_utils.gpunuma.operate import state as statelib  # noqa: E402
-from ansible.module_utils.gpunuma.common import schemas  # noqa: E402
 from ansible.module_utils.gpunuma.common import seal as seallib  # noqa: E402
 from ansible.module_utils.gpunuma.common import secrets as secretslib  # noqa: E402
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
@@ -181,14 +181,9 @@ def gpunuma_audit_metrics(reports, unreachable=()):
 
 
 # ================================================================ autonuma
-# Who else sets kernel.numa_balancing: the logic (systemd-sysctl order, tuned
-# include chains, conflict sentences) is gpunuma.sysctl_owners.
+# Everything the role does is gpunuma.node.autonuma.role_plan (the value, the
+# live write, who else sets kernel.numa_balancing: gpunuma.node.sysctl_owners).
 
-autonuma_sysctl_writers = _filter(sysctl_owners.sysctl_writers)
-autonuma_sysctl_conflicts = _filter(sysctl_owners.sysctl_conflicts)
-autonuma_tuned_active_profiles = _filter(sysctl_owners.tuned_active_profiles)
-autonuma_tuned_setting = _filter(sysctl_owners.tuned_setting)
-autonuma_tuned_conflict = _filter(sysctl_owners.tuned_conflict)
 # autonuma_numa_balancing (auto follows the profile and the kernel release): gpunuma.autonuma.
 autonuma_decide = _filter(autonumalib.decide)
 # Whether the live value is written (not in a container unless asked): the audit asks the same function.
@@ -507,8 +502,6 @@ def memlock_input_problems(options, values, aliases=None):
 # ``systemd_exec_line`` (imported, not copied), so a command is always passed
 # as argv and never read by a shell.
 
-PLAN_SCHEMA = schemas.PLAN
-
 numa_binding_aliases = role_inputs.aliases_of
 numa_binding_profile_problem = profile_choice_problem
 numa_binding_exec_line = _filter(systemd_exec_line)
@@ -517,25 +510,8 @@ numa_binding_environment = _filter(systemd_environment_assignment)
 numa_binding_environment.__doc__ = "``Environment=`` word for one variable (plan.systemd_environment_assignment)."
 
 
-def numa_binding_missing_targets(plan, units, host):
-    """One message per drop-in instance whose unit the node cannot load.
-
-    ``units`` is gpunuma_node_info's ``units`` section ({unit: {LoadState: ...}}).
-    """
-    problems = []
-    for instance in (plan or {}).get("instances") or []:
-        if instance.get("mode") != "dropin":
-            continue
-        state = (units or {}).get(instance.get("unit")) or {"LoadState": "unknown"}
-        load = state.get("LoadState") or ""
-        if load == "loaded":
-            continue
-        why = ("is not installed" if load == "not-found"
-               else "systemd cannot load (%s)" % (load or state.get("error") or "no LoadState"))
-        problems.append("%s: gpunuma_instances entry '%s' binds unit %s, which %s on this node; allowed: an existing "
-                        "service unit, or leave out unit (and give command) for a gpunuma-<name>.service"
-                        % (host, instance.get("name"), instance.get("unit"), why))
-    return problems
+numa_binding_missing_targets = _filter(node_plan.missing_targets)
+numa_binding_dropin_hazards = _filter(node_plan.dropin_hazards)
 
 
 def numa_binding_redact_secrets(instances, patterns):
@@ -563,36 +539,6 @@ def numa_binding_program_problems(plan, states, host, start=True):
     """One message per started instance whose program is missing, not executable by its account, or (run as
     root) replaceable by another account."""
     return programslib.program_problems(plan, states, host, start)
-
-
-def numa_binding_dropin_hazards(plan, inspected, host):
-    """One message per drop-in instance whose unit a drop-in cannot bind safely.
-
-    ``inspected`` is gpunuma_node_info's ``inspect`` section. A unit whose own
-    ExecStart= launches a container through a CLI (the drop-in would bind the
-    CLI, not the workload), unless the instance replaces the command; a unit
-    whose EnvironmentFile= sets CUDA_VISIBLE_DEVICES (EnvironmentFile= wins over
-    the drop-in's Environment=, systemd.exec(5)) for an instance with GPUs.
-    """
-    problems = []
-    for instance in (plan or {}).get("instances") or []:
-        if instance.get("mode") != "dropin":
-            continue
-        found = (inspected or {}).get(instance.get("unit")) or {}
-        where = "%s: gpunuma_instances entry '%s' binds unit %s" % (host, instance.get("name"), instance.get("unit"))
-        launchers = found.get("container_launchers") or []
-        if launchers and not instance.get("command"):
-            problems.append(
-                "%s, whose ExecStart= launches a container (%s): the binding would hold the CLI, not the workload. "
-                "Bind the container itself (its runtime's cpuset/NUMA options, or the kubelet role), give the instance "
-                "a command, or set numa_binding_allow_dropin_hazards: true" % (where, ", ".join(launchers)))
-        cuda = [line for line in found.get("cuda_visible_devices") or [] if not line.startswith("Environment=")]
-        if cuda and instance.get("gpus"):
-            problems.append(
-                "%s, whose EnvironmentFile= sets CUDA_VISIBLE_DEVICES (%s), which overrides the drop-in's GPUs %s. "
-                "Remove it from the file, or set numa_binding_allow_dropin_hazards: true"
-                % (where, "; ".join(cuda), ",".join(str(g) for g in instance.get("gpus"))))
-    return problems
 
 
 def numa_binding_housekeeping(plan, unit_dir, confine, irqbalance_ban, slice_name, cpuset_available,
@@ -679,17 +625,7 @@ def numa_binding_limit_problem(value, variable):
     return None
 
 
-def numa_binding_read_applied_plan(content, path, host):
-    """The node's applied plan (slurp content) as ``{data, problem}`` (role_inputs.read_state_file)."""
-    return role_inputs.read_state_file(
-        content,
-        "%s:%s" % (host, path),
-        PLAN_SCHEMA,
-        "It is read to leave running instances' own memory out of the free-memory check, and is rewritten "
-        "(with a backup) only after a successful apply. To recover, move it aside on the node "
-        "(mv %s %s.damaged) and run again; earlier plans are kept beside it as %s.<pid>.<time>~ backups."
-        % (path, path, path),
-    )
+numa_binding_read_applied_plan = _filter(node_plan.read_applied_plan)
 
 
 # Filter name -> function; each name is the function's own name above.
@@ -701,11 +637,6 @@ FILTERS = (
     "gpunuma_audit_metrics",
     # autonuma
     "autonuma_input_problems",
-    "autonuma_sysctl_writers",
-    "autonuma_sysctl_conflicts",
-    "autonuma_tuned_active_profiles",
-    "autonuma_tuned_setting",
-    "autonuma_tuned_conflict",
     "autonuma_decide",
     "autonuma_write_live",
     "autonuma_role_plan",

@@ -168,6 +168,41 @@ options:
         fails the module with a message naming the field and how to recover (restore the file's
         backup, or remove it to plan from scratch); it is never ignored silently.
     type: raw
+  node:
+    description:
+      - What M(gpunuma.fleet.gpunuma_node_info) read from the node (its C(gpunuma_node)) for the numa_binding role
+        (module_utils/gpunuma/plan/node_plan.py). Given, the module plans for that node at once - its
+        C(files.plan) is read as the applied plan (a damaged one stops the host naming it; O(applied_plan) must then
+        not be given), C(commands.mempolicy) says whether the node allows memory policies, and C(units),
+        C(inspect) and C(programs) are checked - and every problem fails the module, one per line.
+      - Where the node refuses set_mempolicy and O(on_mempolicy_denied) is C(fallback), the plan is the same
+        profile's CPU-only variant (memory policy default) with a warning.
+    type: raw
+  host:
+    description: The inventory name the node's problems are reported under (with O(node)).
+    type: str
+  plan_path:
+    description: The applied plan's path on the node, named in problems (with O(node)).
+    type: str
+    default: /etc/gpunuma/plan.json
+  on_mempolicy_denied:
+    description: With O(node) - C(fail) on a node that refuses set_mempolicy, or C(fallback) to a CPU-only plan.
+    type: str
+    choices: [fail, fallback]
+    default: fail
+  allow_dropin_hazards:
+    description: With O(node) - allow drop-in instances whose unit launches a container or sets CUDA_VISIBLE_DEVICES itself.
+    type: bool
+    default: false
+  start:
+    description: With O(node) - whether the instances will be started (their programs are then checked).
+    type: bool
+    default: true
+  mempolicy_argv:
+    description: With O(node) - the memory policy probe that was run, named in its problem.
+    type: list
+    elements: str
+    default: [numactl, --localalloc, "true"]
 notes:
   - The plan is deterministic; the same inputs give the same plan, byte for byte.
   - Node memory sizes (MemTotal) decide C(strict_capacity) fallbacks; free memory never does, so page
@@ -226,6 +261,19 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+notices:
+  description: With O(node) - lines to show (the CPU-only fallback's warning).
+  returned: with O(node)
+  type: list
+  elements: str
+applied_plan:
+  description: With O(node) - the node's applied plan as read (null when it has none).
+  returned: with O(node)
+  type: dict
+mempolicy:
+  description: With O(node) - how the node answered the memory policy probe (not-probed, allowed, denied, no-numactl, error).
+  returned: with O(node)
+  type: str
 plan:
   description: The binding plan (C(gpunuma.plan/v1)); docs/plan-v1.md describes every field.
   returned: success
@@ -310,6 +358,7 @@ from ansible.module_utils.gpunuma.common import secrets
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.inputs import count_or_word
 from ansible.module_utils.gpunuma.plan.planner import build_plan
+from ansible.module_utils.gpunuma.plan import node_plan
 from ansible.module_utils.gpunuma.plan.profiles import load_profile
 
 
@@ -343,8 +392,15 @@ def main():
             memory_reserve_per_node=dict(type="raw", default="auto"),
             # Name patterns of secret variables, not secrets.
             secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS), no_log=False),
+            node=dict(type="raw"),
+            host=dict(type="str"),
+            plan_path=dict(type="str", default="/etc/gpunuma/plan.json"),
+            on_mempolicy_denied=dict(type="str", choices=["fail", "fallback"], default="fail"),
+            allow_dropin_hazards=dict(type="bool", default=False),
+            start=dict(type="bool", default=True),
+            mempolicy_argv=dict(type="list", elements="str", default=["numactl", "--localalloc", "true"]),
         ),
-        mutually_exclusive=[("topology", "topology_path")],
+        mutually_exclusive=[("topology", "topology_path"), ("node", "applied_plan")],
         required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],
         supports_check_mode=True,
     )
@@ -362,13 +418,9 @@ def main():
                 msg="profile: %r does not match profile_data.name %r; allowed: the same name, or only one of them"
                 % (params["profile"], profile.get("name"))
             )
-        plan = build_plan(
-            topology,
-            profile,
-            params["instances"],
+        options = dict(
             housekeeping_cores_per_node=count_or_word(params["housekeeping_cores_per_node"]),
             strict_capacity=params["strict_capacity"],
-            applied_plan=params["applied_plan"],
             allow_unknown_siblings=params["allow_unknown_siblings"],
             memory_reserve_per_node=params["memory_reserve_per_node"],
             housekeeping_cpus=params["housekeeping_cpus"],
@@ -377,12 +429,32 @@ def main():
             preferred_many=params["preferred_many"],
             irq_pin=params["irq_pin"],
         )
+        if params["node"] is not None:
+            _plan_for_node(module, topology, profile, options)
+        plan = build_plan(topology, profile, params["instances"], applied_plan=params["applied_plan"], **options)
     except GpunumaError as exc:
         module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))
 
     for warning in plan["warnings"]:
         module.warn(warning)
     module.exit_json(changed=False, plan=plan)
+
+
+def _plan_for_node(module, topology, profile, options):
+    """The numa_binding role's step: plan for the node O(node) describes, every problem at once."""
+    params = module.params
+    node = params["node"] if isinstance(params["node"], dict) else {}
+    host = params["host"] or topology.get("hostname") or "this node"
+    options.update(on_mempolicy_denied=params["on_mempolicy_denied"],
+                   allow_dropin_hazards=params["allow_dropin_hazards"], start=params["start"])
+    out = node_plan.plan_for_node(topology, profile, params["instances"], node, host, params["plan_path"], options,
+                                  params["mempolicy_argv"])
+    if out["plan"] is None:
+        module.fail_json(msg="\n".join(out["problems"]), problems=out["problems"], mempolicy=out["mempolicy"])
+    for warning in out["plan"]["warnings"]:
+        module.warn(warning)
+    module.exit_json(changed=False, plan=out["plan"], notices=out["notices"], mempolicy=out["mempolicy"],
+                     applied_plan=out["applied"])
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import re
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.node import autonuma, limits, sysctl_owners
 
 from conftest import REPO_ROOT
@@ -60,7 +61,7 @@ def _used_filter_names(pattern=_USE):
 def test_every_filter_the_roles_and_playbooks_call_is_in_the_plugin():
     used = _used_filter_names()
     # The scan sees the calls (a broken pattern would pass vacuously).
-    assert {"gpunuma_audit_line", "numa_binding_exec_line", "memlock_clamp", "autonuma_tuned_setting"} <= set(used)
+    assert {"gpunuma_audit_line", "numa_binding_exec_line", "memlock_clamp", "autonuma_role_plan"} <= set(used)
     filters = plugin.FilterModule().filters()
     missing = {name: where for name, where in used.items() if name not in filters}
     assert not missing, missing
@@ -97,57 +98,64 @@ OWN = "/etc/sysctl.d/60-gpunuma-numa-balancing.conf"
 # errors.
 
 
-def test_autonuma_filters_are_the_sysctl_owners_functions():
+def test_autonuma_filters_are_the_autonuma_functions():
     filters = _filters("autonuma_")
     # autonuma_input_problems checks the role's variables (test_roles_inputs.py).
-    assert set(filters) == {"autonuma_sysctl_writers", "autonuma_sysctl_conflicts", "autonuma_tuned_active_profiles",
-                            "autonuma_tuned_setting", "autonuma_tuned_conflict", "autonuma_input_problems",
-                            "autonuma_decide", "autonuma_write_live"}
+    assert set(filters) == {"autonuma_input_problems", "autonuma_decide", "autonuma_write_live", "autonuma_role_plan"}
     # The value decision is gpunuma.autonuma (tests/unit/test_autonuma_decide.py), and so is
-    # whether the live value is written (the audit asks the same function: tests/unit/test_one_decider.py).
+    # whether the live value is written (the audit asks the same function: tests/unit/test_one_decider.py);
+    # the role asks role_plan, which chains them with the sysctl.d and tuned readings below.
     assert filters["autonuma_decide"].__wrapped__ is autonuma.decide
     assert filters["autonuma_write_live"].__wrapped__ is autonuma.write_live
-    for name, function in filters.items():
-        if name in ("autonuma_input_problems", "autonuma_decide", "autonuma_write_live"):
-            continue
-        core = getattr(sysctl_owners, name[len("autonuma_"):])
-        assert function.__wrapped__ is core, name
+    assert filters["autonuma_role_plan"].__wrapped__ is autonuma.role_plan
 
 
-def test_autonuma_filters_chain_as_the_role_chains_them():
-    filters = _filters("autonuma_")
+def test_sysctl_owners_chain_as_role_plan_chains_them():
     paths = ["/usr/lib/sysctl.d/10-distro.conf", OWN, "/etc/sysctl.d/99-late.conf"]
     grep = ["/usr/lib/sysctl.d/10-distro.conf:kernel.numa_balancing = 1", OWN + ":kernel.numa_balancing=0",
             "/etc/sysctl.d/99-late.conf:kernel/numa_balancing=1"]
-    writers = filters["autonuma_sysctl_writers"](paths, grep, "kernel.numa_balancing")
-    files = filters["autonuma_sysctl_conflicts"](writers, OWN, 0, "kernel.numa_balancing")
+    writers = sysctl_owners.sysctl_writers(paths, grep, "kernel.numa_balancing")
+    files = sysctl_owners.sysctl_conflicts(writers, OWN, 0, "kernel.numa_balancing")
     assert [w["path"] for w in files["overriding"]] == ["/etc/sysctl.d/99-late.conf"]
     assert [w["path"] for w in files["overridden"]] == ["/usr/lib/sysctl.d/10-distro.conf"]
 
     tuned = ["/usr/lib/tuned/network-latency/tuned.conf:[sysctl]",
              "/usr/lib/tuned/network-latency/tuned.conf:kernel.numa_balancing=0",
              "/etc/tuned/gpu/tuned.conf:[main]", "/etc/tuned/gpu/tuned.conf:include=network-latency"]
-    active = filters["autonuma_tuned_active_profiles"]("Current active profile: gpu\n")
-    setting = filters["autonuma_tuned_setting"](tuned, active, "kernel.numa_balancing")
+    active = sysctl_owners.tuned_active_profiles("Current active profile: gpu\n")
+    setting = sysctl_owners.tuned_setting(tuned, active, "kernel.numa_balancing")
     assert setting == {"value": "0", "profile": "network-latency", "chain": ["gpu", "network-latency"]}
-    assert filters["autonuma_tuned_conflict"](setting, 0, "kernel.numa_balancing") is None
-    assert filters["autonuma_tuned_conflict"](setting, 1, "kernel.numa_balancing").startswith(
+    assert sysctl_owners.tuned_conflict(setting, 0, "kernel.numa_balancing") is None
+    assert sysctl_owners.tuned_conflict(setting, 1, "kernel.numa_balancing").startswith(
         "tuned profile gpu (through network-latency) sets kernel.numa_balancing=0")
+    # role_plan reads the same node the same way: the late file overrides gpunuma's, the tuned profile agrees
+    node = {"live_value": 1, "kernel_release": "6.1.0", "in_container": False, "sysctl_paths": paths,
+            "sysctl_lines": grep, "tuned_active": "Current active profile: gpu\n", "tuned_active_rc": 0,
+            "tuned_lines": tuned}
+    plan = _filters("autonuma_")["autonuma_role_plan"](0, "strict", node, None, OWN, "fail", "h1",
+                                                     "/proc/sys/kernel/numa_balancing")
+    assert plan["problem"].startswith("h1: kernel.numa_balancing=0 would not hold: /etc/sysctl.d/99-late.conf sets")
 
 
 @pytest.mark.parametrize(
-    "name, args",
+    "function, args",
     [
-        ("autonuma_sysctl_writers", ([OWN], [], "not a key")),
-        ("autonuma_sysctl_conflicts", ([{"path": OWN}], OWN, 0)),
-        ("autonuma_tuned_active_profiles", (["Current active profile: x"],)),
-        ("autonuma_tuned_setting", ([], "cpu-partitioning")),
-        ("autonuma_tuned_conflict", ({"value": "0"}, 1)),
+        (sysctl_owners.sysctl_writers, ([OWN], [], "not a key")),
+        (sysctl_owners.sysctl_conflicts, ([{"path": OWN}], OWN, 0)),
+        (sysctl_owners.tuned_active_profiles, (["Current active profile: x"],)),
+        (sysctl_owners.tuned_setting, ([], "cpu-partitioning")),
+        (sysctl_owners.tuned_conflict, ({"value": "0"}, 1)),
     ],
 )
-def test_autonuma_errors_become_filter_errors(name, args):
-    with pytest.raises(AnsibleFilterError, match="allowed: "):
-        _filters("autonuma_")[name](*args)
+def test_sysctl_owners_errors_say_what_is_allowed(function, args):
+    with pytest.raises(GpunumaError, match="allowed: "):
+        function(*args)
+
+
+def test_autonuma_role_plan_errors_become_filter_errors():
+    with pytest.raises(AnsibleFilterError, match="autonuma_apply_live: 'maybe' is not allowed; allowed: "):
+        _filters("autonuma_")["autonuma_role_plan"](0, "strict", {"live_value": 1}, "maybe", OWN, "warn", "h1",
+                                                    "/proc/sys/kernel/numa_balancing")
 
 
 # ------------------------------------------------------------------- memlock
