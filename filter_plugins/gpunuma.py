@@ -413,11 +413,7 @@ def kubelet_topology_guard_files(plan, enabled, script_text, python, libexec_dir
 # The memlock limit as systemd writes it, and the ceiling PID 1 puts on it
 # (gpunuma.limits).
 
-memlock_systemd_value = _filter(limits.systemd_limit)
-memlock_ceiling = _filter(limits.memlock_ceiling)
-memlock_clamp = _filter(limits.memlock_clamp)
-memlock_clamp_message = _filter(limits.clamp_message)
-memlock_format_limit = _filter(limits.format_limit)
+memlock_role_plan = _filter(limits.role_plan)
 memlock_aliases = role_inputs.aliases_of
 
 # User and group names as shadow-utils accepts them (a trailing $ marks Samba
@@ -662,11 +658,7 @@ FILTERS = (
     # memlock
     "memlock_aliases",
     "memlock_input_problems",
-    "memlock_systemd_value",
-    "memlock_ceiling",
-    "memlock_clamp",
-    "memlock_clamp_message",
-    "memlock_format_limit",
+    "memlock_role_plan",
     # numa_binding
     "numa_binding_aliases",
     "numa_binding_input_problems",

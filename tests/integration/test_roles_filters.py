@@ -61,7 +61,7 @@ def _used_filter_names(pattern=_USE):
 def test_every_filter_the_roles_and_playbooks_call_is_in_the_plugin():
     used = _used_filter_names()
     # The scan sees the calls (a broken pattern would pass vacuously).
-    assert {"gpunuma_audit_line", "numa_binding_exec_line", "memlock_clamp", "autonuma_role_plan"} <= set(used)
+    assert {"gpunuma_audit_line", "numa_binding_exec_line", "memlock_role_plan", "autonuma_role_plan"} <= set(used)
     filters = plugin.FilterModule().filters()
     missing = {name: where for name, where in used.items() if name not in filters}
     assert not missing, missing
@@ -164,35 +164,45 @@ def test_autonuma_role_plan_errors_become_filter_errors():
 
 def test_memlock_filters_are_the_limits_functions():
     filters = _filters("memlock_")
-    assert filters["memlock_systemd_value"].__wrapped__ is limits.systemd_limit
-    assert filters["memlock_ceiling"].__wrapped__ is limits.memlock_ceiling
-    assert filters["memlock_clamp"].__wrapped__ is limits.memlock_clamp
-    assert filters["memlock_clamp_message"].__wrapped__ is limits.clamp_message
-    assert filters["memlock_format_limit"].__wrapped__ is limits.format_limit
+    assert filters["memlock_role_plan"].__wrapped__ is limits.role_plan
+    assert set(filters) == {"memlock_aliases", "memlock_input_problems", "memlock_role_plan"}
 
 
-def test_memlock_filters_chain_as_the_role_chains_them():
-    filters = _filters("memlock_")
-    limits_text = ("Limit                     Soft Limit           Hard Limit           Units     \n"
-                   "Max locked memory         8388608              8388608              bytes     \n")
-    ceiling = filters["memlock_ceiling"](limits_text, "CapEff:\t00000000a8a425fb\n", None, "/proc/1")
-    clamp = filters["memlock_clamp"]("64M", ceiling)
+LIMITS_8M = ("Limit                     Soft Limit           Hard Limit           Units     \n"
+             "Max locked memory         8388608              8388608              bytes     \n")
+
+
+def _pid1(limits_text, status="CapEff:\t00000000a8a425fb\n"):
+    import base64
+    return {"limits": base64.b64encode(limits_text.encode()).decode(), "status": base64.b64encode(status.encode()).decode()}
+
+
+def test_memlock_role_plan_chains_the_limits_functions():
+    ceiling = limits.memlock_ceiling(LIMITS_8M, "CapEff:\t00000000a8a425fb\n", None, "/proc/1")
+    clamp = limits.memlock_clamp("64M", ceiling)
     assert (clamp["effective_systemd"], clamp["clamped"]) == (8388608, True)
-    assert "get 8 MiB" in filters["memlock_clamp_message"](clamp, ceiling)
-    assert filters["memlock_systemd_value"]("unlimited") == "infinity"
+    role_plan = _filters("memlock_")["memlock_role_plan"]
+    warned = role_plan("64M", _pid1(LIMITS_8M), "/proc/1", "warn", "h1")
+    assert (warned["systemd_limit"], warned["effective_limit"], warned["pam_value"]) == (67108864, 8388608, 65536)
+    assert warned["notes"] == ["WARNING h1: " + limits.clamp_message(clamp, ceiling)] and warned["problem"] is None
+    stopped = role_plan("64M", _pid1(LIMITS_8M), "/proc/1", "fail", "h1")
+    assert stopped["problem"].startswith("h1: memlock_limit asks for 64 MiB") and "memlock_on_clamp is fail" in stopped["problem"]
+    unknown = role_plan("unlimited", {}, "/proc/1", "fail", "h1")
+    assert (unknown["systemd_limit"], unknown["pam_value"], unknown["problem"]) == ("infinity", "unlimited", None)
+    assert unknown["notes"] == ["/proc/1/limits or /status could not be read: whether systemd can give units "
+                                "LimitMEMLOCK=infinity is not checked."]
 
 
 @pytest.mark.parametrize(
-    "name, args, message",
+    "args, message",
     [
-        ("memlock_systemd_value", ("lots",), "memlock_limit: 'lots' is not a limit"),
-        ("memlock_ceiling", ("", "CapEff:\t0\n", None, "/proc/1"), "/proc/1/limits: "),
-        ("memlock_clamp", ("64M", None), "memlock ceiling: None is not a memlock_ceiling"),
+        (("lots", {}, "/proc/1", "warn", "h1"), "memlock_limit: 'lots' is not a limit"),
+        (("64M", _pid1(""), "/proc/1", "warn", "h1"), "/proc/1/limits: "),
     ],
 )
-def test_memlock_errors_become_filter_errors(name, args, message):
+def test_memlock_errors_become_filter_errors(args, message):
     with pytest.raises(AnsibleFilterError, match=message):
-        _filters("memlock_")[name](*args)
+        _filters("memlock_")["memlock_role_plan"](*args)
 
 
 # -------------------------------------------------------------- numa_binding

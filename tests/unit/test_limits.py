@@ -314,3 +314,10 @@ def test_limits_does_not_import_the_planner():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_role_plan_without_a_readable_pid1_says_so_and_keeps_the_limit():
+    from ansible.module_utils.gpunuma.node import limits as limitslib
+    out = limitslib.role_plan("64M", {"limits": "bm90IGEgbGltaXRzIGZpbGU="}, "/proc/1", "fail", "h1")
+    assert (out["systemd_limit"], out["effective_limit"], out["problem"]) == (67108864, 67108864, None)
+    assert out["notes"][0].startswith("/proc/1/limits or /status could not be read")

@@ -258,3 +258,36 @@ def clamp_message(clamp, ceiling, what="memlock_limit"):
             format_limit(clamp["effective"]),
         )
     )
+
+
+def role_plan(wanted, pid1, proc_dir, on_clamp, hostname, what="memlock_limit"):
+    """Everything the memlock role decides from one read of PID 1 (``pid1``: gpunuma_node_info's ``pid1``, each
+    file base64-encoded as read; ``limits`` or ``status`` missing: the ceiling is unknown).
+
+    Returns ``{systemd_limit, effective_limit, pam_value, problem, notes}``: the limit as ``LimitMEMLOCK=``
+    takes it, what units really get under PID 1's ceiling (:func:`memlock_clamp`), the limits.d value (KiB or
+    ``unlimited``), why the host stops (``on_clamp: fail`` and a clamp), and what to say.
+    """
+    import base64
+
+    systemd = systemd_limit(wanted, what)
+    out = {"systemd_limit": systemd, "effective_limit": systemd, "problem": None, "notes": [],
+           "pam_value": "unlimited" if systemd == "infinity" else systemd // 1024}
+    pid1 = pid1 or {}
+    if "limits" not in pid1 or "status" not in pid1:
+        out["notes"].append("%s/limits or /status could not be read: whether systemd can give units LimitMEMLOCK=%s "
+                            "is not checked." % (proc_dir, systemd))
+        return out
+    text = dict((name, base64.b64decode(pid1[name]).decode("utf-8", "replace"))
+                for name in ("limits", "status", "uid_map") if name in pid1)
+    ceiling = memlock_ceiling(text["limits"], text["status"], text.get("uid_map"), proc_dir)
+    clamp = memlock_clamp(wanted, ceiling, what)
+    out["effective_limit"] = clamp["effective_systemd"]
+    if clamp["clamped"]:
+        message = clamp_message(clamp, ceiling, what)
+        if on_clamp == "fail":
+            out["problem"] = ("%s: %s (memlock_on_clamp is fail; set it to warn to go on with the lower limit)"
+                              % (hostname, message))
+        else:
+            out["notes"].append("WARNING %s: %s" % (hostname, message))
+    return out
