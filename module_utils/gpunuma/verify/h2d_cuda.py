@@ -46,7 +46,36 @@ class DriverMissing(GpunumaError):
 # ---------------------------------------------------------------- CUDA driver
 
 
-class CudaDriver:
+class Runtime:
+    """What the probe asks of a GPU runtime, answered through ``call`` with the CUDA driver API's names
+    (CudaDriver; h2d_hip.HipRuntime maps them onto HIP)."""
+
+    def call(self, short, *args):
+        raise NotImplementedError
+
+    def init(self):
+        self.call("cuInit", 0)
+
+    def device_count(self):
+        n = ctypes.c_int(0)
+        self.call("cuDeviceGetCount", ctypes.byref(n))
+        return n.value
+
+    def device(self, ordinal):
+        dev = ctypes.c_int(0)
+        self.call("cuDeviceGet", ctypes.byref(dev), ordinal)
+        return dev.value
+
+    def name_and_bus(self, dev):
+        """The device's name and normalised PCI bus id."""
+        name = ctypes.create_string_buffer(256)
+        self.call("cuDeviceGetName", name, 256, dev)
+        bus = ctypes.create_string_buffer(64)
+        self.call("cuDeviceGetPCIBusId", bus, 64, dev)
+        return name.value.decode(errors="replace"), normalise_bus_id(bus.value.decode())
+
+
+class CudaDriver(Runtime):
     """ctypes wrapper over the libcuda entry points the probe uses."""
 
     kind = "cuda"
@@ -109,33 +138,16 @@ class CudaDriver:
             name, text = self.error_text(code)
             raise CudaError(short, code, name, text)
 
-    # device queries
-    def init(self):
-        self.call("cuInit", 0)
-
-    def device_count(self):
-        n = ctypes.c_int(0)
-        self.call("cuDeviceGetCount", ctypes.byref(n))
-        return n.value
-
-    def device(self, ordinal):
-        dev = ctypes.c_int(0)
-        self.call("cuDeviceGet", ctypes.byref(dev), ordinal)
-        return dev.value
-
     def describe(self, dev):
-        name = ctypes.create_string_buffer(256)
-        self.call("cuDeviceGetName", name, 256, dev)
-        bus = ctypes.create_string_buffer(64)
-        self.call("cuDeviceGetPCIBusId", bus, 64, dev)
+        name, bus = self.name_and_bus(dev)
         uuid = (ctypes.c_ubyte * 16)()
         self.call("cuDeviceGetUuid", uuid, dev)
         mode = ctypes.c_int(0)
         self.call("cuDeviceGetAttribute", ctypes.byref(mode), CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, dev)
         h = bytes(uuid).hex()
         return {
-            "name": name.value.decode(errors="replace"),
-            "pci_bus_id": normalise_bus_id(bus.value.decode()),
+            "name": name,
+            "pci_bus_id": bus,
             "uuid": "GPU-%s-%s-%s-%s-%s" % (h[0:8], h[8:12], h[12:16], h[16:20], h[20:32]),
             "compute_mode": COMPUTE_MODES.get(mode.value, str(mode.value)),
         }

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ansible.module_utils.gpunuma.verify.h2d_cuda import CudaDriver, CudaError, DriverMissing, normalise_bus_id
+from ansible.module_utils.gpunuma.verify.h2d_cuda import CudaDriver, CudaError, DriverMissing, Runtime
 
 HIP_SUCCESS = 0
 DEFAULT_PATH = "libamdhip64.so"
@@ -87,7 +87,7 @@ _CALLS = {
 _NOTHING = ("cuCtxDestroy",)
 
 
-class HipRuntime:
+class HipRuntime(Runtime):
     """ctypes wrapper over the libamdhip64 entry points the probe uses, answering the CUDA names."""
 
     kind = "hip"
@@ -138,35 +138,15 @@ class HipRuntime:
             name, text = self.error_text(code)
             raise CudaError(symbol, code, name, text)
 
-    def init(self):
-        self.call("cuInit", 0)
-
-    def device_count(self):
-        n = ctypes.c_int(0)
-        self.call("cuDeviceGetCount", ctypes.byref(n))
-        return n.value
-
-    def device(self, ordinal):
-        dev = ctypes.c_int(0)
-        self.call("cuDeviceGet", ctypes.byref(dev), ordinal)
-        return dev.value
-
     def describe(self, dev):
         """Name, bus id, UUID and compute mode. hipDeviceGetUuid gives the 16 characters of the GPU's
         unique_id (ROCm's ``GPU-<unique_id>``); AMD GPUs have no compute modes ("default")."""
-        name = ctypes.create_string_buffer(256)
-        self.call("cuDeviceGetName", name, 256, dev)
-        bus = ctypes.create_string_buffer(64)
-        self.call("cuDeviceGetPCIBusId", bus, 64, dev)
+        name, bus = self.name_and_bus(dev)
         uuid = ctypes.create_string_buffer(17)
         self.call("cuDeviceGetUuid", uuid, dev)
         raw = uuid.raw[:16].rstrip(b"\0").decode("ascii", "replace")
-        return {
-            "name": name.value.decode(errors="replace"),
-            "pci_bus_id": normalise_bus_id(bus.value.decode()),
-            "uuid": "GPU-%s" % raw if raw else "GPU-unknown",
-            "compute_mode": "default",
-        }
+        return {"name": name, "pci_bus_id": bus, "uuid": "GPU-%s" % raw if raw else "GPU-unknown",
+                "compute_mode": "default"}
 
     def driver_version(self):
         v = ctypes.c_int(0)
