@@ -411,3 +411,19 @@ def test_damaged_kfd_trees_read_without_crashing(tmp_path_factory, damage):
     assert all(isinstance(g["pci_bus_id"], str) and len(g["pci_bus_id"]) == 12 for g in gpus)
     for (i, j), word in amd.kfd_links(topo, gpus).items():
         assert 0 <= i < len(gpus) and 0 <= j < len(gpus) and i != j and word.startswith("XGMI")
+
+
+def test_metrics_of_the_cpx_plan(tmp_path):
+    """The metrics collector reads an AMD node's plan unchanged: one info series per instance, no error."""
+    from ansible.module_utils.gpunuma.operate import metrics
+    topo = discover("mi300x-cpx", sysfs_root=cpx_host(tmp_path / "host"))["topology"]
+    plan = build_plan(topo, load_profile("strict", PROFILES),
+                      [{"name": "tp8", "gpus_per_instance": 8, "command": ["/usr/bin/true"]},
+                       {"name": "one", "gpus_per_instance": 1, "command": ["/usr/bin/true"]}])
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    text, errors = metrics.collect(plan_path=str(path), sysfs_root=str(tmp_path / "host"))
+    assert errors == []
+    info = [line for line in text.splitlines() if line.startswith("gpunuma_instance_info{")]
+    assert len(info) == 2 and 'instance="tp8"' in info[0] + info[1]
+    assert "gpunuma_metrics_errors 0" in text
