@@ -53,6 +53,21 @@ class Runtime:
     def call(self, short, *args):
         raise NotImplementedError
 
+    def bind(self, names):
+        """``self.fn[short]`` for each ``{short: symbol}`` of the loaded library (returning int); the symbols it
+        lacks."""
+        self.fn = {}
+        missing = []
+        for short, symbol in names.items():
+            try:
+                f = getattr(self.lib, symbol)
+            except AttributeError:
+                missing.append(symbol)
+                continue
+            f.restype = ctypes.c_int
+            self.fn[short] = f
+        return missing
+
     def init(self):
         self.call("cuInit", 0)
 
@@ -106,16 +121,7 @@ class CudaDriver(Runtime):
             "cuGetErrorName": "cuGetErrorName", "cuGetErrorString": "cuGetErrorString",
             "cuDriverGetVersion": "cuDriverGetVersion",
         }
-        self.fn = {}
-        missing = []
-        for short, symbol in names.items():
-            try:
-                f = getattr(self.lib, symbol)
-            except AttributeError:
-                missing.append(symbol)
-                continue
-            f.restype = ctypes.c_int
-            self.fn[short] = f
+        missing = self.bind(names)
         if missing:
             raise DriverMissing("the CUDA driver library %r lacks %s: driver too old or not libcuda"
                                 % (self.path, ", ".join(missing)))

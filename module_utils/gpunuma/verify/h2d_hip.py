@@ -98,16 +98,7 @@ class HipRuntime(Runtime):
         except OSError as exc:
             raise DriverMissing("cannot load the HIP runtime library %r (%s): no ROCm on this node?" % (path, exc))
         self.path = path
-        self.fn = {}
-        missing = []
-        for short, (symbol, _adapt) in _CALLS.items():
-            try:
-                f = getattr(self.lib, symbol)
-            except AttributeError:
-                missing.append(symbol)
-                continue
-            f.restype = ctypes.c_int
-            self.fn[short] = f
+        missing = self.bind(dict((short, symbol) for short, (symbol, _adapt) in _CALLS.items()))
         for symbol in ("hipGetErrorName", "hipGetErrorString"):
             try:
                 getattr(self.lib, symbol).restype = ctypes.c_char_p
