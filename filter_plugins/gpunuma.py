@@ -301,11 +301,8 @@ def gpu_topology_controller_files(host, directory):
     return {"stem": stem, "topology": base + ".json", "pending": base + ".pending.json", "plan": base + ".plan.json"}
 
 
-def gpu_topology_decide(topology, hostname, node_file, node_path, controller_text, controller_path,
-                        accept_changes=False, fail_on_change=False, persist_on_node=True):
-    """The role's one decision over the persisted inventories (operate/topology_store.decide)."""
-    return topology_store.decide(topology, hostname, node_file, node_path, controller_text, controller_path,
-                                 bool(accept_changes), bool(fail_on_change), bool(persist_on_node))
+# The role's one decision over the persisted inventories.
+gpu_topology_decide = _filter(topology_store.decide)
 
 
 def gpu_topology_input_problems(options, values, aliases=None, host=None):

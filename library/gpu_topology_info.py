@@ -265,23 +265,20 @@ def main():
     )
     params = module.params
 
-    def run_nvidia_smi():
-        binary = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
+    def run_tool(argv, binary=None):
+        """``(stdout, None)``, or ``(None, why)``; ``why`` is None when the tool is not installed (for the ROCm
+        tools: the KFD topology in sysfs is read instead)."""
+        binary = binary or module.get_bin_path(argv[0])
         if not binary:
-            return None, "nvidia-smi not found on PATH"
-        rc, out, err = module.run_command([binary, "topo", "-m"], environ_update={"LC_ALL": "C"})
-        if rc != 0:
-            return None, "nvidia-smi topo -m exited %d: %s" % (rc, (err or out).strip()[:300])
-        return out, None
-
-    def run_tool(argv):
-        binary = module.get_bin_path(argv[0])
-        if not binary:
-            return None, None  # no ROCm tool on this node: the KFD topology in sysfs is read instead
+            return None, None
         rc, out, err = module.run_command([binary] + list(argv[1:]), environ_update={"LC_ALL": "C"})
         if rc != 0:
             return None, "%s exited %d: %s" % (" ".join(argv), rc, (err or out).strip()[:300])
         return out, None
+
+    def run_nvidia_smi():
+        text, problem = run_tool(("nvidia-smi", "topo", "-m"), params["nvidia_smi_path"])
+        return text, (problem if text is not None or problem else "nvidia-smi not found on PATH")
 
     try:
         result = discover(

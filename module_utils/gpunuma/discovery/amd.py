@@ -32,8 +32,7 @@ from ansible.module_utils.gpunuma.discovery.nvml import normalize_bus_id
 from ansible.module_utils.gpunuma.discovery.sysfs import read_bounded
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
-# kfd_crat.h: CRAT_IOLINK_TYPE_PCIEXPRESS and CRAT_IOLINK_TYPE_XGMI.
-IOLINK_PCIE = 2
+# kfd_crat.h: CRAT_IOLINK_TYPE_XGMI (PCIe links are type 2).
 IOLINK_XGMI = 11
 MAX_HOPS = 9
 # A KFD properties file is about 1 KiB; a host has a few hundred nodes and links at most.
@@ -151,7 +150,6 @@ def read_kfd(root="/"):
             "kfd_node": node,
             "pci_bus_id": bus_id_from_location(props.get("domain", 0), props.get("location_id", 0)),
             "unique_id": props.get("unique_id") or None,
-            "gfx_target_version": props.get("gfx_target_version"),
             "links": links,
         })
     for agent in agents:
@@ -169,17 +167,19 @@ def kfd_gpus(kfd, sysfs_bus_ids=()):
     Each entry: ``pci_bus_id``, ``unique_id`` (hex), ``kfd_node``, ``cpu_node`` and ``partition``
     (``{"index", "count"}``, None for a whole GPU)."""
     known = set(sysfs_bus_ids)
-    groups = {}
-    for agent in kfd["gpus"]:
-        bus = agent["pci_bus_id"]
+
+    def device_of(bus):
+        """Function 0 of the bus id, unless the bus id is itself a PCI function sysfs has and function 0 is not."""
         device = bus[:-1] + "0"
-        if bus in known and bus != device and device not in known:
-            device = bus
-        groups.setdefault((device, agent["unique_id"]), []).append(agent)
+        return bus if bus in known and device not in known else device
+
+    keys = [(device_of(agent["pci_bus_id"]), agent["unique_id"]) for agent in kfd["gpus"]]
+    groups = {}
+    for key, agent in zip(keys, kfd["gpus"]):
+        groups.setdefault(key, []).append(agent)
     out = []
-    for agent in kfd["gpus"]:
-        device = agent["pci_bus_id"][:-1] + "0"
-        group = groups.get((device, agent["unique_id"])) or [agent]
+    for key, agent in zip(keys, kfd["gpus"]):
+        group, device = groups[key], key[0]
         whole = len(group) == 1
         out.append({
             "pci_bus_id": agent["pci_bus_id"] if whole and (agent["pci_bus_id"] in known or not known) else device,
@@ -190,6 +190,11 @@ def kfd_gpus(kfd, sysfs_bus_ids=()):
             "partition": None if whole else {"index": group.index(agent), "count": len(group)},
         })
     return out
+
+
+def same_gpu(a, b):
+    """Two entries of :func:`kfd_gpus` are partitions of one GPU."""
+    return a["partition"] is not None and a["pci_bus_id"] == b["pci_bus_id"]
 
 
 def kfd_links(kfd, gpus):
@@ -204,8 +209,7 @@ def kfd_links(kfd, gpus):
             j = by_node.get(to)
             if j is None or j == i or kind != IOLINK_XGMI:
                 continue
-            same = gpus[i]["pci_bus_id"] == gpus[j]["pci_bus_id"] and gpus[i]["partition"] is not None
-            pairs[(i, j)] = (weight, None, same)
+            pairs[(i, j)] = (weight, None, same_gpu(gpus[i], gpus[j]))
     return xgmi_words(pairs)
 
 
@@ -219,7 +223,7 @@ def _as_int(text):
 
 def _check_text(text, source):
     if not isinstance(text, str) or not text.strip():
-        raise AmdSourceError("%s is empty; expected %s output" % (source, "its"))
+        raise AmdSourceError("%s is empty" % source)
     if len(text) > MAX_SMI_CHARS:
         raise AmdSourceError("%s is %d characters; at most %d are read" % (source, len(text), MAX_SMI_CHARS))
 

@@ -9,8 +9,13 @@ read; the rules are documented in docs/amd.md.
 
 from __future__ import annotations
 
-from ansible.module_utils.gpunuma.discovery.amd import kfd_gpus, kfd_links, smi_words
+from ansible.module_utils.gpunuma.discovery.amd import kfd_gpus, kfd_links, same_gpu, smi_words
 from ansible.module_utils.gpunuma.discovery.sysfs import amd_gpu_uuid
+
+
+def _record(bus, unique_id=None):
+    """An AMD GPU no KFD node describes: its bus id (and sysfs's unique_id), whole, no CPU link."""
+    return {"pci_bus_id": bus, "unique_id": unique_id, "kfd_node": None, "cpu_node": None, "partition": None}
 
 
 def _records(kfd, doc, functions, warnings):
@@ -25,14 +30,11 @@ def _records(kfd, doc, functions, warnings):
             if bus not in seen:
                 warnings.append("AMD GPU %s is in sysfs but has no KFD node (amdgpu without KFD?); ROCm will not "
                                 "show it, its index is after the KFD ones" % bus)
-                records.append({"pci_bus_id": bus, "unique_id": None, "kfd_node": None, "cpu_node": None,
-                                "partition": None})
+                records.append(_record(bus))
         return records
     if doc is not None and doc.get("bdf") and not buses:
-        return [{"pci_bus_id": bus, "unique_id": None, "kfd_node": None, "cpu_node": None, "partition": None}
-                for _gpu, bus in sorted(doc["bdf"].items())]
-    return [{"pci_bus_id": f["pci_bus_id"], "unique_id": f.get("unique_id"), "kfd_node": None, "cpu_node": None,
-             "partition": None} for f in sorted(functions, key=lambda f: f["pci_bus_id"])]
+        return [_record(bus) for _gpu, bus in sorted(doc["bdf"].items())]
+    return [_record(f["pci_bus_id"], f.get("unique_id")) for f in sorted(functions, key=lambda f: f["pci_bus_id"])]
 
 
 def _kfd_numa(kfd, cpu_nodes, warnings):
@@ -95,7 +97,7 @@ def amd_identities(amd, functions, cpu_nodes, first_index, warnings):
     if doc is not None and positions:
         local = smi_words(doc, positions)
         local.update(((i, j), "XGMI0") for i, a in enumerate(records) for j, b in enumerate(records)
-                     if i != j and a["partition"] and a["pci_bus_id"] == b["pci_bus_id"])
+                     if i != j and same_gpu(a, b))
     elif kfd and kfd["gpus"]:
         local = kfd_links(kfd, records)
     else:

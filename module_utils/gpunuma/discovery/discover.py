@@ -17,8 +17,10 @@ from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
 from ansible.module_utils.gpunuma.discovery.topology import build_topology
 
 ALL_SOURCES = ("nvml", "nvidia_smi", "sysfs", "amd_smi", "rocm_smi")
-# The AMD tools, most trusted first, with what each is run as (docs/amd.md).
-AMD_TOOLS = (("amd_smi", ("amd-smi", "topology", "--json")), ("rocm_smi", ("rocm-smi", "--showtopo", "--json")))
+# The AMD tools, most trusted first: source name, the option naming a saved output, what each is run as, its
+# parser (docs/amd.md).
+AMD_TOOLS = (("amd_smi", "amd_smi_topology_file", ("amd-smi", "topology", "--json"), amd_source.parse_amd_smi),
+             ("rocm_smi", "rocm_smi_topo_file", ("rocm-smi", "--showtopo", "--json"), amd_source.parse_rocm_smi))
 
 # nvidia-smi topo -m for 64 GPUs and 64 NICs is about 130 KiB; 1 MiB leaves
 # room for any real node and bounds what a wrong file can cost.
@@ -55,16 +57,17 @@ def _nvml_absent(message):
 def _amd_tool_doc(amd_smi_file, rocm_smi_file, sources, offline, run_tool, warnings, used):
     """The parsed amd-smi or rocm-smi document: a file the user gave (errors raise), else the first tool of
     ``sources`` that runs on this node (failures warn). Called only where AMD GPUs are present."""
-    for name, label, path, parse in (("amd_smi_topology_file", "amd_smi", amd_smi_file, amd_source.parse_amd_smi),
-                                     ("rocm_smi_topo_file", "rocm_smi", rocm_smi_file, amd_source.parse_rocm_smi)):
+    files = {"amd_smi": amd_smi_file, "rocm_smi": rocm_smi_file}
+    for name, option, _argv, parse in AMD_TOOLS:
+        path = files[name]
         if path is not None:
-            doc = parse(_read_text(path, name, amd_source.MAX_SMI_CHARS, amd_source.AmdSourceError,
-                                   "an amd-smi/rocm-smi output"), source="%s %s" % (name, path))
-            used.append(label)
+            doc = parse(_read_text(path, option, amd_source.MAX_SMI_CHARS, amd_source.AmdSourceError,
+                                   "an amd-smi/rocm-smi output"), source="%s %s" % (option, path))
+            used.append(name)
             return doc
     if offline or run_tool is None:
         return None
-    for name, argv in AMD_TOOLS:
+    for name, _option, argv, parse in AMD_TOOLS:
         if name not in sources:
             continue
         text, problem = run_tool(argv)
@@ -72,7 +75,6 @@ def _amd_tool_doc(amd_smi_file, rocm_smi_file, sources, offline, run_tool, warni
             if problem:
                 warnings.append(problem)
             continue
-        parse = amd_source.parse_amd_smi if name == "amd_smi" else amd_source.parse_rocm_smi
         try:
             doc = parse(text, source=" ".join(argv))
         except amd_source.AmdSourceError as exc:
@@ -154,7 +156,7 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
         used.append("sysfs")
 
     amd = {}
-    if host is not None and any(not sysfs_source.is_nvidia_gpu(p["vendor"], p["class"])
+    if host is not None and any(sysfs_source.is_amd_instinct(p["vendor"], p["class"])
                                 for p in sysfs_source.gpu_functions(host)):
         amd["kfd"] = amd_source.read_kfd(sysfs_root if sysfs_root is not None else "/")
         if amd["kfd"] is not None:

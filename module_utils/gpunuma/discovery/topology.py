@@ -203,7 +203,8 @@ def _numa_nodes(host, smi, cpu_layout_host, warnings):
 
 
 def _gpu_identities(nvml, smi, sysfs_gpus, warnings):
-    """The GPUs (index, uuid, name, bus id): NVML, else topo text rows, else sysfs PCI functions (PCI order)."""
+    """The NVIDIA GPUs (index, uuid, name, bus id): NVML, else topo text rows, else sysfs PCI functions (PCI
+    order). ``sysfs_gpus``: sysfs's NVIDIA GPU functions only (nvidia-smi and NVML number NVIDIA GPUs only)."""
     gpus = []
     smi_labels = sorted(row["index"] for row in smi["gpus"]) if smi is not None else []
     if nvml is not None:
@@ -217,8 +218,7 @@ def _gpu_identities(nvml, smi, sysfs_gpus, warnings):
                             "only for the GPUs whose index matches" % (_labels(smi_labels),
                                                                        _labels(g["index"] for g in gpus)))
     elif smi is not None:
-        # nvidia-smi numbers NVIDIA GPUs only.
-        ordered = sorted((p for p in sysfs_gpus if p["vendor"] == NVIDIA_VENDOR), key=lambda p: p["pci_bus_id"])
+        ordered = sorted(sysfs_gpus, key=lambda p: p["pci_bus_id"])
         if ordered and len(ordered) != len(smi["gpus"]):
             warnings.append("nvidia-smi topo lists %d GPUs but sysfs %d NVIDIA GPUs; PCI placement not used"
                             % (len(smi["gpus"]), len(ordered)))

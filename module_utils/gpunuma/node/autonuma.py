@@ -33,6 +33,7 @@ import os
 import re
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.node import sysctl_owners
 
 AUTO = "auto"
 UNBOUND_PROFILE = "off"
@@ -160,15 +161,12 @@ def role_plan(setting, profile_name, node, apply_live, sysctl_file, on_conflict,
     alone); ``problem`` stops the host before anything is written (``on_conflict: fail``); ``write_live`` is
     set only where the live value may be written (:func:`write_live`) and differs.
     """
-    from ansible.module_utils.gpunuma.node import sysctl_owners
-
     node = node or {}
     value, reason = decide(setting, profile_name, node.get("kernel_release"))
     out = {"value": value, "notes": [], "problem": None, "write_file": False, "remove_file": value is None,
            "write_live": False}
     if value is None:
-        out["notes"].append("%s: %s is not managed; its live value is left as it is." % (
-            "autonuma_numa_balancing is null", key) if _setting(setting) is None else reason + ".")
+        out["notes"].append(reason + ("; its live value is left as it is." if _setting(setting) is None else "."))
         return out
     if _setting(setting) == AUTO:
         out["notes"].append(reason + ".")

@@ -13,6 +13,7 @@ PID 1's ``limits``, ``status`` and ``uid_map`` and say what a unit gets.
 
 from __future__ import annotations
 
+import base64
 import re
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError, SysfsError
@@ -268,8 +269,6 @@ def role_plan(wanted, pid1, proc_dir, on_clamp, hostname, what="memlock_limit"):
     takes it, what units really get under PID 1's ceiling (:func:`memlock_clamp`), the limits.d value (KiB or
     ``unlimited``), why the host stops (``on_clamp: fail`` and a clamp), and what to say.
     """
-    import base64
-
     systemd = systemd_limit(wanted, what)
     out = {"systemd_limit": systemd, "effective_limit": systemd, "problem": None, "notes": [],
            "pam_value": "unlimited" if systemd == "infinity" else systemd // 1024}

@@ -36,7 +36,7 @@ from ansible.module_utils.gpunuma.verify.h2d_cuda import (  # noqa: F401 (the pr
     CU_MEMHOSTREGISTER_PORTABLE, CU_STREAM_NON_BLOCKING, CUDA_ERROR_DEVICE_UNAVAILABLE, CUDA_ERROR_DEVICES_UNAVAILABLE,
     CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY,
     CUDA_SUCCESS, CudaDriver, CudaError, DriverMissing, normalise_bus_id)
-from ansible.module_utils.gpunuma.verify.h2d_hip import RUNTIMES, open_runtime
+from ansible.module_utils.gpunuma.verify.h2d_hip import DEFAULT_PATH as HIP_DEFAULT_PATH, RUNTIMES, open_runtime
 from ansible.module_utils.gpunuma.verify.h2d_host import (  # noqa: F401 (the probe's API, re-exported)  # pylint: disable=unused-import
     MPOL_BIND, MPOL_DEFAULT, PCIE_ENCODING, ProbeError, PCIE_LANE_GTS, Libc, choose_remote, gpu_numa_node, pcie_link,
     pcie_theoretical_gbps, read_numa_nodes, read_status_binding)
@@ -64,7 +64,7 @@ DEFAULTS = {
     "libcuda_path": "libcuda.so.1",
     # CUDA's driver API or HIP (verify/h2d_hip.py); auto: CUDA where libcuda loads, else HIP.
     "runtime": "auto",
-    "libhip_path": "libamdhip64.so",
+    "libhip_path": HIP_DEFAULT_PATH,
     "remote_node": None,
     "gpus": None,
     # Load while measuring (verify/h2d_load.py): idle, copies, memory or both.

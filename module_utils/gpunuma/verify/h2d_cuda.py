@@ -46,6 +46,16 @@ class DriverMissing(GpunumaError):
 # ---------------------------------------------------------------- CUDA driver
 
 
+# The pointer and size arguments ctypes must not guess (the same for both runtimes' calls).
+_ARGTYPES = {
+    "cuMemcpyHtoDAsync": [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p],
+    "cuMemcpyDtoHAsync": [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p],
+    "cuEventRecord": [ctypes.c_void_p, ctypes.c_void_p],
+    "cuMemHostRegister": [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint],
+    "cuMemHostUnregister": [ctypes.c_void_p],
+}
+
+
 class Runtime:
     """What the probe asks of a GPU runtime, answered through ``call`` with the CUDA driver API's names
     (CudaDriver; h2d_hip.HipRuntime maps them onto HIP)."""
@@ -54,8 +64,8 @@ class Runtime:
         raise NotImplementedError
 
     def bind(self, names):
-        """``self.fn[short]`` for each ``{short: symbol}`` of the loaded library (returning int); the symbols it
-        lacks."""
+        """``self.fn[short]`` for each ``{short: symbol}`` of the loaded library (returning int, with the
+        argument types of :data:`_ARGTYPES`); the symbols it lacks."""
         self.fn = {}
         missing = []
         for short, symbol in names.items():
@@ -65,6 +75,7 @@ class Runtime:
                 missing.append(symbol)
                 continue
             f.restype = ctypes.c_int
+            f.argtypes = _ARGTYPES.get(short)
             self.fn[short] = f
         return missing
 
@@ -125,11 +136,6 @@ class CudaDriver(Runtime):
         if missing:
             raise DriverMissing("the CUDA driver library %r lacks %s: driver too old or not libcuda"
                                 % (self.path, ", ".join(missing)))
-        self.fn["cuMemcpyHtoDAsync"].argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        self.fn["cuMemcpyDtoHAsync"].argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
-        self.fn["cuEventRecord"].argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        self.fn["cuMemHostRegister"].argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-        self.fn["cuMemHostUnregister"].argtypes = [ctypes.c_void_p]
 
     def error_text(self, code):
         name, text = ctypes.c_char_p(), ctypes.c_char_p()

@@ -107,12 +107,7 @@ class HipRuntime(Runtime):
         if missing:
             raise DriverMissing("the HIP runtime library %r lacks %s: ROCm too old or not libamdhip64"
                                 % (path, ", ".join(missing)))
-        self.fn["cuMemcpyHtoDAsync"].argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        self.fn["cuMemcpyDtoHAsync"].argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
-        self.fn["cuEventRecord"].argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        self.fn["cuMemHostRegister"].argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-        self.fn["cuMemHostUnregister"].argtypes = [ctypes.c_void_p]
-        self.fn["cuMemFree"].argtypes = [ctypes.c_void_p]
+        self.fn["cuMemFree"].argtypes = [ctypes.c_void_p]  # hipFree takes a pointer, cuMemFree a CUdeviceptr
 
     def error_text(self, code):
         name = self.lib.hipGetErrorName(code)
