@@ -235,11 +235,10 @@ nvml_dump_path:
 
 import json
 import os
-import socket
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.discovery.discover import discover
+from ansible.module_utils.gpunuma.discovery.module_run import discover_with
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.node.probe import read_file
 
@@ -265,35 +264,8 @@ def main():
     )
     params = module.params
 
-    def run_tool(argv, binary=None):
-        """``(stdout, None)``, or ``(None, why)``; ``why`` is None when the tool is not installed (for the ROCm
-        tools: the KFD topology in sysfs is read instead)."""
-        binary = binary or module.get_bin_path(argv[0])
-        if not binary:
-            return None, None
-        rc, out, err = module.run_command([binary] + list(argv[1:]), environ_update={"LC_ALL": "C"})
-        if rc != 0:
-            return None, "%s exited %d: %s" % (" ".join(argv), rc, (err or out).strip()[:300])
-        return out, None
-
-    def run_nvidia_smi():
-        text, problem = run_tool(("nvidia-smi", "topo", "-m"), params["nvidia_smi_path"])
-        return text, (problem if text is not None or problem else "nvidia-smi not found on PATH")
-
     try:
-        result = discover(
-            hostname=params["hostname"] or socket.gethostname(),
-            sysfs_root=params["sysfs_root"],
-            topo_file=params["nvidia_smi_topo_file"],
-            nvml_dump=params["nvml_dump"],
-            sources=params["sources"],
-            run_nvidia_smi=run_nvidia_smi,
-            keep_nvml_dump=bool(params["record_nvml_dump"]),
-            lscpu_file=params["lscpu_file"],
-            amd_smi_file=params["amd_smi_topology_file"],
-            rocm_smi_file=params["rocm_smi_topo_file"],
-            run_tool=run_tool,
-        )
+        result = discover_with(module, params)
     except GpunumaError as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # a defect: still a task failure with a message, not a module crash

@@ -97,7 +97,7 @@ gpunuma_node:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.node.probe import probe
+from ansible.module_utils.gpunuma.node.probe import probe_with
 
 
 def main():
@@ -132,16 +132,7 @@ def main():
         if not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
             module.fail_json(msg="commands.%s must be an argv (a list of words), got %r" % (name, argv))
 
-    def runner(argv):
-        try:
-            rc, out, err = module.run_command(argv, handle_exceptions=False)
-        except (OSError, IOError) as exc:
-            return None, "", str(exc)
-        return rc, out, err
-
-    result = probe(runner, files=p["files"], paths=p["paths"], units=p["units"], commands=p["commands"],
-                   pid1_proc_dir=p["pid1_proc_dir"], autonuma=p["autonuma"], inspect=p["inspect_units"], accounts=p["accounts"],
-                   programs=p["programs"])
+    result = probe_with(module, p)
     module.exit_json(changed=False, gpunuma_node=result)
 
 

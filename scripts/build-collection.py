@@ -9,6 +9,7 @@ lays the same files out as a collection under
 * ``library/*.py``            -> ``plugins/modules/``
 * ``module_utils/gpunuma/``   -> ``plugins/module_utils/gpunuma/``
 * ``filter_plugins/*.py``     -> ``plugins/filter/``
+* ``action_plugins/*.py``     -> ``plugins/action/`` (links copied as files)
 * ``doc_fragments/*.py``      -> ``plugins/doc_fragments/``
 * ``roles/``, ``playbooks/``, ``policies/``, ``LICENSE``, ``README.md``
 * ``galaxy.yml`` and ``meta/runtime.yml`` from
@@ -57,11 +58,11 @@ FRAGMENT = re.compile(r"^(\s+- )((?:%s)(?:\.\w+)?)$" % "|".join(
 def rewrite_python(text, kind):
     """``text`` of a Python file with its gpunuma imports as a collection's (``kind``: modules, filter, ...)."""
     text = IMPORT.sub(PREFIX + ".gpunuma", text)
-    if kind == "filter":
+    if kind in ("filter", "action"):
         text, count = PATH_SETUP.subn("", text)
         if count != 1:
-            raise SystemExit("build-collection: the module_utils path set-up of filter_plugins/gpunuma.py "
-                             "was not found; update PATH_SETUP in %s" % __file__)
+            raise SystemExit("build-collection: the module_utils path set-up of a %s plugin was not found; "
+                             "update PATH_SETUP in %s" % (kind, __file__))
         text = text.replace("import ansible.module_utils\n", "")
         text = text.replace("from ansible import constants as C\n", "")
         text = text.replace("  # noqa: E402", "")
@@ -102,6 +103,7 @@ def build(out):
     copy_python_tree(os.path.join(REPO_ROOT, "module_utils"), os.path.join(root, "plugins", "module_utils"),
                      "module_utils")
     copy_python_tree(os.path.join(REPO_ROOT, "filter_plugins"), os.path.join(root, "plugins", "filter"), "filter")
+    copy_python_tree(os.path.join(REPO_ROOT, "action_plugins"), os.path.join(root, "plugins", "action"), "action")
     copy_python_tree(os.path.join(REPO_ROOT, "doc_fragments"), os.path.join(root, "plugins", "doc_fragments"),
                      "doc_fragments")
     for name in ("roles", "playbooks", "policies"):

@@ -288,3 +288,24 @@ def probe(runner, files=None, paths=None, units=None, commands=None, pid1_proc_d
     if autonuma:
         out["autonuma"] = autonuma_probe(runner, autonuma)
     return out
+
+
+def module_runner(module):
+    """``runner(argv)`` -> ``(rc, stdout, stderr)`` through ``module.run_command``; rc None when it cannot run."""
+
+    def runner(argv):
+        try:
+            rc, out, err = module.run_command(argv, handle_exceptions=False)
+        except (OSError, IOError) as exc:
+            return None, "", str(exc)
+        return rc, out, err
+
+    return runner
+
+
+def probe_with(module, params):
+    """:func:`probe` on gpunuma_node_info's validated ``params``, commands run through ``module``."""
+    return probe(module_runner(module), files=params.get("files"), paths=params.get("paths"), units=params.get("units"),
+                 commands=params.get("commands"), pid1_proc_dir=params.get("pid1_proc_dir"),
+                 autonuma=params.get("autonuma"), inspect=params.get("inspect_units"), accounts=params.get("accounts"),
+                 programs=params.get("programs"))

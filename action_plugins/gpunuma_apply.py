@@ -1,0 +1,1 @@
+gpunuma_node_info.py

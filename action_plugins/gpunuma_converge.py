@@ -1,0 +1,152 @@
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The converge step's controller side (docs/architecture.md, "The converge record").
+
+``state: checked`` digests the run's inputs here (the host's gpunuma variables templated, its groups, the code of
+the roles, modules, plugins and policies), asks the node in one round trip whether it is what the last recorded run
+left (the gpunuma_converge module), compares the controller's copies, and returns ``converged`` with the recorded
+facts, or the reasons it is not. ``state: recorded`` sends the run's journal (the reads and writes the node modules
+added) with the inputs digested at the check; the node reads itself again after the run and keeps the record.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ansible.module_utils
+from ansible import constants as C
+from ansible.plugins.action import ActionBase
+from ansible.utils.vars import load_extra_vars
+
+# Controller-side plugins do not get the configured module_utils path on
+# ansible.module_utils (only modules shipped to a node do); add it so the
+# core is imported exactly as modules import it.
+for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
+    if _path not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(_path)
+
+from ansible.module_utils.gpunuma.operate import converge  # noqa: E402
+
+# The variables a run decides from: every variable of gpunuma's roles and playbooks.
+PREFIXES = ("gpunuma_", "gpu_topology_", "numa_binding_", "memlock_", "autonuma_", "kubelet_", "policy_gate_",
+            "node_checks_")
+# Those that steer the run, not what it decides for a node, and the run's own bookkeeping.
+RUN_CONTROL = ("gpunuma_target", "gpunuma_serial", "gpunuma_max_fail_percentage", "gpunuma_lock_timeout",
+               "gpunuma_lock_ttl", "gpunuma_lock_break", "gpunuma_converge_check", converge.JOURNAL_READS,
+               converge.JOURNAL_WRITES, "gpunuma_converge_inputs")
+# The code a run executes, relative to this plugin's project or collection root.
+CODE = ("roles", "library", "module_utils", "filter_plugins", "action_plugins", "policies", "playbooks", "plugins")
+FACT = "gpunuma_converge_inputs"
+
+
+def _root():
+    here = os.path.dirname(os.path.abspath(__file__))
+    # action_plugins/ in a checkout, plugins/action/ in the collection.
+    return os.path.dirname(os.path.dirname(here)) if os.path.basename(os.path.dirname(here)) == "plugins" \
+        else os.path.dirname(here)
+
+
+_CODE_DIGEST = {}
+
+
+def code_digest():
+    root = _root()
+    if root not in _CODE_DIGEST:
+        _CODE_DIGEST[root] = converge.code_digest(root, [n for n in CODE if os.path.exists(os.path.join(root, n))])
+    return _CODE_DIGEST[root]
+
+
+def skip_reason(task_vars):
+    """Why this host's run is never cut short by a record (None when it can be)."""
+    if str(task_vars.get("gpunuma_converge_check", True)).lower() in ("false", "no", "0", "off"):
+        return "gpunuma_converge_check is false"
+    if "kubernetes" in (task_vars.get("group_names") or []) or \
+            str(task_vars.get("gpunuma_kubelet", False)).lower() in ("true", "yes", "1", "on"):
+        return "the kubelet role runs on this host (its reads and restarts are not journaled)"
+    if "gpunuma_rollback_action" in task_vars:
+        return "a rollback always runs whole"
+    return None
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("state", "path", "facts", "controller_files"))
+    _supports_check_mode = True
+
+    def inputs(self, task_vars):
+        templar = self._templar.copy_with_new_env(available_variables=task_vars)
+        values = {}
+        for name in sorted(task_vars):
+            if not name.startswith(PREFIXES) or name in RUN_CONTROL:
+                continue
+            try:
+                values[name] = templar.template(task_vars[name])
+            except Exception as exc:  # an input that does not template: its text, and the run reports it
+                values[name] = "%r (%s)" % (task_vars[name], type(exc).__name__)
+        values["group_names"] = sorted(task_vars.get("group_names") or [])
+        values["inventory_hostname"] = task_vars.get("inventory_hostname")
+        values["ansible_version"] = (task_vars.get("ansible_version") or {}).get("full")
+        # -e values win over everything and name the profile's source (extra-vars): their names count.
+        try:
+            extra = load_extra_vars(self._loader) or {}
+        except Exception:  # no command line (the plugin driven by tests)
+            extra = {}
+        values["extra_vars"] = sorted(name for name in extra if name.startswith(PREFIXES))
+        return converge.input_digests(values, code_digest())
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        args = self._task.args
+        state = args.get("state", "checked")
+        path = args.get("path") or converge.DEFAULT_PATH
+        if state not in ("checked", "recorded"):
+            return dict(result, failed=True, msg="state must be checked or recorded, got %r" % state)
+        why = skip_reason(task_vars)
+        if state == "checked":
+            return self.check(result, task_vars, path, why)
+        return self.record(result, task_vars, path, why)
+
+    def check(self, result, task_vars, path, why):
+        result.update(changed=False, converged=False, gpunuma_round_trips=0)
+        if why:
+            return dict(result, reasons=[why])
+        inputs = self.inputs(task_vars)
+        result["ansible_facts"] = {FACT: inputs}
+        module_args = {"state": "checked", "path": path, "inputs": inputs}
+        answer = self._execute_module(module_name="gpunuma_converge", module_args=module_args, task_vars=task_vars)
+        result["gpunuma_round_trips"] = 1
+        if answer.get("failed") or answer.get("unreachable"):
+            return dict(result, **answer)
+        reasons = list(answer.get("reasons") or [])
+        for cpath, recorded in sorted((answer.get("controller") or {}).items()):
+            if converge.file_state(cpath) != recorded:
+                reasons.append("the controller's %s differs from the last converge's" % cpath)
+        result.update(converged=not reasons, reasons=reasons)
+        if not reasons:
+            facts = dict(answer.get("facts") or {})
+            facts.update({FACT: inputs, "gpunuma_provisioned": True})
+            result["ansible_facts"] = facts
+            result["msg"] = "the node is as the last converge left it; nothing to do"
+        return result
+
+    def record(self, result, task_vars, path, why):
+        result.update(changed=False, recorded=False, gpunuma_round_trips=0)
+        inputs = task_vars.get(FACT)
+        reads = task_vars.get(converge.JOURNAL_READS) or []
+        why = why or ("the run did not start with the converge check" if not isinstance(inputs, dict) else None) \
+            or converge.not_replayable(reads)
+        module_args = {"state": "absent", "path": path}
+        if not why:
+            controller = dict((p, converge.file_state(p)) for p in self._task.args.get("controller_files") or [])
+            module_args = {"state": "recorded", "path": path, "inputs": inputs, "reads": reads,
+                           "writes": task_vars.get(converge.JOURNAL_WRITES) or [],
+                           "facts": self._task.args.get("facts") or {}, "controller": controller}
+        answer = self._execute_module(module_name="gpunuma_converge", module_args=module_args, task_vars=task_vars)
+        result["gpunuma_round_trips"] = 1
+        if answer.get("failed") or answer.get("unreachable"):
+            return dict(result, **answer)
+        reasons = ([why] if why else []) + list(answer.get("reasons") or [])
+        result.update(recorded=bool(answer.get("recorded")), reasons=reasons)
+        return result

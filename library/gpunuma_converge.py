@@ -1,0 +1,226 @@
+#!/usr/bin/python
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Whether a node is still what the last provisioning run left (the converge record)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpunuma_converge
+short_description: Check a node against its converge record, or record it after a provisioning run
+description:
+  - The node side of the C(gpunuma_converge) action (action_plugins/gpunuma_converge.py), which computes the
+    inputs' digests on the controller and passes the run's reads and writes; call the action, not this module alone.
+  - O(state=checked) reads the record (O(path)), compares O(inputs) with it, reads the node again with the
+    recorded reads and compares what they answer, the files gpunuma wrote, the paths it removed and the services
+    it started (module_utils/gpunuma/operate/converge.py). Never changes anything.
+  - O(state=recorded) reads the node with O(reads), digests what O(writes) own and writes the record atomically,
+    mode 0600, unless something keeps the node from being converged (a service not active, a stale unit, a
+    pending restart), then no record is left. O(state=absent) removes the record. In check mode nothing is written.
+  - The record is gpunuma's bookkeeping, not the node's configuration: writing or removing it is never reported as
+    a change (a run that changed nothing else stays C(changed=0)).
+options:
+  state:
+    description: C(checked), C(recorded) or C(absent).
+    type: str
+    choices: [checked, recorded, absent]
+    default: checked
+  path:
+    description: The record.
+    type: path
+    default: /var/lib/gpunuma/converged.json
+  inputs:
+    description: The digest of each input of the run (C(name) -> C(sha256:...)).
+    type: dict
+    default: {}
+  reads:
+    description: O(state=recorded) the run's reads of the node, each C(module) (gpunuma_node_info, gpu_topology_info,
+      gpunuma_state) and C(args) (the module's validated arguments).
+    type: list
+    elements: dict
+    default: []
+  writes:
+    description: O(state=recorded) what the run's gpunuma_apply calls own (C(files), C(absent), C(services),
+      C(prune), C(pending)), no content.
+    type: list
+    elements: dict
+    default: []
+  facts:
+    description: O(state=recorded) the facts a run that ends at the check sets (the applied plan, the profile).
+    type: dict
+    default: {}
+  controller:
+    description: O(state=recorded) digests of the controller's copies (path -> file state); returned by the check
+      for the action to compare.
+    type: dict
+    default: {}
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - gpunuma_attributes
+author: gpunuma maintainers (@gpunuma)
+"""
+
+EXAMPLES = r"""
+- name: Is the node as the last converge left it?
+  gpunuma_converge:
+    state: checked
+  register: converge
+"""
+
+RETURN = r"""
+converged:
+  description: O(state=checked) true when nothing the run decides from moved.
+  returned: always
+  type: bool
+reasons:
+  description: Why the node is not converged (or, O(state=recorded), why no record was left).
+  returned: always
+  type: list
+  elements: str
+facts:
+  description: O(state=checked) the recorded facts, when converged.
+  returned: when converged
+  type: dict
+controller:
+  description: O(state=checked) the recorded controller file states.
+  returned: when converged
+  type: dict
+recorded:
+  description: O(state=recorded) whether a record was written (or is already the same).
+  returned: always
+  type: bool
+"""
+
+import base64
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import atomic
+from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.discovery.module_run import discover_with
+from ansible.module_utils.gpunuma.node.apply_files import ApplyError, find_stale
+from ansible.module_utils.gpunuma.node.probe import module_runner, probe_with, read_file, unit_states
+from ansible.module_utils.gpunuma.operate import converge
+
+
+def readers(module):
+    """``{reader module: callable(args)}``: each read-only module's answer, computed as that module computes it."""
+
+    def topology(args):
+        try:
+            result = discover_with(module, args)
+        except GpunumaError as exc:
+            raise converge.ConvergeError(str(exc))
+        out = {"topology": result["topology"]}
+        if args.get("read_files"):
+            out["files"] = dict((name, read_file(path)) for name, path in args["read_files"].items())
+        return out
+
+    def state(args):
+        # gpunuma_state's read answers from these two files alone.
+        return {"state": converge.file_state(args.get("path") or "/etc/gpunuma/state.json"),
+                "plan": converge.file_state(args.get("plan_path") or "/etc/gpunuma/plan.json")}
+
+    return {"gpunuma_node_info": lambda args: probe_with(module, args), "gpu_topology_info": topology,
+            "gpunuma_state": state}
+
+
+def view_now(module, reads, own):
+    runner = module_runner(module)
+
+    def stale(spec):
+        try:
+            return find_stale(spec, set(spec.get("keep_units") or []), set(spec.get("keep_dropins") or []))
+        except ApplyError as exc:
+            return ["(%s)" % exc], []
+
+    return converge.node_view(reads, own, readers(module), lambda units: unit_states(runner, units), stale)
+
+
+def checked(module):
+    p = module.params
+    entry = read_file(p["path"])
+    if not entry.get("exists"):
+        return {"converged": False, "reasons": ["no converge record on the node (%s)" % p["path"]]}
+    if "content" not in entry:
+        return {"converged": False, "reasons": [entry.get("problem")]}
+    try:
+        record = converge.load_record(base64.b64decode(entry["content"]).decode("utf-8", "replace"), p["path"])
+    except converge.ConvergeError as exc:
+        return {"converged": False, "reasons": [str(exc)]}
+    names = converge.changed_inputs(record["inputs"], p["inputs"])
+    if names:
+        shown = ", ".join(names[:8]) + (" and %d more" % (len(names) - 8) if len(names) > 8 else "")
+        return {"converged": False, "reasons": ["inputs changed since the last converge: %s" % shown]}
+    try:
+        view, problems = view_now(module, record["reads"], record["owned"])
+    except converge.ConvergeError as exc:
+        return {"converged": False, "reasons": ["%s: %s" % (p["path"], exc)]}
+    reasons = converge.compare(record, view, problems)
+    out = {"converged": not reasons, "reasons": reasons}
+    if not reasons:
+        out.update(facts=record["facts"], controller=record["controller"])
+    return out
+
+
+def recorded(module):
+    p = module.params
+    try:
+        own = converge.owned(p["writes"])
+        view, problems = view_now(module, p["reads"], own)
+        record = converge.build_record(p["inputs"], p["reads"], own, view, p["facts"], p["controller"])
+    except converge.ConvergeError as exc:
+        module.fail_json(msg="gpunuma_converge: %s" % exc)
+    if problems:
+        remove(module, p["path"])
+        return {"recorded": False, "reasons": problems}
+    text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+    current = read_file(p["path"])
+    if current.get("content") is not None and base64.b64decode(current["content"]).decode("utf-8", "replace") == text:
+        return {"recorded": True, "reasons": []}
+    if not module.check_mode:
+        try:
+            directory = os.path.dirname(p["path"])
+            if not os.path.isdir(directory):
+                os.makedirs(directory, 0o755)
+            atomic.write_atomic(p["path"], text, 0o600, prefix=".converged.json.")
+        except OSError as exc:
+            module.fail_json(msg="%s cannot be written: %s" % (p["path"], exc.strerror or exc))
+    return {"recorded": True, "reasons": []}
+
+
+def remove(module, path):
+    if os.path.lexists(path) and not module.check_mode:
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            module.fail_json(msg="%s cannot be removed: %s" % (path, exc.strerror or exc))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["checked", "recorded", "absent"], default="checked"),
+            path=dict(type="path", default=converge.DEFAULT_PATH),
+            inputs=dict(type="dict", default={}),
+            reads=dict(type="list", elements="dict", default=[]),
+            writes=dict(type="list", elements="dict", default=[]),
+            facts=dict(type="dict", default={}),
+            controller=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    state = module.params["state"]
+    if state == "checked":
+        module.exit_json(changed=False, **checked(module))
+    if state == "absent":
+        remove(module, module.params["path"])
+        module.exit_json(changed=False, recorded=False, reasons=[])
+    module.exit_json(changed=False, **recorded(module))
+
+
+if __name__ == "__main__":
+    main()
