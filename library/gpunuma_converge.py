@@ -19,7 +19,7 @@ description:
   - O(state=recorded) reads the node with O(reads), digests what O(writes) own and writes the record atomically,
     mode 0600, unless something keeps the node from being converged (a service not active, a stale unit, a
     pending restart), then no record is left. O(state=absent) removes the record. In check mode nothing is written.
-  - The record is gpunuma's bookkeeping, not the node's configuration: writing or removing it is never reported as
+  - The record is gpunuma's bookkeeping, not the node's configuration; writing or removing it is never reported as
     a change (a run that changed nothing else stays C(changed=0)).
 options:
   state:

@@ -192,7 +192,9 @@ def node_view(reads, own, readers, unit_states, find_stale):
     view = {"reads": [], "files": {}, "absent": {}, "services": {}}
     for entry in unique_reads(reads):
         try:
-            view["reads"].append(digest(read_again(entry, readers)))
+            answer = read_again(entry, readers)
+            view["reads"].append(dict((key, digest(value)) for key, value in answer.items())
+                                 if isinstance(answer, dict) else {"": digest(answer)})
         except Exception as exc:  # any failure of a read: the full run reads and reports it
             view["reads"].append(None)
             problems.append("%s cannot read the node: %s" % (entry["module"], exc))
@@ -243,8 +245,9 @@ def compare(record, view, problems):
     before = record["view"]
     for index, (old, new) in enumerate(zip(before.get("reads") or [], view["reads"])):
         if old != new:
-            reasons.append("%s answers differently than at the last converge (read %d)"
-                           % (record["reads"][index]["module"], index + 1))
+            parts = sorted(k for k in set(old or {}) | set(new or {}) if (old or {}).get(k) != (new or {}).get(k))
+            reasons.append("%s answers differently than at the last converge (read %d: %s)"
+                           % (record["reads"][index]["module"], index + 1, ", ".join(parts)))
     for key, what in (("files", "%s differs from what gpunuma wrote"), ("absent", "%s came back after gpunuma removed it"),
                       ("services", "%s is not as gpunuma left it")):
         old = before.get(key) or {}

@@ -1,0 +1,253 @@
+"""The converge record (module_utils/gpunuma/operate/converge.py and the gpunuma_converge action's rules).
+
+What a run owns is taken from gpunuma_apply's arguments; what it read is asked again; the comparison names every
+difference; a run with a read that cannot be asked again is never recorded. The container behaviour (a converged
+node ends its run at the check, every drift gets the full run) is in tests/integration/test_site_converge.py.
+"""
+
+import base64
+import importlib.util
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import REPO_ROOT
+from ansible.module_utils.gpunuma.operate import converge
+
+pytestmark = pytest.mark.unit
+
+_spec = importlib.util.spec_from_file_location(
+    "gpunuma_converge_action", os.path.join(REPO_ROOT, "action_plugins", "gpunuma_converge.py"))
+action = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(action)
+
+APPLY_ARGS = {
+    "files": [{"path": "/etc/systemd/system/gpunuma-a.service", "content": "secret-free unit"}],
+    "secret_files": [{"path": "/etc/gpunuma/env/a.env", "content": "HF_TOKEN=hunter2"}],
+    "after_success": [{"path": "/etc/gpunuma/plan.json", "content": "{}"}],
+    "state_record": {"hostname": "n1", "profile": "strict"},
+    "absent": ["/etc/gpunuma/old.conf", {"path": "/etc/systemd/system/irqbalance.service.d/50-x.conf",
+                                         "unit": "irqbalance.service"}],
+    "secret_absent": ["/etc/gpunuma/env/gone.env"],
+    "units": {"start": True, "services": ["gpunuma-a.service"]},
+    "prune": {"unit_dir": "/etc/systemd/system", "keep_units": ["gpunuma-a.service"]},
+}
+
+
+def test_digest_is_canonical():
+    assert converge.digest({"a": 1, "b": [1, 2]}) == converge.digest({"b": [1, 2], "a": 1})
+    assert converge.digest({"a": 1}) != converge.digest({"a": 2})
+    assert converge.digest({"a": 1}).startswith("sha256:")
+
+
+def test_stable_view_leaves_out_what_changes_by_itself():
+    topo = {"topology": {"numa_nodes": [{"id": 0, "memory_total_bytes": 8, "memory_free_bytes": 3}]}}
+    moved = {"topology": {"numa_nodes": [{"id": 0, "memory_total_bytes": 8, "memory_free_bytes": 5}]}}
+    assert converge.stable_view("gpu_topology_info", topo) == converge.stable_view("gpu_topology_info", moved)
+    grown = {"topology": {"numa_nodes": [{"id": 0, "memory_total_bytes": 9, "memory_free_bytes": 3}]}}
+    assert converge.stable_view("gpu_topology_info", topo) != converge.stable_view("gpu_topology_info", grown)
+
+    def pid1(rss, cap):
+        status = "Name:\tsystemd\nVmRSS:\t%d kB\nCapEff:\t%s\n" % (rss, cap)
+        return {"pid1": {"status": base64.b64encode(status.encode()).decode(), "limits": "bGltaXRz"}}
+
+    view = converge.stable_view("gpunuma_node_info", pid1(100, "000001ffffffffff"))
+    assert view["pid1"]["status"] == ["CapEff:\t000001ffffffffff"] and view["pid1"]["limits"] == "bGltaXRz"
+    assert view == converge.stable_view("gpunuma_node_info", pid1(900, "000001ffffffffff"))
+    assert view != converge.stable_view("gpunuma_node_info", pid1(100, "00000000a80425fb"))
+
+
+def test_write_summary_takes_paths_and_never_content():
+    summary = converge.write_summary(APPLY_ARGS)
+    assert summary["files"] == ["/etc/systemd/system/gpunuma-a.service", "/etc/gpunuma/env/a.env",
+                                "/etc/gpunuma/plan.json", "/etc/gpunuma/state.json"]
+    assert summary["absent"] == ["/etc/gpunuma/old.conf", "/etc/systemd/system/irqbalance.service.d/50-x.conf",
+                                 "/etc/gpunuma/env/gone.env"]
+    assert summary["services"] == ["gpunuma-a.service"]
+    assert summary["pending"] == converge.DEFAULT_PENDING
+    assert "hunter2" not in repr(summary) and "secret-free" not in repr(summary)
+    # Services are owned only where the call starts them.
+    assert converge.write_summary(dict(APPLY_ARGS, units={"start": False, "services": ["x.service"]}))["services"] == []
+
+
+def test_owned_is_the_union_and_a_path_written_is_not_absent():
+    first = converge.write_summary(APPLY_ARGS)
+    second = converge.write_summary({"files": [{"path": "/etc/gpunuma/old.conf"}], "prune": APPLY_ARGS["prune"]})
+    own = converge.owned([first, second])
+    assert "/etc/gpunuma/old.conf" in own["files"] and "/etc/gpunuma/old.conf" not in own["absent"]
+    assert own["prune"] == [APPLY_ARGS["prune"]]
+    assert own["files"] == sorted(own["files"])
+
+
+def test_unique_reads_drops_repeats_and_refuses_what_cannot_be_asked_again():
+    read = {"module": "gpunuma_node_info", "args": {"paths": ["/x"]}}
+    assert converge.unique_reads([read, dict(read), {"module": "gpunuma_state", "args": {}}]) == [
+        read, {"module": "gpunuma_state", "args": {}}]
+    for bad in ({"module": "command", "args": {}}, {"module": "gpunuma_node_info"}, "gpunuma_node_info",
+                {"module": "gpunuma_node_info", "not_replayable": "delegated to localhost"}):
+        with pytest.raises(converge.ConvergeError, match=r"reads\[0\] must be"):
+            converge.unique_reads([bad])
+
+
+def _view(tmp_path, reads=(), services=None, stale=((), ()), readers=None):
+    own = {"files": [str(tmp_path / "unit"), str(tmp_path / "missing")], "absent": [str(tmp_path / "gone")],
+           "services": sorted(services or {}), "prune": [{"unit_dir": str(tmp_path)}],
+           "pending": [str(tmp_path / "pending.json")]}
+    readers = readers or {"gpunuma_node_info": lambda args: {"paths": {p: os.path.exists(p) for p in args["paths"]}}}
+    return converge.node_view(list(reads), own, readers,
+                              lambda units: dict((u, {"ActiveState": s, "UnitFileState": "enabled"})
+                                                 for u, s in (services or {}).items()),
+                              lambda spec: (list(stale[0]), list(stale[1])))
+
+
+def test_node_view_and_compare_name_each_difference(tmp_path):
+    (tmp_path / "unit").write_text("[Service]\n")
+    os.chmod(str(tmp_path / "unit"), 0o644)
+    reads = [{"module": "gpunuma_node_info", "args": {"paths": [str(tmp_path / "flag")]}}]
+    view, problems = _view(tmp_path, reads, services={"a.service": "active"})
+    assert problems == []
+    assert view["files"][str(tmp_path / "missing")] is None
+    assert view["files"][str(tmp_path / "unit")]["mode"] == "0644"
+    assert view["absent"] == {str(tmp_path / "gone"): False}
+    record = converge.build_record({"x": "sha256:1"}, reads, {}, view, {}, {})
+    assert converge.compare(record, view, problems) == []
+
+    # Each kind of drift, one at a time, is named.
+    (tmp_path / "unit").write_text("[Service]\n# edited\n")
+    assert converge.compare(record, *_view(tmp_path, reads, {"a.service": "active"})) == [
+        "%s differs from what gpunuma wrote" % (tmp_path / "unit")]
+    (tmp_path / "unit").write_text("[Service]\n")
+    os.chmod(str(tmp_path / "unit"), 0o600)
+    assert converge.compare(record, *_view(tmp_path, reads, {"a.service": "active"})) == [
+        "%s differs from what gpunuma wrote" % (tmp_path / "unit")]
+    os.chmod(str(tmp_path / "unit"), 0o644)
+    (tmp_path / "gone").write_text("")
+    assert converge.compare(record, *_view(tmp_path, reads, {"a.service": "active"})) == [
+        "%s came back after gpunuma removed it" % (tmp_path / "gone")]
+    os.unlink(str(tmp_path / "gone"))
+    (tmp_path / "flag").write_text("")
+    assert converge.compare(record, *_view(tmp_path, reads, {"a.service": "active"})) == [
+        "gpunuma_node_info answers differently than at the last converge (read 1: paths)"]
+    os.unlink(str(tmp_path / "flag"))
+    assert converge.compare(record, *_view(tmp_path, reads, {"a.service": "failed"})) == [
+        "a.service is failed", "a.service is not as gpunuma left it"]
+    assert converge.compare(record, *_view(tmp_path, reads, {"a.service": "active"}, stale=(["gpunuma-old.service"], []))) == [
+        "stale gpunuma units to prune: gpunuma-old.service"]
+    (tmp_path / "pending.json").write_text("[]")
+    assert converge.compare(record, *_view(tmp_path, reads, {"a.service": "active"})) == [
+        "restarts are pending (%s)" % (tmp_path / "pending.json")]
+
+
+def test_a_read_that_fails_is_a_problem_not_a_crash(tmp_path):
+    def broken(args):
+        raise converge.ConvergeError("/sys is gone")
+
+    reads = [{"module": "gpu_topology_info", "args": {}}]
+    view, problems = _view(tmp_path, reads, readers={"gpu_topology_info": broken})
+    assert view["reads"] == [None] and problems == ["gpu_topology_info cannot read the node: /sys is gone"]
+
+
+def test_load_record_names_what_is_wrong():
+    good = converge.build_record({}, [], {}, {"reads": []}, {}, {})
+    assert converge.load_record(converge.json.dumps(good), "/r") == good
+    with pytest.raises(converge.ConvergeError, match="/r is not JSON"):
+        converge.load_record("{", "/r")
+    with pytest.raises(converge.ConvergeError, match="schema is 'gpunuma.converged/v0', expected gpunuma.converged/v1"):
+        converge.load_record(converge.json.dumps(dict(good, schema="gpunuma.converged/v0")), "/r")
+    with pytest.raises(converge.ConvergeError, match="/r: view must be a dict"):
+        converge.load_record(converge.json.dumps(dict(good, view=[])), "/r")
+
+
+def test_changed_inputs_names_added_removed_and_changed():
+    assert converge.changed_inputs({"a": "1", "b": "2", " code": "c"}, {"a": "1", "b": "3", "c": "4"}) == [
+        "b", "c", "code"]
+    assert converge.changed_inputs(None, {"a": "1"}) == ["a"]
+
+
+class _Task:
+    def __init__(self, action, args, delegate_to=None):
+        self.action, self.args, self.delegate_to = action, args, delegate_to
+
+
+class _Action:
+    def __init__(self, *args, **kwargs):
+        self._task = _Task(*args, **kwargs)
+
+
+def test_the_journal_keeps_reads_with_their_validated_arguments_and_writes_without_content():
+    task_vars = {"inventory_hostname": "n1"}
+    params = {"paths": ["/usr/bin/numactl"], "units": None}
+    result = converge.journal_call(_Action("gpunuma_node_info", {"paths": ["/usr/bin/numactl"]}),
+                                   {"invocation": {"module_args": params}}, task_vars)
+    reads = result["ansible_facts"][converge.JOURNAL_READS]
+    assert reads == [{"module": "gpunuma_node_info", "args": params}]
+    task_vars[converge.JOURNAL_READS] = reads
+    result = converge.journal_call(_Action("gpunuma.fleet.gpunuma_apply", APPLY_ARGS), {"changed": True}, task_vars)
+    assert result["ansible_facts"][converge.JOURNAL_WRITES] == [converge.write_summary(APPLY_ARGS)]
+    assert converge.journal_call(_Action("gpunuma_apply", APPLY_ARGS), {"failed": True}, task_vars) == {"failed": True}
+    recorded = converge.journal_call(_Action("gpunuma_state", {"state": "record", "path": "/etc/gpunuma/s.json"}),
+                                     {"changed": True}, task_vars)
+    assert recorded["ansible_facts"][converge.JOURNAL_WRITES][-1]["files"] == ["/etc/gpunuma/s.json"]
+
+
+@pytest.mark.parametrize("action_args, delegate, result, why", [
+    ({}, "localhost", {"invocation": {"module_args": {}}}, "delegated to localhost"),
+    ({}, None, {"invocation": {"module_args": "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"}}, "no_log"),
+    ({}, None, {"invocation": {"module_args": {"record_nvml_dump": "/x.json"}}}, "NVML dump"),
+])
+def test_a_read_that_cannot_be_asked_again_keeps_the_run_from_being_recorded(action_args, delegate, result, why):
+    out = converge.journal_call(_Action("gpu_topology_info", action_args, delegate), dict(result), {"inventory_hostname": "n1"})
+    reads = out["ansible_facts"][converge.JOURNAL_READS]
+    assert why in converge.not_replayable(reads)
+    # Delegated to the host itself is the host.
+    same = converge.journal_call(_Action("gpunuma_node_info", {}, "n1"), {"invocation": {"module_args": {}}},
+                                 {"inventory_hostname": "n1"})
+    assert converge.not_replayable(same["ansible_facts"][converge.JOURNAL_READS]) is None
+
+
+@pytest.mark.parametrize("task_vars, why", [
+    ({"gpunuma_converge_check": False}, "gpunuma_converge_check is false"),
+    ({"gpunuma_converge_check": "no"}, "gpunuma_converge_check is false"),
+    ({"group_names": ["kubernetes"]}, "kubelet role"),
+    ({"gpunuma_kubelet": True}, "kubelet role"),
+    ({"gpunuma_rollback_action": "down"}, "rollback"),
+])
+def test_hosts_whose_run_is_never_cut_short(task_vars, why):
+    assert why in action.skip_reason(task_vars)
+    assert action.skip_reason({"group_names": ["gpu"], "gpunuma_kubelet": False}) is None
+
+
+def test_the_code_digest_follows_every_file(tmp_path):
+    (tmp_path / "roles" / "r").mkdir(parents=True)
+    (tmp_path / "roles" / "r" / "main.yml").write_text("a: 1\n")
+    first = converge.code_digest(str(tmp_path), ["roles"])
+    (tmp_path / "roles" / "r" / "main.yml").write_text("a: 2\n")
+    assert converge.code_digest(str(tmp_path), ["roles"]) != first
+    (tmp_path / "roles" / "r" / "main.yml").write_text("a: 1\n")
+    assert converge.code_digest(str(tmp_path), ["roles"]) == first
+    (tmp_path / "roles" / "r" / "other.yml").write_text("")
+    assert converge.code_digest(str(tmp_path), ["roles"]) != first
+    # The plugin's root is the checkout (action_plugins/..).
+    assert action._root() == REPO_ROOT
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+                     max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_JSON, _JSON)
+def test_digest_equal_exactly_when_the_values_are(a, b):
+    assert (converge.digest(a) == converge.digest(b)) == (converge.json.dumps(a, sort_keys=True) == converge.json.dumps(b, sort_keys=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=6), st.text(max_size=6), max_size=6),
+       st.dictionaries(st.text(min_size=1, max_size=6), st.text(max_size=6), max_size=6))
+def test_changed_inputs_is_empty_exactly_when_the_inputs_are_equal(before, now):
+    names = converge.changed_inputs(before, now)
+    assert (names == []) == (before == now)
+    assert all(before.get(n) != now.get(n) for n in set(before) | set(now) if n.strip() in names or n in names)
