@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.discovery import sysfs
 from ansible.module_utils.gpunuma.discovery.topology import build_topology
 from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
@@ -52,7 +53,7 @@ def test_one_instance_per_gpu_is_local_exclusive_and_selected_by_rocr(tmp_path):
         assert inst["numa_nodes"] == [node] and inst["mem_nodes"] == [node]
         assert inst["environment"]["ROCR_VISIBLE_DEVICES"] == "GPU-" + uid
         assert "CUDA_VISIBLE_DEVICES" not in inst["environment"] and "HIP_VISIBLE_DEVICES" not in inst["environment"]
-        cpus = set(sysfs.parse_cpulist(inst["cpus"]))
+        cpus = set(parse_cpulist(inst["cpus"]))
         node_cpus = set(range(48 * node, 48 * node + 48)) | set(range(96 + 48 * node, 96 + 48 * node + 48))
         assert cpus <= node_cpus and not cpus & seen, inst
         seen |= cpus
@@ -124,7 +125,7 @@ def test_one_instance_per_gpu_is_l3_aligned_or_says_why(tmp_path):
     instances = [{"name": "llm%d" % i, "gpus": [i], "command": ["/usr/bin/true"]} for i in range(8)]
     plan = build_plan(topo, load_profile("strict", PROFILES), instances)
     for inst in plan["instances"]:
-        cores = set(c % 96 for c in sysfs.parse_cpulist(inst["cpus"]))
+        cores = set(c % 96 for c in parse_cpulist(inst["cpus"]))
         touched = set(c // 8 for c in cores)
         fewest = -(-len(cores) // 8)
         node = inst["numa_nodes"][0]
