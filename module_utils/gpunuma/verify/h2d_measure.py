@@ -1,0 +1,214 @@
+"""One placement measured on one GPU: the copies, their figures and the resources they hold (verify/h2d.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import statistics
+import time
+
+from ansible.module_utils.gpunuma.verify.h2d_cuda import (
+    CU_EVENT_DEFAULT, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTREGISTER_PORTABLE, CU_STREAM_NON_BLOCKING, CudaError)
+from ansible.module_utils.gpunuma.verify.h2d_options import SMALL_WARMUP_COPIES
+
+# ---------------------------------------------------------------- measurement
+
+
+def percentile(values, q):
+    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    rank = max(1, int(-(-q * len(ordered) // 100)))  # ceil(q/100*n)
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def bandwidth_stats(nbytes, seconds):
+    """GB/s (1e9 bytes/s) median/best/worst from per-copy durations."""
+    rates = [nbytes / s / 1e9 for s in seconds if s > 0]
+    if not rates:
+        return {"gbps_median": None, "gbps_best": None, "gbps_worst": None, "samples": 0}
+    return {"gbps_median": round(statistics.median(rates), 3), "gbps_best": round(max(rates), 3),
+            "gbps_worst": round(min(rates), 3), "samples": len(rates),
+            "seconds_median": statistics.median(seconds), "seconds": [round(s, 9) for s in seconds]}
+
+
+def cpu_per_gb(cpu_seconds, nbytes, count):
+    """CPU seconds of the copying thread per GB (1e9 bytes) copied, or None when nothing was copied."""
+    total = nbytes * count
+    return round(cpu_seconds / (total / 1e9), 6) if total > 0 else None
+
+
+def cpu_per_copy_us(cpu_seconds, count):
+    """CPU microseconds of the copying thread per copy, or None when nothing was copied."""
+    return round(cpu_seconds * 1e6 / count, 3) if count > 0 else None
+
+
+def latency_stats(seconds):
+    us = [s * 1e6 for s in seconds]
+    return {"us_p50": round(percentile(us, 50), 3), "us_p99": round(percentile(us, 99), 3),
+            "us_max": round(max(us), 3), "us_min": round(min(us), 3), "samples": len(us),
+            "seconds": [round(s, 9) for s in seconds]}
+
+
+class _Resources:
+    """Everything one measurement allocated, released in reverse order whatever happens."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.stack = []
+
+    def push(self, release, *args):
+        self.stack.append((release, args))
+
+    def close(self):
+        errors = []
+        while self.stack:
+            release, args = self.stack.pop()
+            try:
+                release(*args)
+            except Exception as exc:  # keep releasing the rest
+                errors.append(str(exc))
+        return errors
+
+
+def _host_buffer(nbytes):
+    """Anonymous page-aligned mapping, touched so its pages land under the current memory policy."""
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    page = mmap.PAGESIZE
+    for off in range(0, nbytes, page):
+        buf[off] = 1
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    return buf, addr
+
+
+def measure_device(cuda, ordinal, opts, libc=None):
+    """Measure one GPU in the current process (already bound). Returns the measurement dict.
+
+    Raises CudaError; every allocation made here is released before it returns or raises.
+    """
+    res = _Resources(cuda)
+    views = []
+    try:
+        dev = cuda.device(ordinal)
+        ctx = ctypes.c_void_p()
+        cuda.call("cuCtxCreate", ctypes.byref(ctx), 0, dev)
+        res.push(cuda.call, "cuCtxDestroy", ctx)
+        stream = ctypes.c_void_p()
+        cuda.call("cuStreamCreate", ctypes.byref(stream), CU_STREAM_NON_BLOCKING)
+        res.push(cuda.call, "cuStreamDestroy", stream)
+        ev_start, ev_end = ctypes.c_void_p(), ctypes.c_void_p()
+        for ev in (ev_start, ev_end):
+            cuda.call("cuEventCreate", ctypes.byref(ev), CU_EVENT_DEFAULT)
+            res.push(cuda.call, "cuEventDestroy", ev)
+        large, small = opts["large_bytes"], opts["small_bytes"]
+        dptr = ctypes.c_uint64(0)
+        try:
+            cuda.call("cuMemAlloc", ctypes.byref(dptr), large)
+        except CudaError as exc:
+            exc.what = "device buffer of %d bytes" % large
+            raise
+        res.push(cuda.call, "cuMemFree", ctypes.c_uint64(dptr.value))
+
+        def pinned(nbytes):
+            if opts["pinned_alloc"] == "host_alloc":
+                ptr = ctypes.c_void_p()
+                try:
+                    cuda.call("cuMemHostAlloc", ctypes.byref(ptr), nbytes, CU_MEMHOSTALLOC_PORTABLE)
+                except CudaError as exc:
+                    exc.what = "pinned host buffer of %d bytes" % nbytes
+                    raise
+                res.push(cuda.call, "cuMemFreeHost", ptr)
+                ctypes.memset(ptr, 1, nbytes)
+                return ptr.value
+            buf, addr = _host_buffer(nbytes)
+            res.push(buf.close)
+            try:
+                cuda.call("cuMemHostRegister", ctypes.c_void_p(addr), nbytes, CU_MEMHOSTREGISTER_PORTABLE)
+            except CudaError as exc:
+                exc.what = "pinned (registered) host buffer of %d bytes" % nbytes
+                raise
+            res.push(cuda.call, "cuMemHostUnregister", ctypes.c_void_p(addr))
+            return addr
+
+        pinned_large = pinned(large)
+        pinned_small = pinned(small)
+        pageable_buf, pageable_large = _host_buffer(large)
+        res.push(pageable_buf.close)
+        views.append(pageable_buf)
+
+        def event_copy(direction, host, nbytes):
+            cuda.call("cuEventRecord", ev_start, stream)
+            if direction == "h2d":
+                cuda.call("cuMemcpyHtoDAsync", dptr.value, host, nbytes, stream)
+            else:
+                cuda.call("cuMemcpyDtoHAsync", host, dptr.value, nbytes, stream)
+            cuda.call("cuEventRecord", ev_end, stream)
+            cuda.call("cuEventSynchronize", ev_end)
+            ms = ctypes.c_float(0)
+            cuda.call("cuEventElapsedTime", ctypes.byref(ms), ev_start, ev_end)
+            return ms.value / 1000.0
+
+        def wall_copy(host, nbytes):
+            t0 = time.perf_counter()
+            cuda.call("cuMemcpyHtoDAsync", dptr.value, host, nbytes, stream)
+            cuda.call("cuStreamSynchronize", stream)
+            return time.perf_counter() - t0
+
+        cpu = {}
+
+        def series(fn, count, warmup=opts["warmup"], key=None):
+            for _unused in range(warmup):
+                fn()
+            # CPU time of this (the copying) thread over the measured copies: what a copy costs the host,
+            # the wait included as the CUDA context does it (a spin or a yield).
+            t0 = time.thread_time()
+            out = [fn() for _unused in range(count)]
+            if key:
+                cpu[key] = time.thread_time() - t0
+            return out
+
+        # Small copies reach their steady state (clocks up, the copy path's
+        # caches and TLB entries warm) only after tens of copies: a few large
+        # ones do not warm them, so the first measured small copy was a cold one.
+        small_warmup = max(opts["warmup"], SMALL_WARMUP_COPIES)
+
+        result = {
+            "h2d_pinned": bandwidth_stats(large, series(lambda: event_copy("h2d", pinned_large, large), opts["repeats"],
+                                                        key="h2d_pinned")),
+            "d2h_pinned": bandwidth_stats(large, series(lambda: event_copy("d2h", pinned_large, large), opts["repeats"])),
+            "h2d_pageable": bandwidth_stats(large, series(lambda: wall_copy(pageable_large, large), opts["repeats"],
+                                                          key="h2d_pageable")),
+            "small_h2d_pinned": latency_stats(series(lambda: event_copy("h2d", pinned_small, small), opts["small_repeats"],
+                                                     small_warmup, key="small")),
+        }
+        for key in ("h2d_pinned", "h2d_pageable"):
+            result[key]["cpu_s_per_gb"] = cpu_per_gb(cpu[key], large, opts["repeats"])
+        result["small_h2d_pinned"]["cpu_us_per_copy"] = cpu_per_copy_us(cpu["small"], opts["small_repeats"])
+        # back-to-back async small copies: per-copy cost when the queue is kept full
+        n = opts["small_repeats"]
+        for _unused in range(small_warmup):
+            cuda.call("cuMemcpyHtoDAsync", dptr.value, pinned_small, small, stream)
+        cuda.call("cuStreamSynchronize", stream)
+        cuda.call("cuEventRecord", ev_start, stream)
+        for _unused in range(n):
+            cuda.call("cuMemcpyHtoDAsync", dptr.value, pinned_small, small, stream)
+        cuda.call("cuEventRecord", ev_end, stream)
+        cuda.call("cuEventSynchronize", ev_end)
+        ms = ctypes.c_float(0)
+        cuda.call("cuEventElapsedTime", ctypes.byref(ms), ev_start, ev_end)
+        result["small_h2d_pinned"]["loop_us_per_copy"] = round(ms.value * 1000.0 / n, 3)
+        if libc is not None:
+            pages = {}
+            for kind, addr, nbytes in (("pinned", pinned_large, large), ("pageable", pageable_large, large)):
+                try:
+                    pages[kind] = libc.page_nodes(addr, nbytes)
+                except OSError as exc:
+                    pages[kind] = {"error": str(exc)}
+            result["buffer_pages"] = pages
+        return result
+    finally:
+        errors = res.close()
+        if errors:
+            # a failed release is reported by the caller's process exit; nothing more can be done here
+            pass
