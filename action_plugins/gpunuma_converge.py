@@ -114,11 +114,16 @@ class ActionModule(ActionBase):
             return dict(result, reasons=[why])
         inputs = self.inputs(task_vars)
         result["ansible_facts"] = {FACT: inputs}
-        module_args = {"state": "checked", "path": path, "inputs": inputs}
+        module_args = {"state": "checked", "path": path, "inputs": inputs,
+                       "lock_path": self._templar.copy_with_new_env(available_variables=task_vars).template(
+                           task_vars.get("gpunuma_lock_path") or "/run/gpunuma/lock")}
         answer = self._execute_module(module_name="gpunuma_converge", module_args=module_args, task_vars=task_vars)
         result["gpunuma_round_trips"] = 1
-        if answer.get("failed") or answer.get("unreachable"):
+        if answer.get("unreachable"):
             return dict(result, **answer)
+        if answer.get("failed"):
+            # Never fatal: the whole provisioning runs and meets (and reports) the node's problem itself.
+            return dict(result, reasons=["the converge check failed: %s" % answer.get("msg", "unknown error")])
         reasons = list(answer.get("reasons") or [])
         for cpath, recorded in sorted((answer.get("controller") or {}).items()):
             if converge.file_state(cpath) != recorded:

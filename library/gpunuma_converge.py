@@ -51,6 +51,11 @@ options:
     description: O(state=recorded) the facts a run that ends at the check sets (the applied plan, the profile).
     type: dict
     default: {}
+  lock_path:
+    description: O(state=checked) the node lock; a lease another run holds makes the node not converged (that run
+      may be changing it), so the whole provisioning runs and waits for the lease as usual.
+    type: path
+    default: /run/gpunuma/lock
   controller:
     description: O(state=recorded) digests of the controller's copies (path -> file state); returned by the check
       for the action to compare.
@@ -96,6 +101,7 @@ recorded:
 import base64
 import json
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import atomic
@@ -104,6 +110,7 @@ from ansible.module_utils.gpunuma.discovery.module_run import discover_with
 from ansible.module_utils.gpunuma.node.apply_files import ApplyError, find_stale
 from ansible.module_utils.gpunuma.node.probe import module_runner, probe_with, read_file, unit_states
 from ansible.module_utils.gpunuma.operate import converge
+from ansible.module_utils.gpunuma.operate import lock as locklib
 
 
 def readers(module):
@@ -142,6 +149,10 @@ def view_now(module, reads, own):
 
 def checked(module):
     p = module.params
+    lease = locklib.peek(p["lock_path"])
+    if lease is not None:
+        return {"converged": False, "reasons": ["another gpunuma run holds the node lock (%s)"
+                                                % locklib.describe(lease, time.time())]}
     entry = read_file(p["path"])
     if not entry.get("exists"):
         return {"converged": False, "reasons": ["no converge record on the node (%s)" % p["path"]]}
@@ -210,6 +221,7 @@ def main():
             writes=dict(type="list", elements="dict", default=[]),
             facts=dict(type="dict", default={}),
             controller=dict(type="dict", default={}),
+            lock_path=dict(type="path", default=locklib.DEFAULT_PATH),
         ),
         supports_check_mode=True,
     )

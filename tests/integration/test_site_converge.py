@@ -2,7 +2,8 @@
 first step; every kind of drift a full run would mend still gets the full run, which mends it.
 
 1. First run: no record, the whole provisioning, then the record (0600) is written.
-2. Second run: converged at the first step, changed=0, one task with a round trip on the host.
+2. Second run: converged at the first step, changed=0, one task with a round trip on the host. Another run's
+   lease on the node makes it not converged (the whole run then waits for the lease as usual).
 3. Drift, several at once: a unit file edited by hand, another instance stopped, a stale gpunuma unit (with
    gpunuma's marker) dropped in, a limits file's mode changed. The check names each; the full run restores the
    file (as recorded), restarts the unit, prunes the stale one and resets the mode; the run after ends at the check.
@@ -101,6 +102,17 @@ def test_converge_record_ends_a_converged_run_and_every_drift_gets_the_full_run(
     assert counts["changed"] == 0 and counts["round_trips"] == 1, counts
     # The check, and the summary's run_once task (on the play's first host).
     assert counts["ok"] <= 3, counts
+
+    # Another run's lease on the node: not converged (that run may be changing it); the whole run waits for
+    # the lease (here 1 s) and stops naming its holder, changing nothing.
+    lease = {"schema": "gpunuma.lock/v1", "token": "t" * 32, "kind": "run", "holder": {"controller": "ops-ctl"},
+             "acquired": 0, "expires": 4102444800}
+    node.sh("mkdir -p /run/gpunuma && echo '%s' > /run/gpunuma/lock" % json.dumps(lease))
+    rc, check, counts, out = _site(inventory, "-e", "gpunuma_lock_timeout=1")
+    assert rc != 0 and check["converged"] is False, out
+    assert any("holds the node lock (controller ops-ctl" in r for r in check["reasons"]), check["reasons"]
+    assert counts["changed"] == 0
+    node.sh("rm /run/gpunuma/lock")
 
     # 3. Drift, four kinds at once.
     pid_b = node.main_pid("gpunuma-worker-b.service")

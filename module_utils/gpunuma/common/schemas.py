@@ -14,5 +14,6 @@ VALIDATION_POLICY = "gpunuma.validation-policy/v1"
 H2D_PROBE = "gpunuma.h2d-probe/v1"
 NVML_DUMP = "gpunuma.nvml-dump/v1"
 LOCK = "gpunuma.lock/v1"
+CONVERGED = "gpunuma.converged/v1"
 
 DOCUMENTS = (TOPOLOGY, PLAN, STATE, AUDIT, VALIDATION, VALIDATION_POLICY, H2D_PROBE, NVML_DUMP, LOCK)

@@ -30,9 +30,11 @@ import json
 import os
 import stat
 
+from ansible.module_utils.gpunuma.common import schemas
+
 __metaclass__ = type
 
-SCHEMA = "gpunuma.converged/v1"
+SCHEMA = schemas.CONVERGED
 DEFAULT_PATH = "/var/lib/gpunuma/converged.json"
 DEFAULT_PENDING = "/var/lib/gpunuma/pending-restarts.json"
 # The read-only modules whose answers a run decides from; a run that read the node otherwise is not recorded.
