@@ -10,7 +10,7 @@ import stat
 
 from ansible.module_utils.gpunuma.common.bounded import file_kind as _file_kind
 from ansible.module_utils.gpunuma.common.errors import CpuListError
-from ansible.module_utils.gpunuma.discovery.sysfs_reader import _BDF_RE, _HEX_RE, _MISSING, Reader, quote
+from ansible.module_utils.gpunuma.discovery.sysfs_reader import BDF_RE, _HEX_RE, _MISSING, Reader, quote
 
 NVIDIA_VENDOR = "0x10de"
 # AMD Instinct GPUs: vendor 0x1002 with the class of a processing accelerator (0x1200, MI300 series), a
@@ -86,7 +86,7 @@ class PciReader(Reader):
         pci_root = self.path("sys", "bus", "pci", "devices")
         devices = []
         for name in self.listdir(pci_root, "PCI devices"):
-            match = _BDF_RE.fullmatch(name)
+            match = BDF_RE.fullmatch(name)
             if not match:
                 self.warn_lost(
                     pci_root,

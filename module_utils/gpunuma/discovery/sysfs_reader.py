@@ -29,7 +29,7 @@ _CPU_DIR_RE = re.compile(r"cpu([0-9]+)", re.ASCII)
 _DIR_ID_RE = re.compile(r"0|[1-9][0-9]{0,3}", re.ASCII)
 _MAX_DIR_ID = {"node": 1023, "cpu": 8191}
 # Domains are 4 hex digits on most hosts; Intel VMD exposes 5-digit ones.
-_BDF_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])", re.ASCII)
+BDF_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])", re.ASCII)
 _HEX_RE = re.compile(r"0x[0-9a-f]{1,8}", re.ASCII)
 # 18 digits fit any 64-bit value and stay clear of Python's int() digit limit.
 _INT_RE = re.compile(r"-?[0-9]{1,18}", re.ASCII)

@@ -37,6 +37,7 @@ from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError, GpunumaError
 from ansible.module_utils.gpunuma.discovery.sysfs import (
     is_amd_instinct, is_nvidia_gpu, pcie_gen_from_speed, quote, read_bounded)
+from ansible.module_utils.gpunuma.discovery.sysfs_reader import BDF_RE
 from ansible.module_utils.gpunuma.verify import amd_checks
 
 SEVERITIES = ("info", "warning", "error")
@@ -62,8 +63,6 @@ ACS_EC = 0x0020
 _ACS_BITS = ((0x0001, "SrcValid"), (0x0002, "TransBlk"), (ACS_RR, "ReqRedir"), (ACS_CR, "CmpltRedir"),
              (0x0010, "UpstreamFwd"), (ACS_EC, "EgressCtrl"), (0x0040, "DirectTrans"))
 
-_BDF_RE = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", re.ASCII)
-_HEX_RE = re.compile(r"0x[0-9a-f]{1,8}", re.ASCII)
 _WIDTH_RE = re.compile(r"[0-9]{1,2}", re.ASCII)
 _INT_RE = re.compile(r"[0-9]{1,3}", re.ASCII)
 _GOVERNOR_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}", re.ASCII)
@@ -325,7 +324,7 @@ def _chain(reader, bdf):
         target = reader.text(os.path.join(dev, "_realpath"))
     if not target:
         return [bdf]
-    chain = [part for part in target.split("/") if _BDF_RE.fullmatch(part)]
+    chain = [part for part in target.split("/") if BDF_RE.fullmatch(part)]
     return chain if chain and chain[-1] == bdf else [bdf]
 
 
@@ -373,7 +372,7 @@ def read_node(root="/"):
         names = []
     instinct = []
     for bdf in names:
-        if not _BDF_RE.fullmatch(bdf):
+        if not BDF_RE.fullmatch(bdf):
             continue
         rel = os.path.join("sys", "bus", "pci", "devices", bdf)
         vendor = reader.text(os.path.join(rel, "vendor"))
