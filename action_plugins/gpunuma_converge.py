@@ -17,6 +17,7 @@ import os
 import ansible.module_utils
 from ansible import constants as C
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible.utils.vars import load_extra_vars
 
 # Controller-side plugins do not get the configured module_utils path on
@@ -38,6 +39,7 @@ RUN_CONTROL = ("gpunuma_target", "gpunuma_serial", "gpunuma_max_fail_percentage"
 # The code a run executes, relative to this plugin's project or collection root.
 CODE = ("roles", "library", "module_utils", "filter_plugins", "action_plugins", "policies", "playbooks", "plugins")
 FACT = "gpunuma_converge_inputs"
+display = Display()
 
 
 def _root():
@@ -109,6 +111,18 @@ class ActionModule(ActionBase):
         return self.record(result, task_vars, path, why)
 
     def check(self, result, task_vars, path, why):
+        result = self.checked(result, task_vars, path, why)
+        # The result holds the inputs' digests (some of values the inventory may keep in a vault): never dumped at
+        # -v; what -v shows is the verdict and its reasons.
+        result["_ansible_verbose_override"] = True
+        host = task_vars.get("inventory_hostname")
+        if result.get("converged"):
+            display.v("%s: %s" % (host, result["msg"]))
+        else:
+            display.v("%s: the whole run: %s" % (host, "; ".join(result.get("reasons") or [])))
+        return result
+
+    def checked(self, result, task_vars, path, why):
         result.update(changed=False, converged=False, gpunuma_round_trips=0)
         if why:
             return dict(result, reasons=[why])

@@ -12,6 +12,7 @@ first step; every kind of drift a full run would mend still gets the full run, w
 5. An input changed (memlock_limit): the check names it; the full run writes the new limit; then converged.
 6. A command-line -e of a gpunuma variable is an input of its own (the profile's source depends on it).
 7. The controller's plan copy removed and the record damaged: both named; the full run writes both again.
+8. -v prints the verdict, never the inputs' digests.
 """
 
 import json
@@ -22,7 +23,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_run import BINDIR, ansible_env
+from ansible_run import BINDIR, ansible_env, run_playbook
 from conftest import REPO_ROOT
 from containers import Node, needs_docker
 
@@ -179,3 +180,9 @@ def test_converge_record_ends_a_converged_run_and_every_drift_gets_the_full_run(
     assert any("is not JSON" in r for r in check["reasons"]), check["reasons"]
     rc, check, counts, out = _site(inventory)
     assert check["converged"] is True and counts["changed"] == 0, (check, out)
+
+    # -v says why, and never prints the inputs' digests.
+    proc = run_playbook("playbooks/site.yml", inventory, extra=("-v",))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "%s: the node is as the last converge left it; nothing to do" % node.name in proc.stdout
+    assert "gpunuma_converge_inputs" not in proc.stdout and "sha256:" not in proc.stdout
