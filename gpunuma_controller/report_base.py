@@ -7,6 +7,12 @@ import html
 import json
 import re
 
+from .core import use_core
+
+# The canonical list of ids (0-3,8) is the core's; the core is standard library only (use_core standalone).
+use_core(standalone=True)
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids  # noqa: E402,F401  # pylint: disable=wrong-import-position,unused-import
+
 SCHEMAS = {
     "gpunuma.topology/v1": "topology",
     "gpunuma.plan/v1": "plan",
@@ -92,16 +98,3 @@ def parse_cpulist(text, what):
             raise ShapeError("%s: range %s is not allowed (ids 0-%d, low-high)" % (what, part, MAX_CPU))
         out.update(range(low, high + 1))
     return out
-
-
-def format_ids(ids):
-    ids = sorted(ids)
-    parts = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else "%d-%d" % (ids[i], ids[j]))
-        i = j + 1
-    return ",".join(parts)
