@@ -9,16 +9,18 @@ import re
 
 from .core import use_core
 
-# The canonical list of ids (0-3,8) is the core's; the core is standard library only (use_core standalone).
+# The schema names and the canonical list of ids (0-3,8) are the core's; the core is standard library only
+# (use_core standalone).
 use_core(standalone=True)
+from ansible.module_utils.gpunuma.common import schemas  # noqa: E402  # pylint: disable=wrong-import-position
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids  # noqa: E402,F401  # pylint: disable=wrong-import-position,unused-import
 
 SCHEMAS = {
-    "gpunuma.topology/v1": "topology",
-    "gpunuma.plan/v1": "plan",
-    "gpunuma.state/v1": "state",
-    "gpunuma.audit/v1": "audit",
-    "gpunuma.validation/v1": "validation",
+    schemas.TOPOLOGY: "topology",
+    schemas.PLAN: "plan",
+    schemas.STATE: "state",
+    schemas.AUDIT: "audit",
+    schemas.VALIDATION: "validation",
 }
 KINDS = ("topology", "plan", "state", "audit", "validation")
 MAX_FILE_BYTES = 32 << 20          # a 64-GPU topology or plan is well under 1 MiB
