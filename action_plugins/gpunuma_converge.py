@@ -76,8 +76,8 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("state", "path", "facts", "controller_files"))
     _supports_check_mode = True
 
-    def inputs(self, task_vars):
-        templar = self._templar.copy_with_new_env(available_variables=task_vars)
+    def inputs(self, task_vars, templar):
+        """``{name: digest}`` of this host's inputs, each templated by ``templar`` (bound to ``task_vars``)."""
         values = {}
         for name in sorted(task_vars):
             if not name.startswith(PREFIXES) or name in RUN_CONTROL:
@@ -126,11 +126,11 @@ class ActionModule(ActionBase):
         result.update(changed=False, converged=False, gpunuma_round_trips=0)
         if why:
             return dict(result, reasons=[why])
-        inputs = self.inputs(task_vars)
+        templar = self._templar.copy_with_new_env(available_variables=task_vars)
+        inputs = self.inputs(task_vars, templar)
         result["ansible_facts"] = {FACT: inputs}
         module_args = {"state": "checked", "path": path, "inputs": inputs,
-                       "lock_path": self._templar.copy_with_new_env(available_variables=task_vars).template(
-                           task_vars.get("gpunuma_lock_path") or "/run/gpunuma/lock")}
+                       "lock_path": templar.template(task_vars.get("gpunuma_lock_path") or "/run/gpunuma/lock")}
         answer = self._execute_module(module_name="gpunuma_converge", module_args=module_args, task_vars=task_vars)
         result["gpunuma_round_trips"] = 1
         if answer.get("unreachable"):

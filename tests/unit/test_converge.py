@@ -251,3 +251,39 @@ def test_changed_inputs_is_empty_exactly_when_the_inputs_are_equal(before, now):
     names = converge.changed_inputs(before, now)
     assert (names == []) == (before == now)
     assert all(before.get(n) != now.get(n) for n in set(before) | set(now) if n.strip() in names or n in names)
+
+
+def test_file_state_digests_regular_files_and_names_anything_else(tmp_path):
+    unit = tmp_path / "gpunuma-a.service"
+    unit.write_bytes(b"[Service]\n" * 300000)  # several chunks
+    unit.chmod(0o640)
+    state = converge.file_state(str(unit))
+    assert state["mode"] == "0640" and state["uid"] == os.getuid()
+    assert state["sha256"] == __import__("hashlib").sha256(unit.read_bytes()).hexdigest()
+    assert converge.file_state(str(tmp_path / "gone")) is None
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert converge.file_state(str(fifo)) == {"type": "10000"}  # never opened: a FIFO would block
+    link = tmp_path / "link"
+    link.symlink_to(unit)
+    assert converge.file_state(str(link)) == {"type": "120000"}
+    assert converge.file_state(str(tmp_path)) == {"type": "40000"}
+
+
+def test_file_state_refuses_a_file_swapped_for_a_link_after_the_type_check(tmp_path, monkeypatch):
+    unit = tmp_path / "gpunuma-a.service"
+    unit.write_text("[Service]\n")
+    real_lstat = os.lstat
+    swapped = []
+
+    def lstat_then_swap(path, *args, **kwargs):
+        st_before = real_lstat(path, *args, **kwargs)
+        if str(path) == str(unit) and not swapped:
+            swapped.append(True)
+            unit.unlink()
+            unit.symlink_to("/dev/zero")
+        return st_before
+
+    monkeypatch.setattr(converge.os, "lstat", lstat_then_swap)
+    state = converge.file_state(str(unit))
+    assert "error" in state and "sha256" not in state

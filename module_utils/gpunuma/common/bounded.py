@@ -65,23 +65,24 @@ def _refuse(path, mode, follow_symlinks, what):
                      what))
 
 
-def read_bounded(path, limit=MAX_ATTRIBUTE_BYTES, follow_symlinks=False, what="a sysfs or procfs attribute"):
-    """The bytes of the regular file ``path``, at most ``limit`` of them.
+def open_regular(path, follow_symlinks=False, what="a sysfs or procfs attribute"):
+    """``(fd, fstat result)`` of the regular file ``path``, opened read-only; the caller closes ``fd``.
 
     Only regular files are opened: a FIFO, socket, directory or device node
     (a link to ``/dev/zero``) is refused before ``open()``, so nothing can
     block or stream forever, and nothing under ``/dev`` is opened (opening
     some devices, such as a watchdog, has effects). With
-    ``follow_symlinks=False`` (sysfs and procfs attributes, which are never
-    links) a symbolic link is refused too, which also stops symlink loops;
-    with ``True`` (files a user names) the link's target must be a regular
-    file outside ``/dev``. The file is opened ``O_NONBLOCK``, checked again
-    with ``fstat`` and read up to ``limit + 1`` bytes.
+    ``follow_symlinks=False`` (sysfs and procfs attributes and the files
+    gpunuma owns, which are never links) a symbolic link is refused too,
+    which also stops symlink loops; with ``True`` (files a user names) the
+    link's target must be a regular file outside ``/dev``. The file is
+    opened ``O_NONBLOCK`` and checked again with ``fstat`` (the path may have
+    been swapped between ``lstat()`` and ``open()``).
 
     Raises ``OSError``: ``ENOENT``/``ENOTDIR`` when absent (as ``open``
     would), otherwise with a ``strerror`` that says what the file is and
     what is allowed (``ELOOP`` for a link, ``EINVAL`` for a file of the wrong
-    type, ``EFBIG`` when larger than ``limit``).
+    type).
     """
     mode = (os.stat if follow_symlinks else os.lstat)(path).st_mode
     if not _S_ISREG(mode):
@@ -91,13 +92,25 @@ def read_bounded(path, limit=MAX_ATTRIBUTE_BYTES, follow_symlinks=False, what="a
         if real == "/dev" or real.startswith("/dev/"):
             raise OSError(errno.EINVAL, "it resolves to %s, under /dev; %s is read only from a regular file"
                           % (real, what))
-    flags = _FOLLOW_FLAGS if follow_symlinks else _ATTRIBUTE_FLAGS
-    fd = os.open(path, flags)
+    fd = os.open(path, _FOLLOW_FLAGS if follow_symlinks else _ATTRIBUTE_FLAGS)
     try:
-        # The path may have been swapped between lstat() and open().
-        mode = os.fstat(fd).st_mode
-        if not _S_ISREG(mode):
-            raise OSError(errno.EINVAL, "it is %s; %s is read only as a regular file" % (file_kind(mode), what))
+        st = os.fstat(fd)
+        if not _S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "it is %s; %s is read only as a regular file" % (file_kind(st.st_mode), what))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bounded(path, limit=MAX_ATTRIBUTE_BYTES, follow_symlinks=False, what="a sysfs or procfs attribute"):
+    """The bytes of the regular file ``path`` (opened by ``open_regular``), at most ``limit`` of them.
+
+    Reads up to ``limit + 1`` bytes; raises ``OSError`` as ``open_regular``
+    does, and ``EFBIG`` when the file is larger than ``limit``.
+    """
+    fd = open_regular(path, follow_symlinks, what)[0]
+    try:
         # A sysfs or procfs attribute arrives whole in one read (the next
         # returns nothing); a larger file may come in several.
         data = os.read(fd, limit + 1)

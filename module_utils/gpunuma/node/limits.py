@@ -80,17 +80,21 @@ def hard_limit(text, name=MEMLOCK, source="/proc/<pid>/limits"):
     return limits[name]["hard"]
 
 
+def capability_lines(text):
+    """The capability lines (``Cap<set>:``) of a ``/proc/<pid>/status`` text: all of it gpunuma decides from."""
+    return [line for line in text.splitlines() if line.startswith("Cap")]
+
+
 def parse_capabilities(text, source="/proc/<pid>/status"):
     """``{"CapEff": int, ...}``: the capability sets in a ``/proc/<pid>/status`` text."""
     if not isinstance(text, str):
         raise SysfsError("%s: %r is not text; allowed: the contents of /proc/<pid>/status" % (source, text))
     caps = {}
-    for line in text.splitlines():
-        if line.startswith("Cap"):
-            match = _CAP_LINE_RE.fullmatch(line)
-            if not match:
-                raise SysfsError("%s: cannot read the line %r; allowed: 'Cap<set>:\\t<hex mask>'" % (source, line))
-            caps[match.group(1)] = int(match.group(2), 16)
+    for line in capability_lines(text):
+        match = _CAP_LINE_RE.fullmatch(line)
+        if not match:
+            raise SysfsError("%s: cannot read the line %r; allowed: 'Cap<set>:\\t<hex mask>'" % (source, line))
+        caps[match.group(1)] = int(match.group(2), 16)
     if "CapEff" not in caps:
         raise SysfsError("%s: has no CapEff line; allowed: the contents of /proc/<pid>/status" % source)
     return caps

@@ -30,7 +30,8 @@ import json
 import os
 import stat
 
-from ansible.module_utils.gpunuma.common import schemas
+from ansible.module_utils.gpunuma.common import bounded, schemas
+from ansible.module_utils.gpunuma.node import limits
 
 __metaclass__ = type
 
@@ -72,13 +73,17 @@ def stable_view(module, result):
     if module == "gpunuma_node_info" and isinstance(result.get("pid1"), dict) and "status" in result["pid1"]:
         pid1 = dict(result["pid1"])
         text = base64.b64decode(pid1["status"]).decode("utf-8", "replace")
-        pid1["status"] = [line for line in text.splitlines() if line.startswith("Cap")]
+        pid1["status"] = limits.capability_lines(text)
         result = dict(result, pid1=pid1)
     return result
 
 
 def file_state(path):
-    """``None`` (absent), or the digest, mode and owner of a regular file (the type of anything else)."""
+    """``None`` (absent), or the digest, mode and owner of a regular file (the type of anything else).
+
+    Opened by ``bounded.open_regular`` (never a link, FIFO or device, even one swapped in after the type check)
+    and digested in chunks; mode and owner come from the opened file.
+    """
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -89,9 +94,14 @@ def file_state(path):
         return {"type": "%o" % stat.S_IFMT(st.st_mode)}
     sha = hashlib.sha256()
     try:
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(_FILE_CHUNK), b""):
+        fd, st = bounded.open_regular(path, what="a file gpunuma owns")
+        try:
+            for chunk in iter(lambda: os.read(fd, _FILE_CHUNK), b""):
                 sha.update(chunk)
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        return None
     except OSError as exc:
         return {"error": exc.strerror or str(exc)}
     return {"sha256": sha.hexdigest(), "mode": "%04o" % stat.S_IMODE(st.st_mode), "uid": st.st_uid, "gid": st.st_gid}
@@ -275,11 +285,11 @@ def journaled(task_vars, module, args, result, delegated_to=None):
     """
     if not isinstance(result, dict) or result.get("failed") or result.get("skipped"):
         return {}
-    writes = list(task_vars.get(JOURNAL_WRITES) or [])
     if module == "gpunuma_apply":
-        return {JOURNAL_WRITES: writes + [write_summary(args)]}
+        return {JOURNAL_WRITES: list(task_vars.get(JOURNAL_WRITES) or []) + [write_summary(args)]}
     if module == "gpunuma_state" and args.get("state") == "record":
-        return {JOURNAL_WRITES: writes + [write_summary({"state_record": {"path": args.get("path")}})]}
+        return {JOURNAL_WRITES: list(task_vars.get(JOURNAL_WRITES) or [])
+                + [write_summary({"state_record": {"path": args.get("path")}})]}
     params = (result.get("invocation") or {}).get("module_args")
     why = None
     if delegated_to:
