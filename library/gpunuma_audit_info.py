@@ -201,27 +201,164 @@ def _run_quietly(module, argv):
         return None, "", str(exc)
 
 
+ARGUMENT_SPEC = dict(
+    hostname=dict(type="str", required=True),
+    plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
+    topology_path=dict(type="path", default="/etc/gpunuma/topology.json"),
+    state_path=dict(type="path", default="/etc/gpunuma/state.json"),
+    unit_dir=dict(type="path", default="/etc/systemd/system"),
+    dropin_name=dict(type="str", default="50-gpunuma.conf"),
+    proc_root=dict(type="path", default="/proc"),
+    check_running=dict(type="bool", default=True),
+    numa_balancing=dict(type="raw"),
+    numa_balancing_profile=dict(type="raw", default="strict"),
+    numa_balancing_file=dict(type="path", default="/etc/sysctl.d/60-gpunuma-numa-balancing.conf"),
+    numa_balancing_live=dict(type="str", choices=["auto", "yes", "no"], default="auto"),
+    min_local_share=dict(type="float", default=auditlib.MIN_LOCAL_SHARE),
+    rediscover=dict(type="bool", default=True),
+    sysfs_root=dict(type="path"),
+)
+
+# What to do about one of gpunuma's own files edited by hand (common/seal.py).
+RECOVERY = {
+    "plan": "site.yml writes the plan again (the edited file kept as a backup)",
+    "topology": "re-run site.yml with gpu_topology_accept_changes: true to replace it with a fresh discovery "
+                "(the edited file kept as a backup)",
+    "state": "the next recorded switch keeps it as a backup and starts a new history",
+}
+
+
+def _plan(p, findings):
+    """The applied plan through its one schema (common/documents.py): a damaged one names its fields."""
+    plan_text = _read(p["plan_path"])
+    plan, plan_error = None, None
+    if plan_text is not None:
+        plan_doc, plan_error = documents.load_text(documents.Plan, plan_text, p["plan_path"])
+        plan = plan_doc.data if plan_doc is not None else None
+    if plan_error:
+        findings.append(Finding("plan-unreadable", "error", plan_error, expected=schemas.PLAN))
+    elif plan is None:
+        findings.append(Finding("plan-missing", "error", "%s does not exist: gpunuma has not provisioned this node"
+                                % p["plan_path"], expected=p["plan_path"]))
+    return plan if isinstance(plan, dict) else {}
+
+
+def _state(p, plan, report, findings):
+    state, _state_error = _json(p["state_path"])
+    if isinstance(state, dict):
+        report["profile"]["state"] = state.get("profile")
+        report["profile"]["pinned"] = bool(state.get("pinned"))
+        planned = base_profile(plan.get("profile")) or ""
+        if plan and state.get("profile") and state.get("profile") != planned:
+            findings.append(Finding("profile-state", "error", "the node's state says profile %s, the applied plan is %s"
+                                    % (state.get("profile"), plan.get("profile")), None, state.get("profile"),
+                                    plan.get("profile")))
+    return state
+
+
+def _topology(p, plan, report, findings):
+    """The persisted topology, and findings when it, the live discovery and the plan's fingerprint disagree."""
+    topology, _topo_error = _json(p["topology_path"])
+    fingerprint = report["fingerprint"]
+    if isinstance(topology, dict):
+        fingerprint["persisted"] = topology.get("fingerprint")
+    if p["rediscover"]:
+        try:
+            from ansible.module_utils.gpunuma.discovery.discover import discover
+
+            live_topo = discover(p["hostname"], sysfs_root=p["sysfs_root"])["topology"]
+            fingerprint["live"] = live_topo.get("fingerprint")
+        except Exception as exc:  # discovery problems are findings, not crashes
+            findings.append(Finding("topology-unverified", "warning", "the topology could not be re-discovered: %s" % exc))
+        persisted = fingerprint["persisted"]
+        if fingerprint["live"] and persisted and fingerprint["live"] != persisted:
+            findings.append(Finding("topology-changed", "error", "the hardware layout changed since it was persisted in %s "
+                                    "(a BIOS NPS/SNC change, a moved GPU): re-plan with site.yml and "
+                                    "gpu_topology_accept_changes: true" % p["topology_path"], None, persisted,
+                                    fingerprint["live"]))
+    if plan and fingerprint["persisted"] and plan.get("topology_fingerprint") not in (None, fingerprint["persisted"]):
+        findings.append(Finding("topology-changed", "error", "the applied plan was made for topology %s, %s holds %s"
+                                % (plan.get("topology_fingerprint"), p["topology_path"], fingerprint["persisted"]),
+                                None, plan.get("topology_fingerprint"), fingerprint["persisted"]))
+    return topology
+
+
+def _unit_view(p, item, props):
+    """What the audit compares of one instance's unit: its own file, other drop-ins that bind, its state."""
+    unit_name = item.get("unit")
+    own = os.path.join(p["unit_dir"], unit_name if item.get("mode") != "dropin"
+                       else "%s.d/%s" % (unit_name, p["dropin_name"]))
+    extra = []
+    for path in (props.get("DropInPaths") or "").split():
+        if path != own:
+            text = _read(path) or ""
+            if any(auditlib.parse_unit(text).get(k) for k in ("CPUAffinity", "NUMAPolicy", "NUMAMask", "LimitMEMLOCK",
+                                                              "AllowedCPUs", "exec")):
+                extra.append(path)
+    try:
+        pid = int(props.get("MainPID") or 0)
+    except ValueError:
+        pid = 0
+    return {"unit": unit_name, "path": own, "text": _read(own), "extra_dropins": extra,
+            "need_reload": props.get("NeedDaemonReload") == "yes", "active": props.get("ActiveState"),
+            "pid": pid, "check_running": p["check_running"]}
+
+
+def _process_view(p, pid, control_group):
+    """The main process's status, numa_maps and limits, with pages and thread CPUs of every process of the unit."""
+    if not pid:
+        return None
+    base = os.path.join(p["proc_root"], str(pid))
+    proc = {"status": _read(os.path.join(base, "status")), "numa_maps": _read(os.path.join(base, "numa_maps")),
+            "limits": _read(os.path.join(base, "limits"))}
+    # Every process of the unit and every thread: an engine's workers are child processes, and a
+    # library that re-pins one thread (late sched_setaffinity) shows only there.
+    pages, threads, pids = {"anon": {}, "file": {}}, {}, _unit_pids(control_group, pid)
+    for each in pids:
+        maps = proc["numa_maps"] if each == pid else _read(os.path.join(p["proc_root"], str(each), "numa_maps"))
+        metricslib.add_numa_maps(pages, maps or "")
+        threads.update(metricslib.thread_cpus(each, p["proc_root"]))
+    proc.update(pages=pages, threads=threads, pids=pids)
+    return proc
+
+
+def _instances(module, p, plan, findings):
+    """One report entry per planned instance, its findings added to ``findings``."""
+    instances = [i for i in plan.get("instances") or [] if isinstance(i, dict)]
+    shown = _systemctl_show(module, [i.get("unit") for i in instances if i.get("unit")])
+    out = []
+    for item in instances:
+        props = shown.get(item.get("unit"), {})
+        unit = _unit_view(p, item, props)
+        proc = _process_view(p, unit["pid"], props.get("ControlGroup"))
+        item_findings, live = auditlib.audit_instance(item, unit, proc, p["min_local_share"])
+        findings.extend(item_findings)
+        out.append({
+            "name": item.get("name"), "unit": item.get("unit"),
+            "expected": {"cpus": item.get("cpus"), "mem_policy": item.get("mem_policy"),
+                         "mem_nodes": item.get("mem_nodes") or []},
+            "live": live,
+        })
+    return out
+
+
+def _numa_balancing(module, p, report, findings):
+    live_text = _read(os.path.join(p["proc_root"], "sys/kernel/numa_balancing"))
+    live_value = live_text.strip() if live_text else None
+    section = report["numa_balancing"]
+    section["live"] = live_value
+    if section["expected"] is not None:
+        file_value = _sysctl_value(_read(p["numa_balancing_file"]))
+        section["file"] = file_value
+        # The same container test and live-write rule as the autonuma role (gpunuma_node_info).
+        in_container, _unused = autonumalib.detect_container(lambda argv: _run_quietly(module, argv))
+        check_live, _unused = autonumalib.write_live(p["numa_balancing_live"], in_container)
+        findings.extend(auditlib.numa_balancing_findings(section["expected"], live_value, file_value,
+                                                         p["numa_balancing_file"], check_live))
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            hostname=dict(type="str", required=True),
-            plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
-            topology_path=dict(type="path", default="/etc/gpunuma/topology.json"),
-            state_path=dict(type="path", default="/etc/gpunuma/state.json"),
-            unit_dir=dict(type="path", default="/etc/systemd/system"),
-            dropin_name=dict(type="str", default="50-gpunuma.conf"),
-            proc_root=dict(type="path", default="/proc"),
-            check_running=dict(type="bool", default=True),
-            numa_balancing=dict(type="raw"),
-            numa_balancing_profile=dict(type="raw", default="strict"),
-            numa_balancing_file=dict(type="path", default="/etc/sysctl.d/60-gpunuma-numa-balancing.conf"),
-            numa_balancing_live=dict(type="str", choices=["auto", "yes", "no"], default="auto"),
-            min_local_share=dict(type="float", default=auditlib.MIN_LOCAL_SHARE),
-            rediscover=dict(type="bool", default=True),
-            sysfs_root=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     if not 0 <= p["min_local_share"] <= 1:
         module.fail_json(msg="min_local_share: %r is not allowed; allowed: a number from 0 to 1" % p["min_local_share"])
@@ -242,123 +379,18 @@ def main():
                            "reason": reason},
         "instances": [],
     }
-
-    # The applied plan through its one schema (common/documents.py): a damaged one names its fields.
-    plan_text = _read(p["plan_path"])
-    plan, plan_error = None, None
-    if plan_text is not None:
-        plan_doc, plan_error = documents.load_text(documents.Plan, plan_text, p["plan_path"])
-        plan = plan_doc.data if plan_doc is not None else None
-    if plan_error:
-        findings.append(Finding("plan-unreadable", "error", plan_error, expected=schemas.PLAN))
-    elif plan is None:
-        findings.append(Finding("plan-missing", "error", "%s does not exist: gpunuma has not provisioned this node"
-                                % p["plan_path"], expected=p["plan_path"]))
-    plan = plan if isinstance(plan, dict) else {}
+    plan = _plan(p, findings)
     report["profile"]["plan"] = plan.get("profile")
     report["fingerprint"]["plan"] = plan.get("topology_fingerprint")
-
-    state, _state_error = _json(p["state_path"])
-    if isinstance(state, dict):
-        report["profile"]["state"] = state.get("profile")
-        report["profile"]["pinned"] = bool(state.get("pinned"))
-        planned = base_profile(plan.get("profile")) or ""
-        if plan and state.get("profile") and state.get("profile") != planned:
-            findings.append(Finding("profile-state", "error", "the node's state says profile %s, the applied plan is %s"
-                                    % (state.get("profile"), plan.get("profile")), None, state.get("profile"),
-                                    plan.get("profile")))
-
-    topology, _topo_error = _json(p["topology_path"])
-    if isinstance(topology, dict):
-        report["fingerprint"]["persisted"] = topology.get("fingerprint")
-    if p["rediscover"]:
-        try:
-            from ansible.module_utils.gpunuma.discovery.discover import discover
-
-            live_topo = discover(p["hostname"], sysfs_root=p["sysfs_root"])["topology"]
-            report["fingerprint"]["live"] = live_topo.get("fingerprint")
-        except Exception as exc:  # discovery problems are findings, not crashes
-            findings.append(Finding("topology-unverified", "warning", "the topology could not be re-discovered: %s" % exc))
-        persisted = report["fingerprint"]["persisted"]
-        if report["fingerprint"]["live"] and persisted and report["fingerprint"]["live"] != persisted:
-            findings.append(Finding("topology-changed", "error", "the hardware layout changed since it was persisted in %s "
-                                    "(a BIOS NPS/SNC change, a moved GPU): re-plan with site.yml and "
-                                    "gpu_topology_accept_changes: true" % p["topology_path"], None, persisted,
-                                    report["fingerprint"]["live"]))
-    if plan and report["fingerprint"]["persisted"] and plan.get("topology_fingerprint") not in (
-            None, report["fingerprint"]["persisted"]):
-        findings.append(Finding("topology-changed", "error", "the applied plan was made for topology %s, %s holds %s"
-                                % (plan.get("topology_fingerprint"), p["topology_path"], report["fingerprint"]["persisted"]),
-                                None, plan.get("topology_fingerprint"), report["fingerprint"]["persisted"]))
-
-    # gpunuma's own files carry a checksum over their content (common/seal.py).
-    recovery = {
-        "plan": "site.yml writes the plan again (the edited file kept as a backup)",
-        "topology": "re-run site.yml with gpu_topology_accept_changes: true to replace it with a fresh discovery "
-                    "(the edited file kept as a backup)",
-        "state": "the next recorded switch keeps it as a backup and starts a new history",
-    }
+    state = _state(p, plan, report, findings)
+    topology = _topology(p, plan, report, findings)
     for kind, doc, path in (("plan", plan, p["plan_path"]), ("topology", topology, p["topology_path"]),
                             ("state", state, p["state_path"])):
         edited = seal.problem(doc) if isinstance(doc, dict) else None
         if edited:
-            findings.append(Finding("%s-edited" % kind, "error", "%s %s: %s" % (path, edited, recovery[kind])))
-
-    instances = [i for i in plan.get("instances") or [] if isinstance(i, dict)]
-    shown = _systemctl_show(module, [i.get("unit") for i in instances if i.get("unit")])
-    for item in instances:
-        unit_name = item.get("unit")
-        own = os.path.join(p["unit_dir"], unit_name if item.get("mode") != "dropin"
-                           else "%s.d/%s" % (unit_name, p["dropin_name"]))
-        props = shown.get(unit_name, {})
-        extra = []
-        for path in (props.get("DropInPaths") or "").split():
-            if path != own:
-                text = _read(path) or ""
-                if any(auditlib.parse_unit(text).get(k) for k in ("CPUAffinity", "NUMAPolicy", "NUMAMask", "LimitMEMLOCK",
-                                                                  "AllowedCPUs", "exec")):
-                    extra.append(path)
-        try:
-            pid = int(props.get("MainPID") or 0)
-        except ValueError:
-            pid = 0
-        unit = {"unit": unit_name, "path": own, "text": _read(own), "extra_dropins": extra,
-                "need_reload": props.get("NeedDaemonReload") == "yes", "active": props.get("ActiveState"),
-                "pid": pid, "check_running": p["check_running"]}
-        proc = None
-        if pid:
-            base = os.path.join(p["proc_root"], str(pid))
-            proc = {"status": _read(os.path.join(base, "status")), "numa_maps": _read(os.path.join(base, "numa_maps")),
-                    "limits": _read(os.path.join(base, "limits"))}
-            # Every process of the unit and every thread: an engine's workers are child processes, and a
-            # library that re-pins one thread (late sched_setaffinity) shows only there.
-            pages, threads, pids = {"anon": {}, "file": {}}, {}, _unit_pids(props.get("ControlGroup"), pid)
-            for each in pids:
-                maps = proc["numa_maps"] if each == pid else _read(os.path.join(p["proc_root"], str(each), "numa_maps"))
-                metricslib.add_numa_maps(pages, maps or "")
-                threads.update(metricslib.thread_cpus(each, p["proc_root"]))
-            proc.update(pages=pages, threads=threads, pids=pids)
-        item_findings, live = auditlib.audit_instance(item, unit, proc, p["min_local_share"])
-        findings.extend(item_findings)
-        report["instances"].append({
-            "name": item.get("name"), "unit": unit_name,
-            "expected": {"cpus": item.get("cpus"), "mem_policy": item.get("mem_policy"),
-                         "mem_nodes": item.get("mem_nodes") or []},
-            "live": live,
-        })
-
-    live_text = _read(os.path.join(p["proc_root"], "sys/kernel/numa_balancing"))
-    live_value = live_text.strip() if live_text else None
-    report["numa_balancing"]["live"] = live_value
-    if expected is not None:
-        file_value = _sysctl_value(_read(p["numa_balancing_file"]))
-        report["numa_balancing"]["file"] = file_value
-        # The same container test and live-write rule as the autonuma role (gpunuma_node_info).
-        in_container, _unused = autonumalib.detect_container(lambda argv: _run_quietly(module, argv))
-        check_live, _unused = autonumalib.write_live(p["numa_balancing_live"], in_container)
-        findings.extend(auditlib.numa_balancing_findings(expected, live_value, file_value, p["numa_balancing_file"],
-                                                         check_live))
-
+            findings.append(Finding("%s-edited" % kind, "error", "%s %s: %s" % (path, edited, RECOVERY[kind])))
+    report["instances"] = _instances(module, p, plan, findings)
+    _numa_balancing(module, p, report, findings)
     report["findings"] = findings
     report["status"] = auditlib.status_of(findings)
     # The documents compared, for the policy rules on live state (not part of the report).
