@@ -141,204 +141,224 @@ def _gib(value):
     return "%.1f GiB" % (value / float(1 << 30))
 
 
-def topology_svg(host, model):
-    """The host's topology picture: sockets as bands, NUMA nodes wrapped into rows inside them."""
-    topo = host["topology"]
-    plan = host.get("plan")
-    width = 1160
-    pad = 12
-    gpus_by_node = {}
-    unplaced_gpus = []
-    for gpu in topo["gpus"]:
-        if _int(gpu.get("numa_node")) and gpu["numa_node"] in model["cpus"]:
-            gpus_by_node.setdefault(gpu["numa_node"], []).append(gpu)
+def _by_node(devices, model):
+    """``({node: [device]}, [device of no known node])`` for GPUs or NICs."""
+    placed, unplaced = {}, []
+    for dev in devices:
+        if _int(dev.get("numa_node")) and dev["numa_node"] in model["cpus"]:
+            placed.setdefault(dev["numa_node"], []).append(dev)
         else:
-            unplaced_gpus.append(gpu)
-    nics_by_node = {}
-    unplaced_nics = []
-    for nic in topo.get("nics") or []:
-        if _int(nic.get("numa_node")) and nic["numa_node"] in model["cpus"]:
-            nics_by_node.setdefault(nic["numa_node"], []).append(nic)
-        else:
-            unplaced_nics.append(nic)
-    gpu_mem_of = {g["gpu_numa_id"]: g for g in topo["gpus"] if _int(g.get("gpu_numa_id"))}
-    gpu_owner = {}
-    mem_owners = {}
-    cpu_owner = {}
-    for inst in model["instances"]:
-        for g in inst["doc"].get("gpus") or []:
-            gpu_owner.setdefault(g, inst)
-        for m in inst["mem_nodes"]:
-            mem_owners.setdefault(m, []).append(inst)
-        for c in inst["cpus"]:
-            cpu_owner.setdefault(c, inst)
-    hk_all = set()
-    for cpus in model["hk"].values():
-        hk_all |= cpus
+            unplaced.append(dev)
+    return placed, unplaced
 
-    nodes = sorted(topo["numa_nodes"], key=lambda n: n["id"])
-    bands = {}
-    for node in nodes:
-        bands.setdefault(model["socket"].get(node["id"]), []).append(node)
-    order = sorted(bands, key=lambda s: (s is None, s if s is not None else 0))
 
-    parts = []
-    gpu_pos = {}
-    node_box = {}
-    y = pad
-    inner = width - 2 * pad
-    for sock in order:
-        band_nodes = bands[sock]
+class _TopologyDrawing:
+    """One host's topology picture, drawn band by band; ``parts`` collects the SVG elements."""
+
+    WIDTH = 1160
+    PAD = 12
+
+    def __init__(self, host, model):
+        self.host, self.model = host, model
+        self.topo = host["topology"]
+        self.plan = host.get("plan")
+        self.gpus_by_node, self.unplaced_gpus = _by_node(self.topo["gpus"], model)
+        self.nics_by_node, self.unplaced_nics = _by_node(self.topo.get("nics") or [], model)
+        self.gpu_mem_of = {g["gpu_numa_id"]: g for g in self.topo["gpus"] if _int(g.get("gpu_numa_id"))}
+        self.gpu_owner, self.mem_owners, self.cpu_owner = {}, {}, {}
+        for inst in model["instances"]:
+            for g in inst["doc"].get("gpus") or []:
+                self.gpu_owner.setdefault(g, inst)
+            for m in inst["mem_nodes"]:
+                self.mem_owners.setdefault(m, []).append(inst)
+            for c in inst["cpus"]:
+                self.cpu_owner.setdefault(c, inst)
+        self.hk_all = set()
+        for cpus in model["hk"].values():
+            self.hk_all |= cpus
+        self.parts, self.gpu_pos, self.node_box = [], {}, {}
+
+    def svg(self):
+        pad, inner = self.PAD, self.WIDTH - 2 * self.PAD
+        nodes = sorted(self.topo["numa_nodes"], key=lambda n: n["id"])
+        bands = {}
+        for node in nodes:
+            bands.setdefault(self.model["socket"].get(node["id"]), []).append(node)
+        y = pad
+        for sock in sorted(bands, key=lambda s: (s is None, s if s is not None else 0)):
+            y = self.band(sock, bands[sock], y, inner)
+        if self.unplaced_gpus or self.unplaced_nics or not nodes:
+            y = self.unplaced(y, inner, bool(nodes))
+        self.crossings()
+        return ('<svg class="topology" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="100%%" '
+                'style="max-width:%dpx" role="img" aria-label="%s">%s</svg>'
+                % (self.WIDTH, y + pad, self.WIDTH, esc("topology of %s" % self.host["name"]), "".join(self.parts)))
+
+    def band(self, sock, band_nodes, y, inner):
+        """One socket's band, its NUMA nodes wrapped into rows; returns the y below it."""
+        pad = self.PAD
         band_top = y
-        y += 22
-        x = pad + 8
-        row_h = 0
-        row_y = y
-        right = pad + 260
+        x, row_h, row_y, right = pad + 8, 0, y + 22, pad + 260
         for node in band_nodes:
-            cpus = sorted(model["cpus"].get(node["id"], ()))
-            has_cpus = bool(cpus)
-            if has_cpus:
-                box_w = 370
-                cell = 12 if len(cpus) <= 192 else (8 if len(cpus) <= 640 else 5)
-                per_row = max(1, (box_w - 16) // cell)
-                grid_h = ((len(cpus) + per_row - 1) // per_row) * cell
-                gpus_here = gpus_by_node.get(node["id"], [])
-                nics_here = nics_by_node.get(node["id"], [])
-                per_dev_row = 5
-                dev_rows = (len(gpus_here) + per_dev_row - 1) // per_dev_row + (len(nics_here) + 5) // 6
-                mem_rows = len(mem_owners.get(node["id"], []))
-                box_h = 40 + grid_h + 20 + 14 * mem_rows + 34 * dev_rows + 8
-            else:
-                box_w = 132
-                box_h = 58 + 14 * len(mem_owners.get(node["id"], []))
+            box_w, box_h = self.box_size(node)
             if x + box_w > pad + inner - 8 and x > pad + 8:
                 x = pad + 8
                 row_y += row_h + 10
                 row_h = 0
-            node_box[node["id"]] = (x, row_y, box_w, box_h)
-            cls = "node cpu-node" if has_cpus else "node memory-node"
-            parts.append('<g class="%s" data-node="%d">' % (cls, node["id"]))
-            parts.append('<rect x="%d" y="%d" width="%d" height="%d" rx="6" fill="%s" stroke="#555" stroke-width="1.2"%s/>'
-                         % (x, row_y, box_w, box_h, "#ffffff" if has_cpus else "#f3f0ff",
-                            "" if has_cpus else ' stroke-dasharray="4 3"'))
-            if has_cpus:
-                parts.append(_text(x + 8, row_y + 16, "NUMA node %d" % node["id"], 13, weight="bold"))
-                parts.append(_text(x + box_w - 8, row_y + 16, "%s, %d CPUs" % (_gib(node.get("memory_total_bytes")),
-                                                                                len(cpus)), 11, anchor="end"))
-                parts.append(_text(x + 8, row_y + 31, "CPUs %s" % format_ids(cpus), 10, fill="#444"))
-                gy = row_y + 38
-                for k, cpu in enumerate(cpus):
-                    cx = x + 8 + (k % per_row) * cell
-                    cy = gy + (k // per_row) * cell
-                    if cpu in hk_all:
-                        parts.append('<rect class="cpu housekeeping" x="%d" y="%d" width="%d" height="%d" fill="%s">'
-                                     '<title>CPU %d: housekeeping</title></rect>'
-                                     % (cx, cy, cell - 1, cell - 1, HOUSEKEEPING_FILL, cpu))
-                    elif cpu in cpu_owner:
-                        owner = cpu_owner[cpu]
-                        parts.append('<rect class="cpu" x="%d" y="%d" width="%d" height="%d" fill="%s">'
-                                     '<title>CPU %d: %s</title></rect>'
-                                     % (cx, cy, cell - 1, cell - 1, owner["colour"], cpu, esc(owner["doc"].get("name"))))
-                    else:
-                        parts.append('<rect class="cpu" x="%d" y="%d" width="%d" height="%d" fill="%s">'
-                                     '<title>CPU %d: free</title></rect>' % (cx, cy, cell - 1, cell - 1, FREE_FILL, cpu))
-                ty = gy + grid_h + 14
-                hk_here = model["hk"].get(str(node["id"]))
-                parts.append(_text(x + 8, ty, "housekeeping: %s" % (format_ids(hk_here) if hk_here else
-                                                                    ("none" if plan else "no plan")), 10, fill="#333"))
-                ty += 4
-            else:
-                parts.append(_text(x + 6, row_y + 15, "node %d" % node["id"], 12, weight="bold"))
-                parts.append(_text(x + 6, row_y + 29, "memory only, no CPUs", 10, fill="#553399"))
-                owner_gpu = gpu_mem_of.get(node["id"])
-                label = ("GPU%d memory" % owner_gpu["index"]) if owner_gpu else _gib(node.get("memory_total_bytes"))
-                if owner_gpu and _int(node.get("memory_total_bytes")):
-                    label += ", " + _gib(node["memory_total_bytes"])
-                parts.append(_text(x + 6, row_y + 43, label, 10, fill="#333"))
-                ty = row_y + 46
-            for inst in mem_owners.get(node["id"], []):
-                parts.append('<rect x="%d" y="%d" width="%d" height="11" fill="%s"/>' % (x + 6, ty + 1, 10, inst["colour"]))
-                parts.append(_text(x + 20, ty + 10, "memory: %s (%s)" % (inst["doc"].get("name"),
-                                                                        inst["doc"].get("mem_policy")), 10))
-                ty += 14
-            if has_cpus:
-                ty += 6
-                for k, gpu in enumerate(gpus_by_node.get(node["id"], [])):
-                    gx = x + 8 + (k % 5) * 71
-                    gyy = ty + (k // 5) * 34
-                    gpu_pos[gpu["index"]] = (gx + 32, gyy + 13)
-                    parts.append(_gpu_rect(gx, gyy, gpu, gpu_owner.get(gpu["index"])))
-                rows = (len(gpus_by_node.get(node["id"], [])) + 4) // 5
-                ty += rows * 34
-                for k, nic in enumerate(nics_by_node.get(node["id"], [])):
-                    nx = x + 8 + (k % 6) * 59
-                    ny = ty + (k // 6) * 34
-                    parts.append(_nic_rect(nx, ny, nic))
-            parts.append("</g>")
+            self.node(node, x, row_y, box_w, box_h)
             right = max(right, x + box_w + 8)
             x += box_w + 10
             row_h = max(row_h, box_h)
         y = row_y + row_h + 10
         if sock is None:
             label = "nodes of unknown socket"
-        elif model["sockets_known"]:
+        elif self.model["sockets_known"]:
             label = "socket %d" % sock
         else:
-            label = "socket unknown (NUMA node %s)" % format_ids(n["id"] for n in band_nodes if model["cpus"].get(n["id"]))
-        parts.insert(0, '<rect class="socket" x="%d" y="%d" width="%d" height="%d" rx="10" fill="#f6f8fb" '
-                        'stroke="#8899aa" stroke-width="1.5"/>%s' % (pad, band_top, right - pad, y - band_top,
-                                                                    _text(pad + 10, band_top + 16, label, 13, weight="bold",
-                                                                          fill="#334")))
-        y += 8
-    if unplaced_gpus or unplaced_nics or not nodes:
+            label = "socket unknown (NUMA node %s)" % format_ids(n["id"] for n in band_nodes
+                                                                 if self.model["cpus"].get(n["id"]))
+        self.parts.insert(0, '<rect class="socket" x="%d" y="%d" width="%d" height="%d" rx="10" fill="#f6f8fb" '
+                             'stroke="#8899aa" stroke-width="1.5"/>%s'
+                          % (pad, band_top, right - pad, y - band_top,
+                             _text(pad + 10, band_top + 16, label, 13, weight="bold", fill="#334")))
+        return y + 8
+
+    def grid(self, cpus):
+        """``(cell, per_row, grid_h)`` of a node's CPU grid."""
+        cell = 12 if len(cpus) <= 192 else (8 if len(cpus) <= 640 else 5)
+        per_row = max(1, (370 - 16) // cell)
+        return cell, per_row, ((len(cpus) + per_row - 1) // per_row) * cell
+
+    def box_size(self, node):
+        cpus = self.model["cpus"].get(node["id"], ())
+        mem_rows = len(self.mem_owners.get(node["id"], []))
+        if not cpus:
+            return 132, 58 + 14 * mem_rows
+        grid_h = self.grid(cpus)[2]
+        dev_rows = ((len(self.gpus_by_node.get(node["id"], [])) + 4) // 5
+                    + (len(self.nics_by_node.get(node["id"], [])) + 5) // 6)
+        return 370, 40 + grid_h + 20 + 14 * mem_rows + 34 * dev_rows + 8
+
+    def node(self, node, x, row_y, box_w, box_h):
+        """One NUMA node's box: its CPUs (or the memory-only label), memory owners, GPUs and NICs."""
+        self.node_box[node["id"]] = (x, row_y, box_w, box_h)
+        has_cpus = bool(self.model["cpus"].get(node["id"]))
+        self.parts.append('<g class="%s" data-node="%d">' % ("node cpu-node" if has_cpus else "node memory-node",
+                                                             node["id"]))
+        self.parts.append('<rect x="%d" y="%d" width="%d" height="%d" rx="6" fill="%s" stroke="#555" '
+                          'stroke-width="1.2"%s/>' % (x, row_y, box_w, box_h, "#ffffff" if has_cpus else "#f3f0ff",
+                                                      "" if has_cpus else ' stroke-dasharray="4 3"'))
+        ty = self.cpu_node(node, x, row_y, box_w) if has_cpus else self.memory_node(node, x, row_y)
+        for inst in self.mem_owners.get(node["id"], []):
+            self.parts.append('<rect x="%d" y="%d" width="%d" height="11" fill="%s"/>'
+                              % (x + 6, ty + 1, 10, inst["colour"]))
+            doc = inst["doc"]
+            self.parts.append(_text(x + 20, ty + 10, "memory: %s (%s)" % (doc.get("name"), doc.get("mem_policy")), 10))
+            ty += 14
+        if has_cpus:
+            self.devices(node, x, ty + 6)
+        self.parts.append("</g>")
+
+    def cpu_node(self, node, x, row_y, box_w):
+        """The heading and CPU grid of a node with CPUs; returns the y below its housekeeping line."""
+        parts, cpus = self.parts, sorted(self.model["cpus"].get(node["id"], ()))
+        cell, per_row, grid_h = self.grid(cpus)
+        parts.append(_text(x + 8, row_y + 16, "NUMA node %d" % node["id"], 13, weight="bold"))
+        size = "%s, %d CPUs" % (_gib(node.get("memory_total_bytes")), len(cpus))
+        parts.append(_text(x + box_w - 8, row_y + 16, size, 11, anchor="end"))
+        parts.append(_text(x + 8, row_y + 31, "CPUs %s" % format_ids(cpus), 10, fill="#444"))
+        gy = row_y + 38
+        for k, cpu in enumerate(cpus):
+            cx = x + 8 + (k % per_row) * cell
+            cy = gy + (k // per_row) * cell
+            if cpu in self.hk_all:
+                fill, title, cls = HOUSEKEEPING_FILL, "housekeeping", "cpu housekeeping"
+            elif cpu in self.cpu_owner:
+                owner = self.cpu_owner[cpu]
+                fill, title, cls = owner["colour"], esc(owner["doc"].get("name")), "cpu"
+            else:
+                fill, title, cls = FREE_FILL, "free", "cpu"
+            parts.append('<rect class="%s" x="%d" y="%d" width="%d" height="%d" fill="%s">'
+                         '<title>CPU %d: %s</title></rect>' % (cls, cx, cy, cell - 1, cell - 1, fill, cpu, title))
+        ty = gy + grid_h + 14
+        hk_here = self.model["hk"].get(str(node["id"]))
+        parts.append(_text(x + 8, ty, "housekeeping: %s" % (format_ids(hk_here) if hk_here else
+                                                            ("none" if self.plan else "no plan")), 10, fill="#333"))
+        return ty + 4
+
+    def memory_node(self, node, x, row_y):
+        """The label of a memory-only node (a GPU's memory, e.g. GB200); returns the y below it."""
+        self.parts.append(_text(x + 6, row_y + 15, "node %d" % node["id"], 12, weight="bold"))
+        self.parts.append(_text(x + 6, row_y + 29, "memory only, no CPUs", 10, fill="#553399"))
+        owner_gpu = self.gpu_mem_of.get(node["id"])
+        label = ("GPU%d memory" % owner_gpu["index"]) if owner_gpu else _gib(node.get("memory_total_bytes"))
+        if owner_gpu and _int(node.get("memory_total_bytes")):
+            label += ", " + _gib(node["memory_total_bytes"])
+        self.parts.append(_text(x + 6, row_y + 43, label, 10, fill="#333"))
+        return row_y + 46
+
+    def devices(self, node, x, ty):
+        """A node's GPUs (five a row) and then its NICs (six a row)."""
+        gpus = self.gpus_by_node.get(node["id"], [])
+        for k, gpu in enumerate(gpus):
+            gx = x + 8 + (k % 5) * 71
+            gyy = ty + (k // 5) * 34
+            self.gpu_pos[gpu["index"]] = (gx + 32, gyy + 13)
+            self.parts.append(_gpu_rect(gx, gyy, gpu, self.gpu_owner.get(gpu["index"])))
+        ty += ((len(gpus) + 4) // 5) * 34
+        for k, nic in enumerate(self.nics_by_node.get(node["id"], [])):
+            self.parts.append(_nic_rect(x + 8 + (k % 6) * 59, ty + (k // 6) * 34, nic))
+
+    def unplaced(self, y, inner, any_nodes):
+        """The band of GPUs and NICs of no known node (or the note of a topology with no nodes)."""
+        pad = self.PAD
         band_top = y
         y += 22
-        k = 0
-        for gpu in unplaced_gpus:
+        for k, gpu in enumerate(self.unplaced_gpus):
             gx = pad + 8 + (k % 15) * 71
             gy = y + (k // 15) * 34
-            gpu_pos[gpu["index"]] = (gx + 32, gy + 13)
-            parts.append(_gpu_rect(gx, gy, gpu, gpu_owner.get(gpu["index"])))
-            k += 1
-        y += ((k + 14) // 15) * 34
-        for k, nic in enumerate(unplaced_nics):
-            parts.append(_nic_rect(pad + 8 + (k % 18) * 59, y + (k // 18) * 34, nic))
-        y += ((len(unplaced_nics) + 17) // 18) * 34 + 6
-        parts.append('<rect x="%d" y="%d" width="%d" height="%d" rx="10" fill="none" stroke="#bb7700" '
-                     'stroke-dasharray="6 4"/>' % (pad, band_top, inner, y - band_top))
-        parts.append(_text(pad + 10, band_top + 16, "NUMA node unknown: GPUs and NICs that cannot be placed"
-                           if nodes else "no NUMA nodes in the topology", 13, weight="bold", fill="#884400"))
-        y += 8
-    # Instances whose CPUs or memory are away from their GPUs: a red dashed line from GPU to that node.
-    for inst in model["instances"]:
-        cross = inst["cross"]
-        if not cross:
-            continue
-        gpu_node = {gpu["index"]: gpu.get("numa_node") for gpu in topo["gpus"]}
-        labelled = False
-        for g in inst["doc"].get("gpus") or []:
-            if g not in gpu_pos:
+            self.gpu_pos[gpu["index"]] = (gx + 32, gy + 13)
+            self.parts.append(_gpu_rect(gx, gy, gpu, self.gpu_owner.get(gpu["index"])))
+        y += ((len(self.unplaced_gpus) + 14) // 15) * 34
+        for k, nic in enumerate(self.unplaced_nics):
+            self.parts.append(_nic_rect(pad + 8 + (k % 18) * 59, y + (k // 18) * 34, nic))
+        y += ((len(self.unplaced_nics) + 17) // 18) * 34 + 6
+        self.parts.append('<rect x="%d" y="%d" width="%d" height="%d" rx="10" fill="none" stroke="#bb7700" '
+                          'stroke-dasharray="6 4"/>' % (pad, band_top, inner, y - band_top))
+        self.parts.append(_text(pad + 10, band_top + 16, "NUMA node unknown: GPUs and NICs that cannot be placed"
+                                if any_nodes else "no NUMA nodes in the topology", 13, weight="bold", fill="#884400"))
+        return y + 8
+
+    def crossings(self):
+        """Instances whose CPUs or memory are away from their GPUs: a red dashed line from GPU to that node."""
+        gpu_node = {gpu["index"]: gpu.get("numa_node") for gpu in self.topo["gpus"]}
+        for inst in self.model["instances"]:
+            cross = inst["cross"]
+            if not cross:
                 continue
-            for n in sorted(set(inst["cpu_nodes"]) | set(inst["mem_nodes"])):
-                if n == gpu_node.get(g) or gpu_mem_of.get(n, {}).get("index") == g:
+            labelled = False
+            for g in inst["doc"].get("gpus") or []:
+                if g not in self.gpu_pos:
                     continue
-                if n not in node_box:
-                    continue
-                bx, by, bw, bh = node_box[n]
-                x1, y1 = gpu_pos[g]
-                x2, y2 = bx + bw // 2, by + 24
-                parts.append('<line class="cross" x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3" '
-                             'stroke-dasharray="8 5"/>' % (x1, y1, x2, y2, CROSS_COLOUR))
-                if not labelled:
-                    labelled = True
-                    parts.append('<text class="cross-label" x="%d" y="%d" font-size="12" font-weight="bold" fill="%s">'
-                                 '%s %s</text>' % (x1 + 34, y1 + 4, CROSS_COLOUR, esc(inst["doc"].get("name")),
-                                                   esc(cross["label"])))
-    height = y + pad
-    return ('<svg class="topology" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="100%%" '
-            'style="max-width:%dpx" role="img" aria-label="%s">%s</svg>'
-            % (width, height, width, esc("topology of %s" % host["name"]), "".join(parts)))
+                for n in sorted(set(inst["cpu_nodes"]) | set(inst["mem_nodes"])):
+                    if n == gpu_node.get(g) or self.gpu_mem_of.get(n, {}).get("index") == g or n not in self.node_box:
+                        continue
+                    bx, by, bw, _bh = self.node_box[n]
+                    x1, y1 = self.gpu_pos[g]
+                    self.parts.append('<line class="cross" x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" '
+                                      'stroke-width="3" stroke-dasharray="8 5"/>'
+                                      % (x1, y1, bx + bw // 2, by + 24, CROSS_COLOUR))
+                    if not labelled:
+                        labelled = True
+                        self.parts.append('<text class="cross-label" x="%d" y="%d" font-size="12" font-weight="bold" '
+                                          'fill="%s">%s %s</text>' % (x1 + 34, y1 + 4, CROSS_COLOUR,
+                                                                      esc(inst["doc"].get("name")),
+                                                                      esc(cross["label"])))
+
+
+def topology_svg(host, model):
+    """The host's topology picture: sockets as bands, NUMA nodes wrapped into rows inside them."""
+    return _TopologyDrawing(host, model).svg()
 
 
 def _gpu_rect(x, y, gpu, owner):
