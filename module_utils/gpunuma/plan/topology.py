@@ -83,78 +83,13 @@ class PlanTopology(TopologyReaders):
         """``housekeeping_cores``: a count per node or ``"auto"``; ``housekeeping_cpus``: an explicit
         CPU set (reservedSystemCPUs / CpuSpecList style) that overrides the count."""
         problems = []
-        if not isinstance(topology, dict):
-            raise PlanError("topology: must be a %s mapping, got %s" % (TOPOLOGY_SCHEMA, type(topology).__name__))
-        if topology.get("schema") != TOPOLOGY_SCHEMA:
-            raise PlanError(
-                "topology.schema: %r is not supported; allowed: %s" % (topology.get("schema"), TOPOLOGY_SCHEMA)
-            )
-        for key in ("numa_nodes", "gpus"):
-            if not isinstance(topology.get(key), list):
-                problems.append("topology.%s: must be a list" % key)
-        if problems:
-            raise PlanError(problems)
-        self.hostname = topology.get("hostname") or "this host"
-        self.fingerprint = topology.get("fingerprint")
-        if topology.get("complete") is False:
-            warnings.append(
-                "topology of %s is incomplete (a discovery source failed); the plan may miss GPUs or nodes"
-                % self.hostname
-            )
-
-        hostname = topology.get("hostname")
-        if hostname is not None and not isinstance(hostname, str):
-            problems.append("topology.hostname: %r is not a host name; allowed: a string or null" % (hostname,))
-            self.hostname = "this host"
+        self._check_document(topology, warnings, problems)
         self.nodes = {}
         owners = {}
         for pos, raw in enumerate(topology["numa_nodes"]):
-            where = "topology.numa_nodes[%d]" % pos
-            if not isinstance(raw, dict) or isinstance(raw.get("id"), bool) or not isinstance(raw.get("id"), int):
-                problems.append("%s: must be a mapping with an integer id" % where)
-                continue
-            try:
-                cpus = parse_cpulist(raw.get("cpus") or "", "%s.cpus" % where)
-            except CpuListError as exc:
-                problems.append(str(exc))
-                continue
-            if raw["id"] in self.nodes:
-                problems.append("%s.id: node %d appears twice" % (where, raw["id"]))
-                continue
-            shared = cpus & frozenset(owners)
-            if shared:
-                problems.append(
-                    "%s.cpus: CPUs %s also belong to NUMA node %s; allowed: NUMA nodes with disjoint CPU sets "
-                    "(each CPU on exactly one node, as /sys/devices/system/node/node*/cpulist lists them); "
-                    "discover the topology again or repair the file"
-                    % (where, format_cpulist(shared), ", ".join(str(n) for n in sorted(set(owners[c] for c in shared))))
-                )
-                continue
-            owners.update((cpu, raw["id"]) for cpu in cpus)
-            bad_bytes = False
-            for key in ("memory_total_bytes", "memory_free_bytes", "hugetlb_bytes"):
-                value = raw.get(key)
-                if value is not None and (not is_int(value) or value < 0):
-                    problems.append("%s.%s: %r is not a byte count; allowed: an integer 0 or more, or null" % (where, key, value))
-                    bad_bytes = True
-            if raw.get("cores") is not None and not isinstance(raw.get("cores"), list):
-                problems.append(
-                    "%s.cores: %r is not a list of hyperthread sibling groups; allowed: a list of CPU list strings, or null"
-                    % (where, raw.get("cores"))
-                )
-                continue
-            if bad_bytes:
-                continue
-            node = PlanNode(
-                id=raw["id"],
-                cpus=cpus if raw.get("has_cpus", True) is not False else frozenset(),
-                free=raw.get("memory_free_bytes"),
-                total=raw.get("memory_total_bytes"),
-                hugetlb=raw.get("hugetlb_bytes") or 0,
-            )
-            node.cores = self._cores(raw, node, where, warnings, problems)
-            node.l3_groups = self._l3_groups(raw, node, where, problems)
-            self.nodes[node.id] = node
+            node = self._read_node(raw, "topology.numa_nodes[%d]" % pos, owners, warnings, problems)
+            if node is not None:
+                self.nodes[node.id] = node
         self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
         self.all_cpus = frozenset(owners)
         self._distances(topology["numa_nodes"])
@@ -173,39 +108,10 @@ class PlanTopology(TopologyReaders):
         self.gpus = {}
         gpu_rows = {}
         for pos, raw in enumerate(topology["gpus"]):
-            where = "topology.gpus[%d]" % pos
-            if not isinstance(raw, dict) or isinstance(raw.get("index"), bool) or not isinstance(raw.get("index"), int):
-                problems.append("%s: must be a mapping with an integer index" % where)
-                continue
-            index = raw["index"]
-            if index in self.gpus:
-                problems.append("%s.index: GPU %d appears twice; allowed: each index once" % (where, index))
-                continue
-            node_id = raw.get("numa_node")
-            uuid = raw.get("uuid") or None
-            if uuid is not None and (not isinstance(uuid, str) or not _UUID_RE.fullmatch(uuid)):
-                problems.append(
-                    "%s.uuid: %r is not a GPU UUID; allowed: GPU-<hex digits and dashes> as NVML reports it, or null"
-                    % (where, uuid)
-                )
-                continue
-            if node_id is not None and not is_int(node_id):
-                problems.append("%s.numa_node: %r is not a node id; allowed: an integer node id, or null" % (where, node_id))
-                continue
-            if node_id is not None and (node_id not in self.nodes or not self.nodes[node_id].cpus):
-                warnings.append(
-                    "topology gives GPU %d numa_node %r, which is not a CPU-bearing node; the GPU is treated as having no known node"
-                    % (index, node_id)
-                )
-                node_id = None
-            vendor = raw.get("vendor", "nvidia")
-            if vendor not in GPU_VENDORS:
-                problems.append("%s.vendor: %r is not a GPU vendor; allowed: %s (absent: nvidia)"
-                                % (where, vendor, ", ".join(GPU_VENDORS)))
-                continue
-            self.gpus[index] = PlanGpu(index=index, uuid=uuid, node=node_id, mig=bool(raw.get("mig_enabled")),
-                                       vendor=vendor)
-            gpu_rows[index] = pos
+            gpu = self._read_gpu(raw, "topology.gpus[%d]" % pos, warnings, problems)
+            if gpu is not None:
+                self.gpus[gpu.index] = gpu
+                gpu_rows[gpu.index] = pos
         self.nics = self._nics(topology.get("nics"), problems)
         self.nic_links = self._nic_links(topology.get("gpu_nic_links"), gpu_rows, len(topology["gpus"]), warnings)
         if problems:
@@ -214,6 +120,112 @@ class PlanTopology(TopologyReaders):
         self._split_housekeeping(topology, housekeeping_cores, housekeeping_cpus, warnings, irq_pin)
         self.gpu_ids = sorted(self.gpus)
         self.links = self._links(topology.get("gpu_links"), warnings)
+
+    def _check_document(self, topology, warnings, problems):
+        """The document's schema, its two lists and its host name (``hostname``, ``fingerprint`` set)."""
+        if not isinstance(topology, dict):
+            raise PlanError("topology: must be a %s mapping, got %s" % (TOPOLOGY_SCHEMA, type(topology).__name__))
+        if topology.get("schema") != TOPOLOGY_SCHEMA:
+            raise PlanError(
+                "topology.schema: %r is not supported; allowed: %s" % (topology.get("schema"), TOPOLOGY_SCHEMA)
+            )
+        for key in ("numa_nodes", "gpus"):
+            if not isinstance(topology.get(key), list):
+                problems.append("topology.%s: must be a list" % key)
+        if problems:
+            raise PlanError(problems)
+        self.hostname = topology.get("hostname") or "this host"
+        self.fingerprint = topology.get("fingerprint")
+        if topology.get("complete") is False:
+            warnings.append(
+                "topology of %s is incomplete (a discovery source failed); the plan may miss GPUs or nodes"
+                % self.hostname
+            )
+        hostname = topology.get("hostname")
+        if hostname is not None and not isinstance(hostname, str):
+            problems.append("topology.hostname: %r is not a host name; allowed: a string or null" % (hostname,))
+            self.hostname = "this host"
+
+    def _read_node(self, raw, where, owners, warnings, problems):
+        """One ``numa_nodes`` entry as a PlanNode (its CPUs added to ``owners``), or None with a problem."""
+        if not isinstance(raw, dict) or isinstance(raw.get("id"), bool) or not isinstance(raw.get("id"), int):
+            problems.append("%s: must be a mapping with an integer id" % where)
+            return None
+        try:
+            cpus = parse_cpulist(raw.get("cpus") or "", "%s.cpus" % where)
+        except CpuListError as exc:
+            problems.append(str(exc))
+            return None
+        if raw["id"] in self.nodes:
+            problems.append("%s.id: node %d appears twice" % (where, raw["id"]))
+            return None
+        shared = cpus & frozenset(owners)
+        if shared:
+            problems.append(
+                "%s.cpus: CPUs %s also belong to NUMA node %s; allowed: NUMA nodes with disjoint CPU sets "
+                "(each CPU on exactly one node, as /sys/devices/system/node/node*/cpulist lists them); "
+                "discover the topology again or repair the file"
+                % (where, format_cpulist(shared), ", ".join(str(n) for n in sorted(set(owners[c] for c in shared))))
+            )
+            return None
+        owners.update((cpu, raw["id"]) for cpu in cpus)
+        bad_bytes = False
+        for key in ("memory_total_bytes", "memory_free_bytes", "hugetlb_bytes"):
+            value = raw.get(key)
+            if value is not None and (not is_int(value) or value < 0):
+                problems.append("%s.%s: %r is not a byte count; allowed: an integer 0 or more, or null" % (where, key, value))
+                bad_bytes = True
+        if raw.get("cores") is not None and not isinstance(raw.get("cores"), list):
+            problems.append(
+                "%s.cores: %r is not a list of hyperthread sibling groups; allowed: a list of CPU list strings, or null"
+                % (where, raw.get("cores"))
+            )
+            return None
+        if bad_bytes:
+            return None
+        node = PlanNode(
+            id=raw["id"],
+            cpus=cpus if raw.get("has_cpus", True) is not False else frozenset(),
+            free=raw.get("memory_free_bytes"),
+            total=raw.get("memory_total_bytes"),
+            hugetlb=raw.get("hugetlb_bytes") or 0,
+        )
+        node.cores = self._cores(raw, node, where, warnings, problems)
+        node.l3_groups = self._l3_groups(raw, node, where, problems)
+        return node
+
+    def _read_gpu(self, raw, where, warnings, problems):
+        """One ``gpus`` entry as a PlanGpu (a node that is not CPU-bearing becomes None), or None with a problem."""
+        if not isinstance(raw, dict) or isinstance(raw.get("index"), bool) or not isinstance(raw.get("index"), int):
+            problems.append("%s: must be a mapping with an integer index" % where)
+            return None
+        index = raw["index"]
+        if index in self.gpus:
+            problems.append("%s.index: GPU %d appears twice; allowed: each index once" % (where, index))
+            return None
+        node_id = raw.get("numa_node")
+        uuid = raw.get("uuid") or None
+        if uuid is not None and (not isinstance(uuid, str) or not _UUID_RE.fullmatch(uuid)):
+            problems.append(
+                "%s.uuid: %r is not a GPU UUID; allowed: GPU-<hex digits and dashes> as NVML reports it, or null"
+                % (where, uuid)
+            )
+            return None
+        if node_id is not None and not is_int(node_id):
+            problems.append("%s.numa_node: %r is not a node id; allowed: an integer node id, or null" % (where, node_id))
+            return None
+        if node_id is not None and (node_id not in self.nodes or not self.nodes[node_id].cpus):
+            warnings.append(
+                "topology gives GPU %d numa_node %r, which is not a CPU-bearing node; the GPU is treated as having no known node"
+                % (index, node_id)
+            )
+            node_id = None
+        vendor = raw.get("vendor", "nvidia")
+        if vendor not in GPU_VENDORS:
+            problems.append("%s.vendor: %r is not a GPU vendor; allowed: %s (absent: nvidia)"
+                            % (where, vendor, ", ".join(GPU_VENDORS)))
+            return None
+        return PlanGpu(index=index, uuid=uuid, node=node_id, mig=bool(raw.get("mig_enabled")), vendor=vendor)
 
     def nics_near_gpu(self, index):
         """``(names, how)``: the NICs nearest GPU ``index``: PIX, else PXB, else the GPU's node; ``([], None)``."""
