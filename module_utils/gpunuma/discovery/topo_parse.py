@@ -144,12 +144,12 @@ def parse_topo_matrix(text, source="nvidia-smi topo -m output"):
     raise first_error
 
 
-def _parse_block(ctx, lines, header_index):
+def _header_columns(ctx, lines, header_index):
+    """``(devices, affinity)``: the header's GPU and NIC labels (repaired, checked) and its affinity columns."""
     header_lineno = header_index + 1
-    tokens = _header_tokens(lines[header_index])
     devices = []
     affinity = []
-    for kind, value in tokens:
+    for kind, value in _header_tokens(lines[header_index]):
         if kind == "device":
             if affinity:
                 raise ctx.error(
@@ -174,12 +174,64 @@ def _parse_block(ctx, lines, header_index):
         dup = sorted(set(d for d in devices if devices.count(d) > 1))
         raise ctx.error("column(s) %s appear more than once in the header" % ", ".join(dup), header_lineno)
     _check_labels(ctx, devices, header_lineno)
-    # nvidia-smi prints GPU0..GPU<N-1> in order; output is ordered by index whatever the column order.
-    gpu_labels = sorted((d for d in devices if _GPU_LABEL_RE.match(d)), key=lambda d: int(d[3:]))
-    nic_labels = [d for d in devices if not _GPU_LABEL_RE.match(d)]
-    column = dict((label, i) for i, label in enumerate(devices))
+    return devices, affinity
 
-    # rows: label -> (lineno, [candidates]); candidates are (codes, values, glued)
+
+def _row_labels(ctx, chunks, devices, column, label_lengths, skipped, lineno, stripped):
+    """The labels a row's first chunk may start with ([] for a line that is skipped with a warning)."""
+    first = chunks[0]
+    labels = [first[:n] for n in label_lengths if first[:n] in column]
+    if first in devices:
+        labels = [first]
+    if not labels:
+        row_like = _ROW_LIKE_RE.match(first)
+        if row_like and _KNOWN_PIECES_RE.match("".join(chunks[1:]) or "-"):
+            raise ctx.error(
+                "row %s is not among the header's columns (%s); the header or the row is damaged"
+                % (row_like.group(1)[:24], _span(devices)),
+                lineno,
+            )
+        _skip_warning(ctx, skipped, lineno, stripped)
+    return labels
+
+
+def _read_row(ctx, labels, chunks, rows, devices, column, affinity, lineno):
+    """``(label, candidates, rest)`` of one row; candidates are (codes, values, glued)."""
+    failure = None
+    for label in labels:
+        rest = list(chunks)
+        glued_label = rest[0] != label
+        if glued_label:
+            rest[0] = rest[0][len(label) :]
+        else:
+            rest = rest[1:]
+        if label in rows:
+            if glued_label:
+                continue
+            raise ctx.error(
+                "row %s appears twice (first on line %d); expected one row per column" % (label, rows[label][0]),
+                lineno,
+            )
+        found = _row_candidates(ctx, label, rest, devices, column, affinity, lineno)
+        if found:
+            return label, [(codes, values, glued or glued_label) for codes, values, glued in found], rest
+        if failure is None:
+            failure = (label, rest)
+    if failure is None:
+        raise ctx.error(
+            "row %s appears twice (first on line %d); expected one row per column" % (labels[0], rows[labels[0]][0]),
+            lineno,
+        )
+    label, rest = failure
+    message, p2p = _diagnose(label, rest, devices, column, affinity)
+    raise ctx.error(message, lineno, label, cls=_NotTopoMatrix if p2p else TopoParseError)
+
+
+def _read_rows(ctx, lines, header_index, devices, column, affinity):
+    """``(rows, end_index)``: label -> (lineno, [candidates], rest), and where the matrix ends.
+
+    Every column has a row, or the error names the missing ones and the lines that could not be read.
+    """
     rows = {}
     skipped = []
     end_index = len(lines)
@@ -196,61 +248,17 @@ def _parse_block(ctx, lines, header_index):
             end_index = index
             break
         chunks = stripped.split()
-        first = chunks[0]
-        labels = [first[:n] for n in label_lengths if first[:n] in column]
-        if first in devices:
-            labels = [first]
-        if not labels:
-            row_like = _ROW_LIKE_RE.match(first)
-            if row_like and _KNOWN_PIECES_RE.match("".join(chunks[1:]) or "-"):
-                raise ctx.error(
-                    "row %s is not among the header's columns (%s); the header or the row is damaged"
-                    % (row_like.group(1)[:24], _span(devices)),
-                    lineno,
-                )
-            _skip_warning(ctx, skipped, lineno, stripped)
-            continue
-        candidates = []
-        failure = None
-        for label in labels:
-            rest = list(chunks)
-            glued_label = rest[0] != label
-            if glued_label:
-                rest[0] = rest[0][len(label) :]
-            else:
-                rest = rest[1:]
-            if label in rows:
-                if glued_label:
-                    continue
-                raise ctx.error(
-                    "row %s appears twice (first on line %d); expected one row per column"
-                    % (label, rows[label][0]),
-                    lineno,
-                )
-            found = _row_candidates(ctx, label, rest, devices, column, affinity, lineno)
-            if found:
-                candidates = [(codes, values, glued or glued_label) for codes, values, glued in found]
-                break
-            if failure is None:
-                failure = (label, rest)
-        if not candidates:
-            if failure is None:
-                raise ctx.error(
-                    "row %s appears twice (first on line %d); expected one row per column"
-                    % (labels[0], rows[labels[0]][0]),
-                    lineno,
-                )
-            label, rest = failure
-            message, p2p = _diagnose(label, rest, devices, column, affinity)
-            raise ctx.error(message, lineno, label, cls=_NotTopoMatrix if p2p else TopoParseError)
-        rows[label] = (lineno, candidates, rest)
+        labels = _row_labels(ctx, chunks, devices, column, label_lengths, skipped, lineno, stripped)
+        if labels:
+            label, candidates, rest = _read_row(ctx, labels, chunks, rows, devices, column, affinity, lineno)
+            rows[label] = (lineno, candidates, rest)
 
     missing = [d for d in devices if d not in rows]
     if missing:
         message = (
             "the matrix is incomplete: the header (line %d) lists %d column(s) (%s) but there is "
             "no row for %s; expected one row per GPU and NIC column (output truncated?)"
-            % (header_lineno, len(devices), _span(devices), ", ".join(missing))
+            % (header_index + 1, len(devices), _span(devices), ", ".join(missing))
         )
         if skipped:
             message += "; line(s) %s%s could not be read as rows" % (
@@ -258,6 +266,16 @@ def _parse_block(ctx, lines, header_index):
                 " and %d more" % (len(skipped) - _MAX_SKIP_WARNINGS) if len(skipped) > _MAX_SKIP_WARNINGS else "",
             )
         raise ctx.error(message)
+    return rows, end_index
+
+
+def _parse_block(ctx, lines, header_index):
+    devices, affinity = _header_columns(ctx, lines, header_index)
+    # nvidia-smi prints GPU0..GPU<N-1> in order; output is ordered by index whatever the column order.
+    gpu_labels = sorted((d for d in devices if _GPU_LABEL_RE.match(d)), key=lambda d: int(d[3:]))
+    nic_labels = [d for d in devices if not _GPU_LABEL_RE.match(d)]
+    column = dict((label, i) for i, label in enumerate(devices))
+    rows, end_index = _read_rows(ctx, lines, header_index, devices, column, affinity)
 
     chosen = _resolve(ctx, rows, devices, column, affinity)
     _check_symmetry(ctx, chosen, devices, column)
