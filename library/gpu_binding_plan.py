@@ -370,36 +370,39 @@ def _load_topology(module, path):
         module.fail_json(msg="topology_path: %s cannot be read as JSON: %s" % (path, exc))
 
 
+ARGUMENT_SPEC = dict(
+    topology=dict(type="dict"),
+    topology_path=dict(type="path"),
+    profile=dict(type="str"),
+    profile_data=dict(type="dict"),
+    profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
+    instances=dict(type="list", elements="dict", default=[]),
+    housekeeping_cores_per_node=dict(type="raw", default="auto"),
+    housekeeping_cpus=dict(type="str"),
+    strict_capacity=dict(type="str", choices=["fallback", "error"], default="fallback"),
+    # raw: the planner checks it and names the bad field (Ansible's
+    # dict conversion would only say "dictionary requested").
+    applied_plan=dict(type="raw"),
+    allow_unknown_siblings=dict(type="bool", default=False),
+    fence=dict(type="bool"),
+    preferred_many=dict(type="bool"),
+    irq_pin=dict(type="bool", default=False),
+    memory_reserve_per_node=dict(type="raw", default="auto"),
+    # Name patterns of secret variables, not secrets.
+    secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS), no_log=False),
+    node=dict(type="raw"),
+    host=dict(type="str"),
+    plan_path=dict(type="str", default="/etc/gpunuma/plan.json"),
+    on_mempolicy_denied=dict(type="str", choices=["fail", "fallback"], default="fail"),
+    allow_dropin_hazards=dict(type="bool", default=False),
+    start=dict(type="bool", default=True),
+    mempolicy_argv=dict(type="list", elements="str", default=["numactl", "--localalloc", "true"]),
+)
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            topology=dict(type="dict"),
-            topology_path=dict(type="path"),
-            profile=dict(type="str"),
-            profile_data=dict(type="dict"),
-            profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
-            instances=dict(type="list", elements="dict", default=[]),
-            housekeeping_cores_per_node=dict(type="raw", default="auto"),
-            housekeeping_cpus=dict(type="str"),
-            strict_capacity=dict(type="str", choices=["fallback", "error"], default="fallback"),
-            # raw: the planner checks it and names the bad field (Ansible's
-            # dict conversion would only say "dictionary requested").
-            applied_plan=dict(type="raw"),
-            allow_unknown_siblings=dict(type="bool", default=False),
-            fence=dict(type="bool"),
-            preferred_many=dict(type="bool"),
-            irq_pin=dict(type="bool", default=False),
-            memory_reserve_per_node=dict(type="raw", default="auto"),
-            # Name patterns of secret variables, not secrets.
-            secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS), no_log=False),
-            node=dict(type="raw"),
-            host=dict(type="str"),
-            plan_path=dict(type="str", default="/etc/gpunuma/plan.json"),
-            on_mempolicy_denied=dict(type="str", choices=["fail", "fallback"], default="fail"),
-            allow_dropin_hazards=dict(type="bool", default=False),
-            start=dict(type="bool", default=True),
-            mempolicy_argv=dict(type="list", elements="str", default=["numactl", "--localalloc", "true"]),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         mutually_exclusive=[("topology", "topology_path"), ("node", "applied_plan")],
         required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],
         supports_check_mode=True,

@@ -453,67 +453,72 @@ def _controller_gone(module, controller, msg):
             pass
 
 
+FILE_OPTIONS = dict(
+    path=dict(type="str", required=True),
+    content=dict(type="str", required=True),
+    mode=dict(type="str", default="0644"),
+    owner=dict(type="str"),
+    group=dict(type="str"),
+    backup=dict(type="bool", default=True),
+    dir_mode=dict(type="str", default="0755"),
+    validate=dict(type="list", elements="str"),
+    unit=dict(type="str"),
+    restart=dict(type="str", choices=["changed", "if-running", "never"], default="changed"),
+)
+
+
+ARGUMENT_SPEC = dict(
+    files=dict(type="list", elements="dict", default=[], options=FILE_OPTIONS),
+    absent=dict(type="list", elements="raw", default=[]),
+    prune=dict(type="dict", options=dict(
+        unit_dir=dict(type="str", required=True),
+        unit_pattern=dict(type="str", default="gpunuma-*.service"),
+        unit_marker=dict(type="str", required=True),
+        dropin_name=dict(type="str", required=True),
+        dropin_marker=dict(type="str", required=True),
+        keep_units=dict(type="list", elements="str", default=[]),
+        keep_dropins=dict(type="list", elements="str", default=[]),
+    )),
+    units=dict(type="dict", options=dict(
+        start=dict(type="bool", default=False),
+        services=dict(type="list", elements="str", default=[]),
+        daemon_reload=dict(type="bool", default=True),
+        settle_seconds=dict(type="int", default=5),
+        rollback_on_failure=dict(type="bool", default=True),
+        journal_lines=dict(type="int", default=20),
+        restart_batch=dict(type="int", default=1),
+        readiness=dict(type="dict", default={}),
+    )),
+    pending_file=dict(type="path", default="/var/lib/gpunuma/pending-restarts.json"),
+    backups_keep=dict(type="int", default=5),
+    # A file of files, but its content never printed, and private by default.
+    # Only each entry's content is secret (no_log there); paths, owners and modes are not.
+    secret_files=dict(type="list", elements="dict", default=[], no_log=False, options=dict(
+        {k: v for k, v in FILE_OPTIONS.items() if k not in ("validate", "restart")},
+        content=dict(type="str", required=True, no_log=True),
+        mode=dict(type="str", default="0600"),
+        dir_mode=dict(type="str", default="0700"))),
+    # Paths of secret files to remove, not secrets.
+    secret_absent=dict(type="list", elements="str", default=[], no_log=False),
+    lock=dict(type="dict", default={}, options=locklib.module_options()),
+    after_success=dict(type="list", elements="dict", default=[], options=dict(
+        (k, v) for k, v in FILE_OPTIONS.items() if k not in ("validate", "restart"))),
+    state_record=dict(type="dict", options=dict(
+        path=dict(type="path", default=statelib.DEFAULT_PATH),
+        plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
+        hostname=dict(type="str", required=True),
+        profile=dict(type="str", required=True),
+        action=dict(type="str", choices=list(statelib.ACTIONS), default="site"),
+        reason=dict(type="str"),
+        user=dict(type="str"),
+        history_limit=dict(type="int", default=statelib.DEFAULT_HISTORY_LIMIT),
+    )),
+)
+
+
 def main():
-    file_options = dict(
-        path=dict(type="str", required=True),
-        content=dict(type="str", required=True),
-        mode=dict(type="str", default="0644"),
-        owner=dict(type="str"),
-        group=dict(type="str"),
-        backup=dict(type="bool", default=True),
-        dir_mode=dict(type="str", default="0755"),
-        validate=dict(type="list", elements="str"),
-        unit=dict(type="str"),
-        restart=dict(type="str", choices=["changed", "if-running", "never"], default="changed"),
-    )
     module = AnsibleModule(
-        argument_spec=dict(
-            files=dict(type="list", elements="dict", default=[], options=file_options),
-            absent=dict(type="list", elements="raw", default=[]),
-            prune=dict(type="dict", options=dict(
-                unit_dir=dict(type="str", required=True),
-                unit_pattern=dict(type="str", default="gpunuma-*.service"),
-                unit_marker=dict(type="str", required=True),
-                dropin_name=dict(type="str", required=True),
-                dropin_marker=dict(type="str", required=True),
-                keep_units=dict(type="list", elements="str", default=[]),
-                keep_dropins=dict(type="list", elements="str", default=[]),
-            )),
-            units=dict(type="dict", options=dict(
-                start=dict(type="bool", default=False),
-                services=dict(type="list", elements="str", default=[]),
-                daemon_reload=dict(type="bool", default=True),
-                settle_seconds=dict(type="int", default=5),
-                rollback_on_failure=dict(type="bool", default=True),
-                journal_lines=dict(type="int", default=20),
-                restart_batch=dict(type="int", default=1),
-                readiness=dict(type="dict", default={}),
-            )),
-            pending_file=dict(type="path", default="/var/lib/gpunuma/pending-restarts.json"),
-            backups_keep=dict(type="int", default=5),
-            # A file of files, but its content never printed, and private by default.
-            # Only each entry's content is secret (no_log there); paths, owners and modes are not.
-            secret_files=dict(type="list", elements="dict", default=[], no_log=False, options=dict(
-                {k: v for k, v in file_options.items() if k not in ("validate", "restart")},
-                content=dict(type="str", required=True, no_log=True),
-                mode=dict(type="str", default="0600"),
-                dir_mode=dict(type="str", default="0700"))),
-            # Paths of secret files to remove, not secrets.
-            secret_absent=dict(type="list", elements="str", default=[], no_log=False),
-            lock=dict(type="dict", default={}, options=locklib.module_options()),
-            after_success=dict(type="list", elements="dict", default=[], options=dict(
-                (k, v) for k, v in file_options.items() if k not in ("validate", "restart"))),
-            state_record=dict(type="dict", options=dict(
-                path=dict(type="path", default=statelib.DEFAULT_PATH),
-                plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
-                hostname=dict(type="str", required=True),
-                profile=dict(type="str", required=True),
-                action=dict(type="str", choices=list(statelib.ACTIONS), default="site"),
-                reason=dict(type="str"),
-                user=dict(type="str"),
-                history_limit=dict(type="int", default=statelib.DEFAULT_HISTORY_LIMIT),
-            )),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     params = module.params

@@ -244,33 +244,36 @@ def _nvml():
         return None
 
 
+ARGUMENT_SPEC = dict(
+    gpus=dict(type="list", elements="str"),
+    placements=dict(type="list", elements="str", default=list(h2d.PLACEMENTS)),
+    large_bytes=dict(type="int", default=h2d.DEFAULTS["large_bytes"]),
+    small_bytes=dict(type="int", default=h2d.DEFAULTS["small_bytes"]),
+    repeats=dict(type="int", default=h2d.DEFAULTS["repeats"]),
+    small_repeats=dict(type="int", default=h2d.DEFAULTS["small_repeats"]),
+    warmup=dict(type="int", default=h2d.DEFAULTS["warmup"]),
+    rounds=dict(type="int", default=h2d.DEFAULTS["rounds"]),
+    warmup_round=dict(type="bool", default=h2d.DEFAULTS["warmup_round"]),
+    pinned_alloc=dict(type="str", default="register", choices=list(h2d.PINNED_ALLOCS)),
+    remote_node=dict(type="int"),
+    timeout_s=dict(type="int", default=h2d.DEFAULTS["timeout_s"]),
+    libcuda_path=dict(type="str", default="libcuda.so.1"),
+    runtime=dict(type="str", default="auto", choices=list(h2d.RUNTIMES)),
+    libhip_path=dict(type="str", default=h2d.DEFAULTS["libhip_path"]),
+    load=dict(type="str", default="idle", choices=list(h2d_load.LOADS)),
+    load_memory_workers=dict(type="int", default=h2d_load.DEFAULT_MEMORY_WORKERS),
+    load_max_seconds=dict(type="int", default=h2d_load.DEFAULT_MAX_SECONDS),
+    load_memory_node=dict(type="int"),
+    load_cpus=dict(type="str"),
+    allow_busy=dict(type="bool", default=False),
+    plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
+    output=dict(type="path"),
+)
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            gpus=dict(type="list", elements="str"),
-            placements=dict(type="list", elements="str", default=list(h2d.PLACEMENTS)),
-            large_bytes=dict(type="int", default=h2d.DEFAULTS["large_bytes"]),
-            small_bytes=dict(type="int", default=h2d.DEFAULTS["small_bytes"]),
-            repeats=dict(type="int", default=h2d.DEFAULTS["repeats"]),
-            small_repeats=dict(type="int", default=h2d.DEFAULTS["small_repeats"]),
-            warmup=dict(type="int", default=h2d.DEFAULTS["warmup"]),
-            rounds=dict(type="int", default=h2d.DEFAULTS["rounds"]),
-            warmup_round=dict(type="bool", default=h2d.DEFAULTS["warmup_round"]),
-            pinned_alloc=dict(type="str", default="register", choices=list(h2d.PINNED_ALLOCS)),
-            remote_node=dict(type="int"),
-            timeout_s=dict(type="int", default=h2d.DEFAULTS["timeout_s"]),
-            libcuda_path=dict(type="str", default="libcuda.so.1"),
-            runtime=dict(type="str", default="auto", choices=list(h2d.RUNTIMES)),
-            libhip_path=dict(type="str", default=h2d.DEFAULTS["libhip_path"]),
-            load=dict(type="str", default="idle", choices=list(h2d_load.LOADS)),
-            load_memory_workers=dict(type="int", default=h2d_load.DEFAULT_MEMORY_WORKERS),
-            load_max_seconds=dict(type="int", default=h2d_load.DEFAULT_MAX_SECONDS),
-            load_memory_node=dict(type="int"),
-            load_cpus=dict(type="str"),
-            allow_busy=dict(type="bool", default=False),
-            plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
-            output=dict(type="path"),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     params = {k: v for k, v in module.params.items() if k not in ("output", "allow_busy", "plan_path")}

@@ -282,32 +282,47 @@ def _read(module, path, what):
         module.fail_json(msg="%s: %s cannot be read: %s" % (what, path, exc))
 
 
+def _checkpoints(module, params):
+    """The kubelet's CPU, Memory and DRA Manager checkpoints: given as options, else read from state_dir."""
+    states = {}
+    for option, name in (("cpu_manager_state", CPU_STATE_FILE), ("memory_manager_state", MEMORY_STATE_FILE),
+                         ("dra_manager_state", DRA_STATE_FILE)):
+        states[option] = params[option]
+        path = os.path.join(params["state_dir"], name)
+        if states[option] is None and params["read_checkpoints"] and os.path.exists(path):
+            states[option] = _read(module, path, option)
+    return states
+
+
+ARGUMENT_SPEC = dict(
+    topology=dict(type="dict"),
+    topology_path=dict(type="path"),
+    profile=dict(type="str"),
+    profile_data=dict(type="dict"),
+    profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
+    preset=dict(type="dict"),
+    presets_dir=dict(type="path", default="/etc/gpunuma/kubelet"),
+    housekeeping_cores_per_node=dict(type="raw", default="auto"),
+    housekeeping_cpus=dict(type="str"),
+    config=dict(type="str"),
+    config_path=dict(type="path"),
+    kubelet_version=dict(type="str"),
+    overrides=dict(type="dict", default={}),
+    memory_spread=dict(type="str", choices=["first_node", "cpu_nodes"], default="first_node"),
+    pod_gpu_counts=dict(type="list", elements="int", default=[]),
+    manage_reservations=dict(type="bool", default=False),
+    state_dir=dict(type="path", default="/var/lib/kubelet"),
+    cpu_manager_state=dict(type="str"),
+    memory_manager_state=dict(type="str"),
+    dra_manager_state=dict(type="str"),
+    dra=dict(type="str", choices=list(DRA_MODES), default="off"),
+    read_checkpoints=dict(type="bool", default=True),
+)
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            topology=dict(type="dict"),
-            topology_path=dict(type="path"),
-            profile=dict(type="str"),
-            profile_data=dict(type="dict"),
-            profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
-            preset=dict(type="dict"),
-            presets_dir=dict(type="path", default="/etc/gpunuma/kubelet"),
-            housekeeping_cores_per_node=dict(type="raw", default="auto"),
-            housekeeping_cpus=dict(type="str"),
-            config=dict(type="str"),
-            config_path=dict(type="path"),
-            kubelet_version=dict(type="str"),
-            overrides=dict(type="dict", default={}),
-            memory_spread=dict(type="str", choices=["first_node", "cpu_nodes"], default="first_node"),
-            pod_gpu_counts=dict(type="list", elements="int", default=[]),
-            manage_reservations=dict(type="bool", default=False),
-            state_dir=dict(type="path", default="/var/lib/kubelet"),
-            cpu_manager_state=dict(type="str"),
-            memory_manager_state=dict(type="str"),
-            dra_manager_state=dict(type="str"),
-            dra=dict(type="str", choices=list(DRA_MODES), default="off"),
-            read_checkpoints=dict(type="bool", default=True),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         mutually_exclusive=[("topology", "topology_path"), ("config", "config_path")],
         required_one_of=[("topology", "topology_path"), ("profile", "profile_data"), ("config", "config_path")],
         supports_check_mode=True,
@@ -325,14 +340,7 @@ def main():
         config_source = "config_path %s" % params["config_path"]
         config = _read(module, params["config_path"], "config_path")
 
-    states = {}
-    for option, name in (("cpu_manager_state", CPU_STATE_FILE), ("memory_manager_state", MEMORY_STATE_FILE),
-                         ("dra_manager_state", DRA_STATE_FILE)):
-        states[option] = params[option]
-        path = os.path.join(params["state_dir"], name)
-        if states[option] is None and params["read_checkpoints"] and os.path.exists(path):
-            states[option] = _read(module, path, option)
-
+    states = _checkpoints(module, params)
     try:
         profile = params["profile_data"]
         if profile is None:
