@@ -82,133 +82,146 @@ def _host_buffer(nbytes):
     return buf, addr
 
 
+class _Copies:
+    """One GPU's context, stream, events and buffers (each released by ``res``), and the copies timed on them."""
+
+    def __init__(self, cuda, ordinal, opts, res):
+        self.cuda, self.opts, self.res = cuda, opts, res
+        dev = cuda.device(ordinal)
+        ctx = ctypes.c_void_p()
+        cuda.call("cuCtxCreate", ctypes.byref(ctx), 0, dev)
+        res.push(cuda.call, "cuCtxDestroy", ctx)
+        self.stream = ctypes.c_void_p()
+        cuda.call("cuStreamCreate", ctypes.byref(self.stream), CU_STREAM_NON_BLOCKING)
+        res.push(cuda.call, "cuStreamDestroy", self.stream)
+        self.ev_start, self.ev_end = ctypes.c_void_p(), ctypes.c_void_p()
+        for ev in (self.ev_start, self.ev_end):
+            cuda.call("cuEventCreate", ctypes.byref(ev), CU_EVENT_DEFAULT)
+            res.push(cuda.call, "cuEventDestroy", ev)
+        self.large, self.small = opts["large_bytes"], opts["small_bytes"]
+        self.dptr = ctypes.c_uint64(0)
+        try:
+            cuda.call("cuMemAlloc", ctypes.byref(self.dptr), self.large)
+        except CudaError as exc:
+            exc.what = "device buffer of %d bytes" % self.large
+            raise
+        res.push(cuda.call, "cuMemFree", ctypes.c_uint64(self.dptr.value))
+        self.pinned_large = self.pinned(self.large)
+        self.pinned_small = self.pinned(self.small)
+        self.pageable_buf, self.pageable_large = _host_buffer(self.large)
+        res.push(self.pageable_buf.close)
+        # CPU time of the copying thread per timed series (series(key=...)).
+        self.cpu = {}
+
+    def pinned(self, nbytes):
+        """A pinned host buffer of ``nbytes``: cuMemHostAlloc, or an mmap registered with cuMemHostRegister."""
+        cuda, res = self.cuda, self.res
+        if self.opts["pinned_alloc"] == "host_alloc":
+            ptr = ctypes.c_void_p()
+            try:
+                cuda.call("cuMemHostAlloc", ctypes.byref(ptr), nbytes, CU_MEMHOSTALLOC_PORTABLE)
+            except CudaError as exc:
+                exc.what = "pinned host buffer of %d bytes" % nbytes
+                raise
+            res.push(cuda.call, "cuMemFreeHost", ptr)
+            ctypes.memset(ptr, 1, nbytes)
+            return ptr.value
+        buf, addr = _host_buffer(nbytes)
+        res.push(buf.close)
+        try:
+            cuda.call("cuMemHostRegister", ctypes.c_void_p(addr), nbytes, CU_MEMHOSTREGISTER_PORTABLE)
+        except CudaError as exc:
+            exc.what = "pinned (registered) host buffer of %d bytes" % nbytes
+            raise
+        res.push(cuda.call, "cuMemHostUnregister", ctypes.c_void_p(addr))
+        return addr
+
+    def _elapsed_ms(self):
+        ms = ctypes.c_float(0)
+        self.cuda.call("cuEventElapsedTime", ctypes.byref(ms), self.ev_start, self.ev_end)
+        return ms.value
+
+    def event_copy(self, direction, host, nbytes):
+        """Seconds of one copy between events on the stream."""
+        cuda = self.cuda
+        cuda.call("cuEventRecord", self.ev_start, self.stream)
+        if direction == "h2d":
+            cuda.call("cuMemcpyHtoDAsync", self.dptr.value, host, nbytes, self.stream)
+        else:
+            cuda.call("cuMemcpyDtoHAsync", host, self.dptr.value, nbytes, self.stream)
+        cuda.call("cuEventRecord", self.ev_end, self.stream)
+        cuda.call("cuEventSynchronize", self.ev_end)
+        return self._elapsed_ms() / 1000.0
+
+    def wall_copy(self, host, nbytes):
+        """Wall seconds of one copy and its stream synchronisation (a pageable copy is staged by the driver)."""
+        t0 = time.perf_counter()
+        self.cuda.call("cuMemcpyHtoDAsync", self.dptr.value, host, nbytes, self.stream)
+        self.cuda.call("cuStreamSynchronize", self.stream)
+        return time.perf_counter() - t0
+
+    def series(self, fn, count, warmup=None, key=None):
+        """``count`` timings of ``fn`` after ``warmup`` untimed calls (default: the warmup option)."""
+        for _unused in range(self.opts["warmup"] if warmup is None else warmup):
+            fn()
+        # CPU time of this (the copying) thread over the measured copies: what a copy costs the host,
+        # the wait included as the CUDA context does it (a spin or a yield).
+        t0 = time.thread_time()
+        out = [fn() for _unused in range(count)]
+        if key:
+            self.cpu[key] = time.thread_time() - t0
+        return out
+
+    def queued_us_per_copy(self, count, warmup):
+        """Back-to-back async small copies: the per-copy cost when the queue is kept full (microseconds)."""
+        cuda, dptr, stream = self.cuda, self.dptr, self.stream
+        for _unused in range(warmup):
+            cuda.call("cuMemcpyHtoDAsync", dptr.value, self.pinned_small, self.small, stream)
+        cuda.call("cuStreamSynchronize", stream)
+        cuda.call("cuEventRecord", self.ev_start, stream)
+        for _unused in range(count):
+            cuda.call("cuMemcpyHtoDAsync", dptr.value, self.pinned_small, self.small, stream)
+        cuda.call("cuEventRecord", self.ev_end, stream)
+        cuda.call("cuEventSynchronize", self.ev_end)
+        return round(self._elapsed_ms() * 1000.0 / count, 3)
+
+
 def measure_device(cuda, ordinal, opts, libc=None):
     """Measure one GPU in the current process (already bound). Returns the measurement dict.
 
     Raises CudaError; every allocation made here is released before it returns or raises.
     """
     res = _Resources(cuda)
-    views = []
     try:
-        dev = cuda.device(ordinal)
-        ctx = ctypes.c_void_p()
-        cuda.call("cuCtxCreate", ctypes.byref(ctx), 0, dev)
-        res.push(cuda.call, "cuCtxDestroy", ctx)
-        stream = ctypes.c_void_p()
-        cuda.call("cuStreamCreate", ctypes.byref(stream), CU_STREAM_NON_BLOCKING)
-        res.push(cuda.call, "cuStreamDestroy", stream)
-        ev_start, ev_end = ctypes.c_void_p(), ctypes.c_void_p()
-        for ev in (ev_start, ev_end):
-            cuda.call("cuEventCreate", ctypes.byref(ev), CU_EVENT_DEFAULT)
-            res.push(cuda.call, "cuEventDestroy", ev)
-        large, small = opts["large_bytes"], opts["small_bytes"]
-        dptr = ctypes.c_uint64(0)
-        try:
-            cuda.call("cuMemAlloc", ctypes.byref(dptr), large)
-        except CudaError as exc:
-            exc.what = "device buffer of %d bytes" % large
-            raise
-        res.push(cuda.call, "cuMemFree", ctypes.c_uint64(dptr.value))
-
-        def pinned(nbytes):
-            if opts["pinned_alloc"] == "host_alloc":
-                ptr = ctypes.c_void_p()
-                try:
-                    cuda.call("cuMemHostAlloc", ctypes.byref(ptr), nbytes, CU_MEMHOSTALLOC_PORTABLE)
-                except CudaError as exc:
-                    exc.what = "pinned host buffer of %d bytes" % nbytes
-                    raise
-                res.push(cuda.call, "cuMemFreeHost", ptr)
-                ctypes.memset(ptr, 1, nbytes)
-                return ptr.value
-            buf, addr = _host_buffer(nbytes)
-            res.push(buf.close)
-            try:
-                cuda.call("cuMemHostRegister", ctypes.c_void_p(addr), nbytes, CU_MEMHOSTREGISTER_PORTABLE)
-            except CudaError as exc:
-                exc.what = "pinned (registered) host buffer of %d bytes" % nbytes
-                raise
-            res.push(cuda.call, "cuMemHostUnregister", ctypes.c_void_p(addr))
-            return addr
-
-        pinned_large = pinned(large)
-        pinned_small = pinned(small)
-        pageable_buf, pageable_large = _host_buffer(large)
-        res.push(pageable_buf.close)
-        views.append(pageable_buf)
-
-        def event_copy(direction, host, nbytes):
-            cuda.call("cuEventRecord", ev_start, stream)
-            if direction == "h2d":
-                cuda.call("cuMemcpyHtoDAsync", dptr.value, host, nbytes, stream)
-            else:
-                cuda.call("cuMemcpyDtoHAsync", host, dptr.value, nbytes, stream)
-            cuda.call("cuEventRecord", ev_end, stream)
-            cuda.call("cuEventSynchronize", ev_end)
-            ms = ctypes.c_float(0)
-            cuda.call("cuEventElapsedTime", ctypes.byref(ms), ev_start, ev_end)
-            return ms.value / 1000.0
-
-        def wall_copy(host, nbytes):
-            t0 = time.perf_counter()
-            cuda.call("cuMemcpyHtoDAsync", dptr.value, host, nbytes, stream)
-            cuda.call("cuStreamSynchronize", stream)
-            return time.perf_counter() - t0
-
-        cpu = {}
-
-        def series(fn, count, warmup=opts["warmup"], key=None):
-            for _unused in range(warmup):
-                fn()
-            # CPU time of this (the copying) thread over the measured copies: what a copy costs the host,
-            # the wait included as the CUDA context does it (a spin or a yield).
-            t0 = time.thread_time()
-            out = [fn() for _unused in range(count)]
-            if key:
-                cpu[key] = time.thread_time() - t0
-            return out
-
+        c = _Copies(cuda, ordinal, opts, res)
+        large, small = c.large, c.small
         # Small copies reach their steady state (clocks up, the copy path's
         # caches and TLB entries warm) only after tens of copies: a few large
         # ones do not warm them, so the first measured small copy was a cold one.
         small_warmup = max(opts["warmup"], SMALL_WARMUP_COPIES)
-
         result = {
-            "h2d_pinned": bandwidth_stats(large, series(lambda: event_copy("h2d", pinned_large, large), opts["repeats"],
-                                                        key="h2d_pinned")),
-            "d2h_pinned": bandwidth_stats(large, series(lambda: event_copy("d2h", pinned_large, large), opts["repeats"])),
-            "h2d_pageable": bandwidth_stats(large, series(lambda: wall_copy(pageable_large, large), opts["repeats"],
-                                                          key="h2d_pageable")),
-            "small_h2d_pinned": latency_stats(series(lambda: event_copy("h2d", pinned_small, small), opts["small_repeats"],
-                                                     small_warmup, key="small")),
+            "h2d_pinned": bandwidth_stats(large, c.series(lambda: c.event_copy("h2d", c.pinned_large, large),
+                                                          opts["repeats"], key="h2d_pinned")),
+            "d2h_pinned": bandwidth_stats(large, c.series(lambda: c.event_copy("d2h", c.pinned_large, large),
+                                                          opts["repeats"])),
+            "h2d_pageable": bandwidth_stats(large, c.series(lambda: c.wall_copy(c.pageable_large, large),
+                                                            opts["repeats"], key="h2d_pageable")),
+            "small_h2d_pinned": latency_stats(c.series(lambda: c.event_copy("h2d", c.pinned_small, small),
+                                                       opts["small_repeats"], small_warmup, key="small")),
         }
         for key in ("h2d_pinned", "h2d_pageable"):
-            result[key]["cpu_s_per_gb"] = cpu_per_gb(cpu[key], large, opts["repeats"])
-        result["small_h2d_pinned"]["cpu_us_per_copy"] = cpu_per_copy_us(cpu["small"], opts["small_repeats"])
-        # back-to-back async small copies: per-copy cost when the queue is kept full
-        n = opts["small_repeats"]
-        for _unused in range(small_warmup):
-            cuda.call("cuMemcpyHtoDAsync", dptr.value, pinned_small, small, stream)
-        cuda.call("cuStreamSynchronize", stream)
-        cuda.call("cuEventRecord", ev_start, stream)
-        for _unused in range(n):
-            cuda.call("cuMemcpyHtoDAsync", dptr.value, pinned_small, small, stream)
-        cuda.call("cuEventRecord", ev_end, stream)
-        cuda.call("cuEventSynchronize", ev_end)
-        ms = ctypes.c_float(0)
-        cuda.call("cuEventElapsedTime", ctypes.byref(ms), ev_start, ev_end)
-        result["small_h2d_pinned"]["loop_us_per_copy"] = round(ms.value * 1000.0 / n, 3)
+            result[key]["cpu_s_per_gb"] = cpu_per_gb(c.cpu[key], large, opts["repeats"])
+        result["small_h2d_pinned"]["cpu_us_per_copy"] = cpu_per_copy_us(c.cpu["small"], opts["small_repeats"])
+        result["small_h2d_pinned"]["loop_us_per_copy"] = c.queued_us_per_copy(opts["small_repeats"], small_warmup)
         if libc is not None:
             pages = {}
-            for kind, addr, nbytes in (("pinned", pinned_large, large), ("pageable", pageable_large, large)):
+            for kind, addr in (("pinned", c.pinned_large), ("pageable", c.pageable_large)):
                 try:
-                    pages[kind] = libc.page_nodes(addr, nbytes)
+                    pages[kind] = libc.page_nodes(addr, large)
                 except OSError as exc:
                     pages[kind] = {"error": str(exc)}
             result["buffer_pages"] = pages
         return result
     finally:
-        errors = res.close()
-        if errors:
-            # a failed release is reported by the caller's process exit; nothing more can be done here
-            pass
+        # A failed release is reported by the caller's process exit; nothing more can be done here.
+        res.close()
