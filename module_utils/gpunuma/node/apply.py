@@ -242,6 +242,40 @@ class Apply(UnitSteps):
         if prune:
             stale_units, stale_dropins = find_stale(prune, set(prune.get("keep_units") or []),
                                                     set(prune.get("keep_dropins") or []))
+        self._write_all_or_nothing(decisions, pending_path, pending, stale_dropins)
+        removed = self._remove_stale(prune, stale_units, stale_dropins, absent, secret_absent)
+        self._reload(decisions, units, pending, removed)
+
+        self._live = []
+        # Services gpunuma does not own whose drop-in went: restarted when running, to read their settings again.
+        lost = [removal_units[os.path.normpath(p)] for p in removed if os.path.normpath(p) in removal_units]
+        if not units.get("start", False):
+            # Without units to start, only what asked for it restarts: a removed drop-in's unit, and the unit of a
+            # changed file in mode if-running (a service gpunuma does not own, such as containerd).
+            self._restart_running(lost + [d["unit"] for d in decisions
+                                          if d["content_changed"] and d["unit"] and d["restart"] == "if-running"])
+        if units.get("start", False):
+            ok = self._start(decisions, units, stale_dropins + lost, pending)
+            if pending_path:
+                self._write_pending(pending_path, self._still_pending)
+            if not ok:
+                return self.result
+        try:
+            self._write(after_decisions)
+        except OSError as exc:
+            self._undo_writes(after_decisions)
+            # The applied plan (and state) and the units stay one transaction.
+            self._still_pending = [u for u in pending if u not in self._live]
+            self._abandon(decisions, units, os_error_text(exc) + " (writing the applied plan)")
+            if pending_path and units.get("start", False):
+                self._write_pending(pending_path, self._still_pending)
+            self.result["msg"] += "; free the space (or fix the directory) and run again"
+            return self.result
+        self._tidy(list(files) + after, backups_keep, secret_absent, prune, stale_dropins)
+        return self.result
+
+    def _write_all_or_nothing(self, decisions, pending_path, pending, stale_dropins):
+        """Every file, or none: a failed write (or a controller gone) puts back what was written and stops."""
         # Recorded before the first change: a run that dies before the
         # restarts leaves them to the next run.
         touching = [d["unit"] for d in decisions if d["content_changed"] and d["unit"]] + stale_dropins
@@ -269,7 +303,9 @@ class Apply(UnitSteps):
                 self._write_pending(pending_path, pending)
             raise ApplyError("stopped before any live change: the controller went away (%s); the %d file(s) "
                              "written were put back, nothing was stopped, reloaded or restarted" % (gone, undone))
-        # Stale instance units stop before their file goes.
+
+    def _remove_stale(self, prune, stale_units, stale_dropins, absent, secret_absent):
+        """Stale instance units stop before their file goes; then every path to remove. Returns the removed."""
         for unit in stale_units:
             self.result["stopped"].append(unit)
             self.result["changed"] = True
@@ -279,7 +315,10 @@ class Apply(UnitSteps):
         if prune:
             stale_paths = ([os.path.join(prune["unit_dir"], u) for u in stale_units]
                            + [os.path.join(prune["unit_dir"], u + ".d", prune["dropin_name"]) for u in stale_dropins])
-        removed = self._remove(list(absent) + stale_paths + list(secret_absent), secret=set(secret_absent))
+        return self._remove(list(absent) + stale_paths + list(secret_absent), secret=set(secret_absent))
+
+    def _reload(self, decisions, units, pending, removed):
+        """systemctl daemon-reload when a unit file, a drop-in or a slice's include changed or went."""
         # Any unit file or drop-in, a slice's included (AllowedCPUs= applies on the reload), or a file with a unit.
         unit_files_changed = any(d["changed"] and (d["unit"] or is_systemd_path(d["path"])) for d in decisions)
         if (unit_files_changed or pending or any(is_systemd_path(p) for p in removed)) \
@@ -290,34 +329,10 @@ class Apply(UnitSteps):
                 if rc != 0:
                     raise ApplyError("systemctl daemon-reload failed: %s" % msg)
 
-        self._live = []
-        # Services gpunuma does not own whose drop-in went: restarted when running, to read their settings again.
-        lost = [removal_units[os.path.normpath(p)] for p in removed if os.path.normpath(p) in removal_units]
-        if not units.get("start", False):
-            # Without units to start, only what asked for it restarts: a removed drop-in's unit, and the unit of a
-            # changed file in mode if-running (a service gpunuma does not own, such as containerd).
-            self._restart_running(lost + [d["unit"] for d in decisions
-                                          if d["content_changed"] and d["unit"] and d["restart"] == "if-running"])
-        if units.get("start", False):
-            ok = self._start(decisions, units, stale_dropins + lost, pending)
-            if pending_path:
-                self._write_pending(pending_path, self._still_pending)
-            if not ok:
-                return self.result
-        try:
-            self._write(after_decisions)
-        except OSError as exc:
-            self._undo_writes(after_decisions)
-            # The applied plan (and state) and the units stay one transaction.
-            self._still_pending = [u for u in pending if u not in self._live]
-            self._abandon(decisions, units, os_error_text(exc) + " (writing the applied plan)")
-            if pending_path and units.get("start", False):
-                self._write_pending(pending_path, self._still_pending)
-            self.result["msg"] += "; free the space (or fix the directory) and run again"
-            return self.result
-        # Only after success: a failed run's backups are what it rolled back from.
+    def _tidy(self, entries, backups_keep, secret_absent, prune, stale_dropins):
+        """After success only (a failed run's backups are what it rolled back from): prune backups and empty dirs."""
         if backups_keep and not self.check_mode:
-            for entry in list(files) + after:
+            for entry in entries:
                 if entry.get("backup", True):
                     self.result["pruned_backups"].extend(self.fs.prune_backups(entry["path"], backups_keep))
         # A secret that goes leaves no copy behind.
@@ -340,4 +355,3 @@ class Apply(UnitSteps):
             self.result["pruned_backups"].extend(self.fs.prune_backups(os.path.join(directory, prune["dropin_name"]), 0))
             if not others and self.fs.remove_empty_dir(directory):
                 self.result["removed"].append(directory)
-        return self.result
