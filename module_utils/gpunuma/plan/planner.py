@@ -17,6 +17,7 @@ The work is split along its seams, one module each:
 * ``plan_inputs``: one check per instance key, options, the applied plan;
 * ``plan_alloc``: GPU groups, nodes and policy, CPU shares, their invariants;
 * ``plan_capacity``: declared memory against the node;
+* ``render``: one instance's plan entry (binding, GPU and NIC environment);
 * ``systemd_words``: ``ExecStart=``/``Environment=`` quoting;
 * ``sizes``: the one size grammar (shared with ``limits``).
 
@@ -70,6 +71,7 @@ from ansible.module_utils.gpunuma.plan.topology import (  # noqa: F401  # pylint
     link_rank,
 )
 from ansible.module_utils.gpunuma.plan.profiles import ProfileError, validate_profile
+from ansible.module_utils.gpunuma.plan.render import render_instance
 from ansible.module_utils.gpunuma.plan.systemd_words import (  # noqa: F401  # pylint: disable=unused-import
     exec_name_problem,
     systemd_environment_assignment,
@@ -91,160 +93,7 @@ def parse_size(value, what="memory"):
 
 
 # --------------------------------------------------------------------------
-# Rendering
-
-
-def nic_environment_value(variable, nics):
-    """The value of ``UCX_NET_DEVICES`` or ``NCCL_IB_HCA`` naming ``nics``.
-
-    UCX takes ``<device>:<port>`` for RDMA devices (port 1, the first port
-    of each listed function) and netdev names for TCP; NCCL_IB_HCA takes
-    RDMA device names, ``=`` first for exact matches (``mlx5_1`` alone would
-    also match ``mlx5_10``).
-    """
-    if variable == "UCX_NET_DEVICES":
-        return ",".join("%s:1" % nic.name if nic.rdma else nic.name for nic in nics)
-    rdma = [nic.name for nic in nics if nic.rdma]
-    return "=" + ",".join(rdma) if rdma else None
-
-
-def render_instance(spec, topo, profile, fence=None):
-    """The plan entry of one instance (docs/plan-v1.md, Output)."""
-    gpus = list(spec.gpus) if spec.placement != "numa_node" else []
-    uuids = [topo.gpus[g].uuid for g in gpus]
-    cpus = spec.cpus_text
-    mem_nodes = list(spec.mem_nodes) if spec.mem_policy != "default" else []
-    nodes_text = format_cpulist(mem_nodes)
-
-    args = []
-    if cpus:
-        args.append("--physcpubind=%s" % cpus)
-    if spec.mem_policy == "bind":
-        args.append("--membind=%s" % nodes_text)
-    elif spec.mem_policy == "preferred" and spec.preferred_many:
-        args.append("--preferred-many=%s" % format_cpulist(spec.preferred_many))
-    elif spec.mem_policy == "preferred":
-        args.append("--preferred=%d" % mem_nodes[0])
-    elif spec.mem_policy == "interleave":
-        args.append("--interleave=%s" % nodes_text)
-
-    systemd = {}
-    exec_prefix = []
-    if spec.engine_self_binds and fence:
-        # The engine binds its workers itself; the fence alone holds it to its share (engines.py).
-        args = []
-    elif spec.binding_method == "systemd":
-        if cpus:
-            systemd["CPUAffinity"] = cpus
-        if spec.mem_policy != "default":
-            systemd["NUMAPolicy"] = spec.mem_policy
-            systemd["NUMAMask"] = nodes_text
-    elif args:
-        exec_prefix = ["numactl"] + args
-
-    # Secret values never reach the plan (common/secrets.py): only their names.
-    environment = {k: v for k, v in spec.environment.items() if k not in spec.secret_names}
-    if gpus and any(topo.gpus[g].vendor == "amd" for g in gpus):
-        ordinals = sorted(g for g, gpu in topo.gpus.items() if gpu.vendor == "amd")
-        _rocm_environment(spec, gpus, uuids, [ordinals.index(g) for g in gpus], environment)
-    elif gpus:
-        mig = [g for g in gpus if topo.gpus[g].mig]
-        if "CUDA_VISIBLE_DEVICES" in environment:
-            spec.warnings.append(
-                "environment.CUDA_VISIBLE_DEVICES kept as given (%r) because GPU %s has MIG enabled"
-                % (environment["CUDA_VISIBLE_DEVICES"], format_cpulist(mig))
-            )
-        elif all(uuids):
-            environment["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
-        else:
-            environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-            environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-            spec.warnings.append(
-                "GPU %s has no UUID in the topology; CUDA_VISIBLE_DEVICES uses indexes with CUDA_DEVICE_ORDER=PCI_BUS_ID"
-                % format_cpulist([g for g, u in zip(gpus, uuids) if not u])
-            )
-        if mig and "CUDA_VISIBLE_DEVICES" not in spec.environment:
-            spec.warnings.append(
-                "GPU %s has MIG enabled; CUDA_VISIBLE_DEVICES names the whole GPU, set MIG-<uuid> in environment to pick MIG instances"
-                % format_cpulist(mig)
-            )
-
-    gpu_nics = [topo.nics_near_gpu(g)[0] for g in gpus]
-    nics = []
-    for names in gpu_nics if gpus else [topo.nics_on_node(n) for n in spec.numa_nodes]:
-        nics.extend(n for n in names if n not in nics)
-    if spec.nic_environment:
-        if not nics:
-            spec.warnings.append(
-                "nic_environment: no NIC is near %s on %s (no PIX/PXB link, none on its NUMA node); %s not set"
-                % ("GPU %s" % format_cpulist(gpus) if gpus else "NUMA node %s" % format_cpulist(spec.numa_nodes),
-                   topo.hostname, ", ".join(spec.nic_environment))
-            )
-        else:
-            for variable in spec.nic_environment:
-                value = nic_environment_value(variable, [topo.nic(n) for n in nics])
-                if value is None:
-                    spec.warnings.append("nic_environment: NICs %s are no RDMA devices; %s not set"
-                                         % (", ".join(nics), variable))
-                else:
-                    environment[variable] = value
-
-    return {
-        "name": spec.name,
-        "unit": spec.unit,
-        "mode": spec.mode,
-        "binding_method": spec.binding_method,
-        "gpus": gpus,
-        "gpu_uuids": uuids,
-        "numa_nodes": list(spec.numa_nodes),
-        "numa_bind_nodes": list(spec.numa_bind_nodes),
-        "cpus": cpus,
-        "share_cpus": spec.share_cpus,
-        "mem_policy": spec.mem_policy,
-        "mem_nodes": mem_nodes,
-        "profile": profile["name"],
-        "fallback": spec.fallback,
-        "numactl_args": args,
-        "exec_prefix": exec_prefix,
-        "systemd": systemd,
-        "environment": dict(sorted(environment.items())),
-        "secret_environment": list(spec.secret_names),
-        "command": list(spec.command) + list(spec.engine_args) if spec.command is not None else None,
-        "engine": spec.engine,
-        "engine_version": ".".join(str(p) for p in spec.engine_version) if spec.engine_version else None,
-        "engine_args": list(spec.engine_args),
-        "worker_cpus": [format_cpulist(c) for c in spec.worker_cpus] if spec.worker_cpus is not None else None,
-        "user": spec.user,
-        "group": spec.group,
-        "memory_bytes": spec.memory_bytes,
-        "memlock": spec.memlock,
-        "ready": spec.ready,
-        "nics": nics,
-        "gpu_nics": gpu_nics,
-        "warnings": list(spec.warnings),
-    }
-
-
-# --------------------------------------------------------------------------
 # Entry point
-
-
-def _rocm_environment(spec, gpus, uuids, ordinals, environment):
-    """ROCR_VISIBLE_DEVICES for an instance of AMD GPUs: by the UUIDs ROCm shows (GPU-<unique_id>), else by
-    ordinal in the order ROCm enumerates the node's AMD GPUs (KFD node order, as discovery numbers them;
-    ``ordinals``: each GPU's place among the AMD GPUs, which differs from its index on a node that also has
-    NVIDIA GPUs). Partitions of one GPU share its unique_id, so they are always selected by ordinal.
-    HIP_VISIBLE_DEVICES is left out: HIP applies it after ROCR's and counts within the GPUs ROCR left, so
-    setting both would filter twice (ROCm documentation, "GPU isolation techniques")."""
-    if all(uuids):
-        environment["ROCR_VISIBLE_DEVICES"] = ",".join(uuids)
-        return
-    environment["ROCR_VISIBLE_DEVICES"] = ",".join(str(o) for o in ordinals)
-    without = format_cpulist([g for g, u in zip(gpus, uuids) if not u])
-    spec.warnings.append(
-        "GPU %s has no UUID of its own in the topology (amdgpu's unique_id; partitions share their GPU's); "
-        "ROCR_VISIBLE_DEVICES uses ROCm's ordinals %s" % (without, ",".join(str(o) for o in ordinals))
-    )
 
 
 def _plan_topology(topology, housekeeping_cores_per_node, housekeeping_cpus, irq_pin, warnings, problems):
