@@ -159,6 +159,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     validate_options(housekeeping_cores_per_node, strict_capacity, problems)
     problems.extend(secrets.pattern_problems(secret_patterns, "secret_patterns"))
     reserve = parse_reserve(memory_reserve_per_node, problems)
+    reserve_option = memory_reserve_per_node if reserve is None else reserve
     try:
         profile = validate_profile(profile)
     except ProfileError as exc:
@@ -170,22 +171,40 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
                                          problems)
     applied_plan = validate_applied_plan(applied_plan, problems)
 
-    if instances is None:
-        instances = []
-    if not isinstance(instances, list):
-        raise PlanError(
-            "%s: must be a list of instance mappings, got %s; allowed: a list (empty for no instances)"
-            % (INSTANCES_VAR, type_name(instances))
-        )
-    specs = []
-    for pos, raw in enumerate(instances):
-        spec = validate_instance(raw, pos, topo, problems)
-        if spec is not None:
-            specs.append(spec)
-    check_unique(instances, problems)
-
+    instances = [] if instances is None else instances
+    specs = _instance_specs(instances, topo, problems)
     if problems and profile is None:
         raise PlanError(problems)
+    specs, capacity = _allocate(specs, topo, profile, warnings, problems, secret_patterns=secret_patterns,
+                                allow_unknown_siblings=allow_unknown_siblings, strict_capacity=strict_capacity,
+                                reserve=reserve, applied_plan=applied_plan, reserve_option=reserve_option,
+                                fence=fence, preferred_many=preferred_many)
+    if not instances:
+        warnings.append("%s is empty: nothing to bind on %s" % (INSTANCES_VAR, topo.hostname))
+
+    rendered = [render_instance(spec, topo, profile, fence) for spec in specs]
+    for item in rendered:
+        warnings.extend("%s: %s" % (item["name"], w) for w in item["warnings"])
+    plan = {
+        "schema": SCHEMA,
+        "schema_minor": SCHEMA_MINOR,
+        "hostname": topology.get("hostname"),
+        "topology_fingerprint": topo.fingerprint,
+        "profile": profile["name"],
+        "options": _options(housekeeping_cores_per_node, reserved_cpus, strict_capacity, allow_unknown_siblings,
+                            reserve_option, fence, preferred_many, irq_pin),
+    }
+    plan.update(_node_sections(topo, capacity))
+    plan.update(instances=rendered, warnings=warnings)
+    return plan
+
+
+def _allocate(specs, topo, profile, warnings, problems, secret_patterns, allow_unknown_siblings, strict_capacity,
+              reserve, applied_plan, reserve_option, fence, preferred_many):
+    """``(specs, capacity)``: GPUs, profile, CPUs, memory and engine flags decided for every instance.
+
+    Raises PlanError with every problem found (those collected before included).
+    """
     assign_gpus(specs, topo, warnings, problems)
     specs = [s for s in specs if s.placement == "numa_node" or s.gpus]
     check_gpu_environment(specs, topo, problems)
@@ -197,7 +216,6 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     allocate_cpus(specs, topo, problems)
     check_siblings_known(specs, topo, allow_unknown_siblings, problems)
     check_cpus_placed(specs, topo, problems)
-    reserve_option = memory_reserve_per_node if reserve is None else reserve
     capacity = stable_capacity(specs, topo, strict_capacity, problems, reserve, applied_plan, reserve_option)
     if problems:
         raise PlanError(problems)
@@ -210,38 +228,49 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     check_preferred_spill(specs, topo, preferred_many)
     if problems:
         raise PlanError(problems)
-    if not instances:
-        warnings.append("%s is empty: nothing to bind on %s" % (INSTANCES_VAR, topo.hostname))
+    return specs, capacity
 
-    rendered = [render_instance(spec, topo, profile, fence) for spec in specs]
-    for item in rendered:
-        warnings.extend("%s: %s" % (item["name"], w) for w in item["warnings"])
+
+def _options(housekeeping_cores_per_node, reserved_cpus, strict_capacity, allow_unknown_siblings, reserve_option,
+             fence, preferred_many, irq_pin):
+    """The plan's ``options``: what it was computed with (a tri-state stays None when not known)."""
     return {
-        "schema": SCHEMA,
-        "schema_minor": SCHEMA_MINOR,
-        "hostname": topology.get("hostname"),
-        "topology_fingerprint": topo.fingerprint,
-        "profile": profile["name"],
-        "options": {
-            "housekeeping_cores_per_node": housekeeping_cores_per_node,
-            "housekeeping_cpus": format_cpulist(reserved_cpus) if reserved_cpus is not None else None,
-            "strict_capacity": strict_capacity,
-            "allow_unknown_siblings": bool(allow_unknown_siblings),
-            "memory_reserve_per_node": reserve_option,
-            "fence": fence if fence is None else bool(fence),
-            "preferred_many": preferred_many if preferred_many is None else bool(preferred_many),
-            "irq_pin": bool(irq_pin),
-        },
-        "memory_capacity": dict((str(n), capacity[n]) for n in topo.cpu_node_ids),
+        "housekeeping_cores_per_node": housekeeping_cores_per_node,
+        "housekeeping_cpus": format_cpulist(reserved_cpus) if reserved_cpus is not None else None,
+        "strict_capacity": strict_capacity,
+        "allow_unknown_siblings": bool(allow_unknown_siblings),
+        "memory_reserve_per_node": reserve_option,
+        "fence": fence if fence is None else bool(fence),
+        "preferred_many": preferred_many if preferred_many is None else bool(preferred_many),
+        "irq_pin": bool(irq_pin),
+    }
+
+
+def _instance_specs(instances, topo, problems):
+    """One checked InstanceSpec per good entry of ``gpunuma_instances`` (problems collected), names unique."""
+    if not isinstance(instances, list):
+        raise PlanError(
+            "%s: must be a list of instance mappings, got %s; allowed: a list (empty for no instances)"
+            % (INSTANCES_VAR, type_name(instances))
+        )
+    specs = []
+    for pos, raw in enumerate(instances):
+        spec = validate_instance(raw, pos, topo, problems)
+        if spec is not None:
+            specs.append(spec)
+    check_unique(instances, problems)
+    return specs
+
+
+def _node_sections(topo, capacity):
+    """The plan's per-node sections: memory capacity, housekeeping, worker CPUs and siblings."""
+    nodes = topo.cpu_node_ids
+    return {
+        "memory_capacity": dict((str(n), capacity[n]) for n in nodes),
         "housekeeping": dict(
-            (
-                str(n),
-                format_cpulist(frozenset().union(*topo.nodes[n].housekeeping)) if topo.nodes[n].housekeeping else "",
-            )
-            for n in topo.cpu_node_ids
+            (str(n), format_cpulist(frozenset().union(*topo.nodes[n].housekeeping)) if topo.nodes[n].housekeeping else "")
+            for n in nodes
         ),
-        "worker_cpus": dict((str(n), format_cpulist(topo.nodes[n].worker_cpus)) for n in topo.cpu_node_ids),
-        "siblings": dict((str(n), topo.nodes[n].siblings) for n in topo.cpu_node_ids),
-        "instances": rendered,
-        "warnings": warnings,
+        "worker_cpus": dict((str(n), format_cpulist(topo.nodes[n].worker_cpus)) for n in nodes),
+        "siblings": dict((str(n), topo.nodes[n].siblings) for n in nodes),
     }
