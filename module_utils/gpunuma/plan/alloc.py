@@ -125,12 +125,8 @@ def allocate_cpus(specs, topo, problems):
             allocate_node(node, members, problems)
 
 
-def allocate_node(node, members, problems):
-    exclusive = [s for s in members if not s.share_cpus]
-    explicit = [s for s in exclusive if s.requested_cpu_list is not None]
-    counted = [s for s in exclusive if s.requested_cpu_list is None and s.requested_cpu_count is not None]
-    auto = [s for s in exclusive if s.requested_cpu_list is None and s.requested_cpu_count is None]
-
+def _take_explicit(node, explicit, problems):
+    """CPUs named by ``cpus`` lists; returns ``{cpu: spec}`` of those taken (a CPU named twice is a problem)."""
     taken = {}
     for spec in explicit:
         mine = spec.requested_cpu_list & node.worker_cpus
@@ -150,9 +146,11 @@ def allocate_node(node, members, problems):
                 % (format_cpulist(spec.requested_cpu_list), ", ".join(format_cpulist(g) for g in split), node.id)
             )
         spec.allocated_cpus.update(mine)
+    return taken
 
-    free = [g for g in node.worker_cores if g.isdisjoint(taken)]
-    rest = list(free)
+
+def _take_counted(node, counted, rest):
+    """Whole cores for each ``cpus: <count>`` instance, from ``rest``; returns ``(rest, shortfall)``."""
     shortfall = False
     for spec in counted:
         want = -(-spec.requested_cpu_count // len(spec.numa_nodes))
@@ -177,49 +175,59 @@ def allocate_node(node, members, problems):
             )
         for group in got:
             spec.allocated_cpus.update(group)
-    if auto and len(rest) < len(auto):
-        shortfall = True
-    if shortfall:
-        asks = ["%s: %s" % (s.name, "cpus %d" % s.requested_cpu_count) for s in counted]
-        asks += ["%s: 1 core or more" % s.name for s in auto]
-        problems.append(
-            "%s (NUMA node %d): not enough whole cores: %d worker cores after %d housekeeping core%s%s, "
-            "but %d instances with CPUs of their own need more (%s); allowed: fewer instances or smaller cpus counts "
-            "on node %d, share_cpus: true, or a lower housekeeping_cores_per_node"
-            % (
-                INSTANCES_VAR,
-                node.id,
-                len(node.worker_cores),
-                len(node.housekeeping),
-                "" if len(node.housekeeping) == 1 else "s",
-                (
-                    " and %d cores held by explicit cpus lists" % (len(node.worker_cores) - len(free))
-                    if len(free) < len(node.worker_cores)
-                    else ""
-                ),
-                len(counted) + len(auto),
-                ", ".join(asks),
-                node.id,
-            )
-        )
-        return
-    if auto:
-        parts, aligned = partition.split(rest, node.l3_groups, len(auto))
-        if not aligned:
-            if node.l3_groups and len(auto) > 1:
-                for spec in auto:
-                    spec.warnings.append(
-                        "the CPU shares on NUMA node %d cannot follow its %d L3 cache groups (%d instances share %d "
-                        "free cores); shares may span or share an L3 group" % (node.id, len(node.l3_groups), len(auto), len(rest))
-                    )
-        elif len(auto) > 1:
+    return rest, shortfall
+
+
+def _shortfall_problem(node, counted, auto, free):
+    asks = ["%s: %s" % (s.name, "cpus %d" % s.requested_cpu_count) for s in counted]
+    asks += ["%s: 1 core or more" % s.name for s in auto]
+    held = len(node.worker_cores) - len(free)
+    return (
+        "%s (NUMA node %d): not enough whole cores: %d worker cores after %d housekeeping core%s%s, "
+        "but %d instances with CPUs of their own need more (%s); allowed: fewer instances or smaller cpus counts "
+        "on node %d, share_cpus: true, or a lower housekeeping_cores_per_node"
+        % (INSTANCES_VAR, node.id, len(node.worker_cores), len(node.housekeeping),
+           "" if len(node.housekeeping) == 1 else "s",
+           " and %d cores held by explicit cpus lists" % held if held else "",
+           len(counted) + len(auto), ", ".join(asks), node.id)
+    )
+
+
+def _split_auto(node, auto, rest):
+    """The free cores split among the instances without a CPU request, following L3 groups where they allow."""
+    parts, aligned = partition.split(rest, node.l3_groups, len(auto))
+    if not aligned:
+        if node.l3_groups and len(auto) > 1:
             for spec in auto:
                 spec.warnings.append(
-                    "CPU share on NUMA node %d follows its L3 cache groups (whole groups per instance)" % node.id
+                    "the CPU shares on NUMA node %d cannot follow its %d L3 cache groups (%d instances share %d "
+                    "free cores); shares may span or share an L3 group" % (node.id, len(node.l3_groups), len(auto), len(rest))
                 )
-        for spec, cores in zip(auto, parts):
-            for group in cores:
-                spec.allocated_cpus.update(group)
+    elif len(auto) > 1:
+        for spec in auto:
+            spec.warnings.append(
+                "CPU share on NUMA node %d follows its L3 cache groups (whole groups per instance)" % node.id
+            )
+    for spec, cores in zip(auto, parts):
+        for group in cores:
+            spec.allocated_cpus.update(group)
+
+
+def allocate_node(node, members, problems):
+    """The worker CPUs of ``node`` for its ``members``: explicit lists, then counts, then even shares; sharers last."""
+    exclusive = [s for s in members if not s.share_cpus]
+    explicit = [s for s in exclusive if s.requested_cpu_list is not None]
+    counted = [s for s in exclusive if s.requested_cpu_list is None and s.requested_cpu_count is not None]
+    auto = [s for s in exclusive if s.requested_cpu_list is None and s.requested_cpu_count is None]
+
+    taken = _take_explicit(node, explicit, problems)
+    free = [g for g in node.worker_cores if g.isdisjoint(taken)]
+    rest, shortfall = _take_counted(node, counted, list(free))
+    if shortfall or (auto and len(rest) < len(auto)):
+        problems.append(_shortfall_problem(node, counted, auto, free))
+        return
+    if auto:
+        _split_auto(node, auto, rest)
     for spec in members:
         if spec.share_cpus:
             if spec.requested_cpu_list is not None:
