@@ -106,37 +106,10 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
     offline = sysfs_root is not None or nvml_dump is not None or topo_file is not None
     text_only = topo_file is not None and sysfs_root is None and nvml_dump is None
 
-    dump = None
-    nvml_error = None
-    if nvml_dump is not None:
-        dump = nvml_source.load_dump(nvml_dump)
-    elif "nvml" in sources and (not offline or keep_nvml_dump):
-        try:
-            dump = nvml_source.collect(nvml_module)
-        except NvmlError as exc:
-            nvml_error = str(exc)
-            if not _nvml_absent(nvml_error):
-                # NVML is there but broke mid-way: that is worth a loud warning.
-                warnings.append("%s; GPU facts taken from nvidia-smi and sysfs instead" % nvml_error)
-    if dump is not None:
-        used.append("nvml")
-
-    smi = None
-    smi_problem = None
-    if topo_file is not None:
-        smi = parse_topo_matrix(_read_topo_file(topo_file), source="nvidia_smi_topo_file %s" % topo_file)
-    elif "nvidia_smi" in sources and not offline and dump is None and run_nvidia_smi is not None:
-        text, problem = run_nvidia_smi()
-        if text is not None:
-            try:
-                smi = parse_topo_matrix(text, source="nvidia-smi topo -m")
-            except TopoParseError as exc:
-                warnings.append("%s; ignoring nvidia-smi" % exc)
-        else:
-            smi_problem = problem
-    if smi is not None:
-        used.append("nvidia_smi")
-        warnings.extend(smi.get("warnings") or [])
+    dump, nvml_error = _nvml(nvml_dump, nvml_module, "nvml" in sources and (not offline or keep_nvml_dump),
+                             warnings, used)
+    smi, smi_problem = _nvidia_smi(topo_file, run_nvidia_smi if "nvidia_smi" in sources and not offline
+                                   and dump is None else None, warnings, used)
 
     layout = None
     if lscpu_file is not None:
@@ -165,6 +138,52 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
         amd["smi"] = _amd_tool_doc(amd_smi_file, rocm_smi_file, sources, offline, run_tool, warnings, used)
     topology = build_topology(hostname, host=host, nvml=dump, smi=smi, warnings=warnings, sources=used,
                               cpu_layout_host=layout, amd=amd)
+    _mark_incomplete(topology, host, dump, nvml_error, smi_problem, used)
+    return {"topology": topology, "nvml_dump": dump if keep_nvml_dump else None, "nvml_error": nvml_error}
+
+
+def _nvml(nvml_dump, nvml_module, live, warnings, used):
+    """``(dump, error)``: the NVML dump given, else NVML asked live when ``live`` (a failure is a warning)."""
+    dump = None
+    nvml_error = None
+    if nvml_dump is not None:
+        dump = nvml_source.load_dump(nvml_dump)
+    elif live:
+        try:
+            dump = nvml_source.collect(nvml_module)
+        except NvmlError as exc:
+            nvml_error = str(exc)
+            if not _nvml_absent(nvml_error):
+                # NVML is there but broke mid-way: that is worth a loud warning.
+                warnings.append("%s; GPU facts taken from nvidia-smi and sysfs instead" % nvml_error)
+    if dump is not None:
+        used.append("nvml")
+    return dump, nvml_error
+
+
+def _nvidia_smi(topo_file, run_nvidia_smi, warnings, used):
+    """``(matrix, problem)``: the topo file given (broken: raises), else ``nvidia-smi topo -m`` run when asked."""
+    smi = None
+    smi_problem = None
+    if topo_file is not None:
+        smi = parse_topo_matrix(_read_topo_file(topo_file), source="nvidia_smi_topo_file %s" % topo_file)
+    elif run_nvidia_smi is not None:
+        text, problem = run_nvidia_smi()
+        if text is not None:
+            try:
+                smi = parse_topo_matrix(text, source="nvidia-smi topo -m")
+            except TopoParseError as exc:
+                warnings.append("%s; ignoring nvidia-smi" % exc)
+        else:
+            smi_problem = problem
+    if smi is not None:
+        used.append("nvidia_smi")
+        warnings.extend(smi.get("warnings") or [])
+    return smi, smi_problem
+
+
+def _mark_incomplete(topology, host, dump, nvml_error, smi_problem, used):
+    """``complete`` false, with a warning, when NVML failed with GPUs visible or sysfs lost a file."""
     if nvml_error and dump is None and any(g["uuid"] is None for g in topology["gpus"]):
         # GPUs are visible but NVML could not name them: say why, once.
         topology["complete"] = False
@@ -178,4 +197,3 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
         # topology at all: nothing may be lost from a complete one.
         topology["complete"] = False
         topology["warnings"].append(_lost_warning(host["lost"]))
-    return {"topology": topology, "nvml_dump": dump if keep_nvml_dump else None, "nvml_error": nvml_error}
