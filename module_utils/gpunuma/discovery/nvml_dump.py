@@ -164,12 +164,8 @@ def validate_dump(data, source="NVML dump"):
     """
     _check_schema(data, source)
     schema = _Schema()
-
-    def text(value):
-        return isinstance(value, str) and bool(_TEXT_RE.fullmatch(value))
-
-    schema.optional(data, "driver_version", "driver_version", text, "a printable string of at most 96 characters")
-    schema.optional(data, "nvml_version", "nvml_version", text, "a printable string of at most 96 characters")
+    schema.optional(data, "driver_version", "driver_version", _printable, "a printable string of at most 96 characters")
+    schema.optional(data, "nvml_version", "nvml_version", _printable, "a printable string of at most 96 characters")
     schema.optional(data, "cuda_driver_version", "cuda_driver_version", schema.int_range(0, 10 ** 9),
                     "a non-negative integer")
     word_bits = data.get("cpu_word_bits", CPU_WORD_BITS)
@@ -182,49 +178,9 @@ def validate_dump(data, source="NVML dump"):
     if not isinstance(gpus, list):
         schema.bad("gpus", gpus, "a list of GPU objects ordered by index ([] for none)")
         gpus = None
-    bus_owner = {}
-    uuid_owner = {}
+    owners = {"bus": {}, "uuid": {}}
     for position, gpu in enumerate(gpus or []):
-        where = "gpus[%d]" % position
-        if not isinstance(gpu, dict):
-            schema.bad(where, gpu, "an object with index, uuid, pci_bus_id...")
-            continue
-        missing = [key for key in ("index", "uuid", "pci_bus_id") if gpu.get(key) is None or is_error(gpu[key])]
-        for key in missing:
-            schema.errors.append("%s.%s is missing; NVML failed mid-query (allowed: %s)" % (
-                where, key, {"index": "the GPU's position in gpus", "uuid": _UUID_ALLOWED,
-                             "pci_bus_id": BUS_ID_ALLOWED}[key]))
-        if "index" not in missing and not (_is_int(gpu["index"]) and gpu["index"] == position):
-            schema.bad(where + ".index", gpu["index"], "%d (GPUs are listed in index order, from 0)" % position)
-        if "uuid" not in missing:
-            uuid = gpu["uuid"]
-            if not (isinstance(uuid, str) and _UUID_RE.fullmatch(uuid)):
-                schema.bad(where + ".uuid", uuid, _UUID_ALLOWED)
-            elif uuid in uuid_owner:
-                schema.bad(where + ".uuid", uuid, "a UUID of its own (gpus[%d] has this UUID as well)"
-                           % uuid_owner[uuid])
-            else:
-                uuid_owner[uuid] = position
-        if "pci_bus_id" not in missing:
-            bus = _normalized_bus(schema, where + ".pci_bus_id", gpu["pci_bus_id"])
-            if bus is not None and bus in bus_owner:
-                schema.bad(where + ".pci_bus_id", gpu["pci_bus_id"], "a bus id of its own (gpus[%d] is at %s "
-                           "as well)" % (bus_owner[bus], bus))
-            elif bus is not None:
-                bus_owner[bus] = position
-                gpu["pci_bus_id"] = bus
-        schema.optional(gpu, "name", where + ".name", text, "a printable string of at most 96 characters")
-        schema.optional(gpu, "numa_node_id", where + ".numa_node_id", schema.int_range(-1, _MAX_NODE_ID),
-                        "an integer from -1 (none) to %d (Linux MAX_NUMNODES is at most 1024)" % _MAX_NODE_ID)
-        _check_affinity(schema, gpu, where, word_bits)
-        _check_pcie(schema, gpu, where)
-        schema.optional(gpu, "mig_mode", where + ".mig_mode",
-                        lambda v: isinstance(v, dict) and all(v.get(k) in (0, 1) and _is_int(v.get(k))
-                                                              for k in ("current", "pending")),
-                        '{"current": 0 or 1, "pending": 0 or 1}')
-        schema.optional(gpu, "memory_total_bytes", where + ".memory_total_bytes", schema.int_range(0, 2 ** 64 - 1),
-                        "a non-negative integer of bytes")
-        _check_nvlinks(schema, gpu, where)
+        _check_gpu(schema, gpu, position, word_bits, owners)
     if gpus is not None:
         _check_levels(schema, data, len(gpus))
     if schema.errors:
@@ -235,6 +191,58 @@ def validate_dump(data, source="NVML dump"):
         raise NvmlError("%s: %d problems: %s%s" % (source, len(schema.errors), "; ".join(listed),
                                                    "; and %d more" % more if more else ""))
     return data
+
+
+def _printable(value):
+    return isinstance(value, str) and bool(_TEXT_RE.fullmatch(value))
+
+
+def _check_identity(schema, gpu, where, position, owners):
+    """index, uuid and pci_bus_id: present, in order and unique (the bus id normalised in place)."""
+    missing = [key for key in ("index", "uuid", "pci_bus_id") if gpu.get(key) is None or is_error(gpu[key])]
+    for key in missing:
+        schema.errors.append("%s.%s is missing; NVML failed mid-query (allowed: %s)" % (
+            where, key, {"index": "the GPU's position in gpus", "uuid": _UUID_ALLOWED,
+                         "pci_bus_id": BUS_ID_ALLOWED}[key]))
+    if "index" not in missing and not (_is_int(gpu["index"]) and gpu["index"] == position):
+        schema.bad(where + ".index", gpu["index"], "%d (GPUs are listed in index order, from 0)" % position)
+    if "uuid" not in missing:
+        uuid, uuid_owner = gpu["uuid"], owners["uuid"]
+        if not (isinstance(uuid, str) and _UUID_RE.fullmatch(uuid)):
+            schema.bad(where + ".uuid", uuid, _UUID_ALLOWED)
+        elif uuid in uuid_owner:
+            schema.bad(where + ".uuid", uuid, "a UUID of its own (gpus[%d] has this UUID as well)" % uuid_owner[uuid])
+        else:
+            uuid_owner[uuid] = position
+    if "pci_bus_id" not in missing:
+        bus, bus_owner = _normalized_bus(schema, where + ".pci_bus_id", gpu["pci_bus_id"]), owners["bus"]
+        if bus is not None and bus in bus_owner:
+            schema.bad(where + ".pci_bus_id", gpu["pci_bus_id"], "a bus id of its own (gpus[%d] is at %s "
+                       "as well)" % (bus_owner[bus], bus))
+        elif bus is not None:
+            bus_owner[bus] = position
+            gpu["pci_bus_id"] = bus
+
+
+def _check_gpu(schema, gpu, position, word_bits, owners):
+    """One entry of ``gpus``, every problem added to ``schema``."""
+    where = "gpus[%d]" % position
+    if not isinstance(gpu, dict):
+        schema.bad(where, gpu, "an object with index, uuid, pci_bus_id...")
+        return
+    _check_identity(schema, gpu, where, position, owners)
+    schema.optional(gpu, "name", where + ".name", _printable, "a printable string of at most 96 characters")
+    schema.optional(gpu, "numa_node_id", where + ".numa_node_id", schema.int_range(-1, _MAX_NODE_ID),
+                    "an integer from -1 (none) to %d (Linux MAX_NUMNODES is at most 1024)" % _MAX_NODE_ID)
+    _check_affinity(schema, gpu, where, word_bits)
+    _check_pcie(schema, gpu, where)
+    schema.optional(gpu, "mig_mode", where + ".mig_mode",
+                    lambda v: isinstance(v, dict) and all(v.get(k) in (0, 1) and _is_int(v.get(k))
+                                                          for k in ("current", "pending")),
+                    '{"current": 0 or 1, "pending": 0 or 1}')
+    schema.optional(gpu, "memory_total_bytes", where + ".memory_total_bytes", schema.int_range(0, 2 ** 64 - 1),
+                    "a non-negative integer of bytes")
+    _check_nvlinks(schema, gpu, where)
 
 
 def _normalized_bus(schema, path, value):
