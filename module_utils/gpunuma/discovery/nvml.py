@@ -234,25 +234,7 @@ def remap_dump(dump, bus_map, drop_cpu_affinity=True, drop_numa_node=True):
             if not isinstance(link, dict) or not link.get("remote_pci_bus_id"):
                 raise NvmlError("remap_dump: dump gpus[%d].nvlinks[%d] has no remote_pci_bus_id" % (position, k))
     out = validate_dump(copy.deepcopy(dump), source="remap_dump: dump")
-    if not isinstance(bus_map, dict):
-        raise NvmlError("remap_dump: bus_map must be a mapping of recorded PCI bus id to new PCI bus id, got %s"
-                        % type(bus_map).__name__)
-    mapping = {}
-    for old, new in bus_map.items():
-        try:
-            old_id = normalize_bus_id(old)
-        except NvmlError as exc:
-            raise NvmlError("remap_dump: bus_map key: %s" % exc)
-        if not isinstance(new, (str, bytes)):
-            raise NvmlError("remap_dump: bus_map[%r] must be a PCI bus id string, got %r" % (old, new))
-        try:
-            new_id = normalize_bus_id(new)
-        except NvmlError as exc:
-            raise NvmlError("remap_dump: bus_map[%r]: %s" % (old, exc))
-        if old_id in mapping and mapping[old_id] != new_id:
-            raise NvmlError("remap_dump: bus_map maps %s twice (to %s and %s)" % (old_id, mapping[old_id], new_id))
-        mapping[old_id] = new_id
-
+    mapping = _bus_mapping(bus_map)
     gpu_ids = [gpu["pci_bus_id"] for gpu in out["gpus"]]
     remote_ids = set()
     for gpu in out["gpus"]:
@@ -262,19 +244,7 @@ def remap_dump(dump, bus_map, drop_cpu_affinity=True, drop_numa_node=True):
                                 % (gpu["index"], position))
             link["remote_pci_bus_id"] = normalize_bus_id(link["remote_pci_bus_id"])
             remote_ids.add(link["remote_pci_bus_id"])
-    unknown = sorted(set(mapping) - set(gpu_ids) - remote_ids)
-    if unknown:
-        raise NvmlError("remap_dump: bus_map names %s, which the dump does not hold; allowed: its GPUs' bus ids %s"
-                        "%s" % (", ".join(unknown), ", ".join(gpu_ids) or "(none)",
-                                " and NVLink remote ids %s" % ", ".join(sorted(remote_ids)) if remote_ids else ""))
-    missing = [bus for bus in gpu_ids if bus not in mapping]
-    if missing:
-        raise NvmlError("remap_dump: bus_map does not map GPU bus id(s) %s; every GPU of the dump needs a new bus id"
-                        % ", ".join(missing))
-    new_gpu_ids = [mapping[bus] for bus in gpu_ids]
-    doubled = sorted(set(bus for bus in new_gpu_ids if new_gpu_ids.count(bus) > 1))
-    if doubled:
-        raise NvmlError("remap_dump: bus_map maps several GPUs to %s; each GPU needs its own bus id" % ", ".join(doubled))
+    new_gpu_ids = _check_mapping(mapping, gpu_ids, remote_ids)
 
     for gpu in out["gpus"]:
         gpu["pci_bus_id"] = mapping[gpu["pci_bus_id"]]
@@ -293,3 +263,44 @@ def remap_dump(dump, bus_map, drop_cpu_affinity=True, drop_numa_node=True):
                if flag]
     out["remapped"] = {"bus_ids": dict((old, mapping[old]) for old in sorted(mapping)), "dropped": dropped}
     return out
+
+
+def _bus_mapping(bus_map):
+    """``{recorded bus id: new bus id}``, both normalised; a bad key or value, or one mapped twice, raises."""
+    if not isinstance(bus_map, dict):
+        raise NvmlError("remap_dump: bus_map must be a mapping of recorded PCI bus id to new PCI bus id, got %s"
+                        % type(bus_map).__name__)
+    mapping = {}
+    for old, new in bus_map.items():
+        try:
+            old_id = normalize_bus_id(old)
+        except NvmlError as exc:
+            raise NvmlError("remap_dump: bus_map key: %s" % exc)
+        if not isinstance(new, (str, bytes)):
+            raise NvmlError("remap_dump: bus_map[%r] must be a PCI bus id string, got %r" % (old, new))
+        try:
+            new_id = normalize_bus_id(new)
+        except NvmlError as exc:
+            raise NvmlError("remap_dump: bus_map[%r]: %s" % (old, exc))
+        if old_id in mapping and mapping[old_id] != new_id:
+            raise NvmlError("remap_dump: bus_map maps %s twice (to %s and %s)" % (old_id, mapping[old_id], new_id))
+        mapping[old_id] = new_id
+    return mapping
+
+
+def _check_mapping(mapping, gpu_ids, remote_ids):
+    """The GPUs' new bus ids: every GPU mapped, each to its own id, and nothing mapped the dump does not hold."""
+    unknown = sorted(set(mapping) - set(gpu_ids) - remote_ids)
+    if unknown:
+        raise NvmlError("remap_dump: bus_map names %s, which the dump does not hold; allowed: its GPUs' bus ids %s"
+                        "%s" % (", ".join(unknown), ", ".join(gpu_ids) or "(none)",
+                                " and NVLink remote ids %s" % ", ".join(sorted(remote_ids)) if remote_ids else ""))
+    missing = [bus for bus in gpu_ids if bus not in mapping]
+    if missing:
+        raise NvmlError("remap_dump: bus_map does not map GPU bus id(s) %s; every GPU of the dump needs a new bus id"
+                        % ", ".join(missing))
+    new_gpu_ids = [mapping[bus] for bus in gpu_ids]
+    doubled = sorted(set(bus for bus in new_gpu_ids if new_gpu_ids.count(bus) > 1))
+    if doubled:
+        raise NvmlError("remap_dump: bus_map maps several GPUs to %s; each GPU needs its own bus id" % ", ".join(doubled))
+    return new_gpu_ids
