@@ -51,6 +51,60 @@ class _Query(object):
             raise NvmlError("NVML failed during %s: %s" % (what, self.error_name(exc)))
 
 
+def _collect_gpu(nvml, q, index, handle):
+    """One GPU's entry of the dump: identity, PCIe, affinity, MIG, memory and active NVLinks."""
+    where = "GPU %d" % index
+    pci = q.essential("%s nvmlDeviceGetPciInfo" % where, nvml.nvmlDeviceGetPciInfo, handle)
+    gpu = {
+        "index": index,
+        "name": _text(q.optional(nvml.nvmlDeviceGetName, handle)),
+        "uuid": _text(q.essential("%s nvmlDeviceGetUUID" % where, nvml.nvmlDeviceGetUUID, handle)),
+        "pci_bus_id": normalize_bus_id(pci.busId),
+        "numa_node_id": q.optional(getattr(nvml, "nvmlDeviceGetNumaNodeId", None), handle),
+        "pcie": {
+            "gen_max": q.optional(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+            "width_max": q.optional(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+            "gen_current": q.optional(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+            "width_current": q.optional(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        },
+        "mig_mode": None,
+        "memory_total_bytes": None,
+        "nvlinks": [],
+    }
+    words = q.optional(nvml.nvmlDeviceGetCpuAffinity, handle, CPU_AFFINITY_WORDS)
+    gpu["cpu_affinity_words"] = words if is_error(words) else [int(w) for w in words]
+    mig = q.optional(nvml.nvmlDeviceGetMigMode, handle)
+    gpu["mig_mode"] = mig if is_error(mig) else {"current": int(mig[0]), "pending": int(mig[1])}
+    mem = q.optional(nvml.nvmlDeviceGetMemoryInfo, handle)
+    gpu["memory_total_bytes"] = mem if is_error(mem) else int(mem.total)
+    for link in range(_NVLINK_MAX_LINKS):
+        state = q.optional(nvml.nvmlDeviceGetNvLinkState, handle, link)
+        if is_error(state):
+            break  # NotSupported / InvalidArgument: no (more) links
+        if state != getattr(nvml, "NVML_FEATURE_ENABLED", 1):
+            continue
+        remote = q.optional(nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+        if is_error(remote):
+            continue
+        gpu["nvlinks"].append({"link": link, "remote_pci_bus_id": normalize_bus_id(remote.busId)})
+    return gpu
+
+
+def _collect_levels(nvml, q, handles):
+    """The N x N matrix of nvmlDeviceGetTopologyCommonAncestor levels (0 on the diagonal)."""
+    levels = []
+    for i, first in enumerate(handles):
+        row = []
+        for j, second in enumerate(handles):
+            if i == j:
+                row.append(0)
+                continue
+            level = q.optional(nvml.nvmlDeviceGetTopologyCommonAncestor, first, second)
+            row.append(level if is_error(level) else int(level))
+        levels.append(row)
+    return levels
+
+
 def collect(nvml=None):
     """Query NVML live and return a ``gpunuma.nvml-dump/v1`` dict.
 
@@ -82,52 +136,10 @@ def collect(nvml=None):
         count = q.essential("nvmlDeviceGetCount", nvml.nvmlDeviceGetCount)
         handles = []
         for index in range(count):
-            where = "GPU %d" % index
-            handle = q.essential("%s nvmlDeviceGetHandleByIndex" % where, nvml.nvmlDeviceGetHandleByIndex, index)
+            handle = q.essential("GPU %d nvmlDeviceGetHandleByIndex" % index, nvml.nvmlDeviceGetHandleByIndex, index)
             handles.append(handle)
-            pci = q.essential("%s nvmlDeviceGetPciInfo" % where, nvml.nvmlDeviceGetPciInfo, handle)
-            gpu = {
-                "index": index,
-                "name": _text(q.optional(nvml.nvmlDeviceGetName, handle)),
-                "uuid": _text(q.essential("%s nvmlDeviceGetUUID" % where, nvml.nvmlDeviceGetUUID, handle)),
-                "pci_bus_id": normalize_bus_id(pci.busId),
-                "numa_node_id": q.optional(getattr(nvml, "nvmlDeviceGetNumaNodeId", None), handle),
-                "pcie": {
-                    "gen_max": q.optional(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-                    "width_max": q.optional(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
-                    "gen_current": q.optional(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-                    "width_current": q.optional(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-                },
-                "mig_mode": None,
-                "memory_total_bytes": None,
-                "nvlinks": [],
-            }
-            words = q.optional(nvml.nvmlDeviceGetCpuAffinity, handle, CPU_AFFINITY_WORDS)
-            gpu["cpu_affinity_words"] = words if is_error(words) else [int(w) for w in words]
-            mig = q.optional(nvml.nvmlDeviceGetMigMode, handle)
-            gpu["mig_mode"] = mig if is_error(mig) else {"current": int(mig[0]), "pending": int(mig[1])}
-            mem = q.optional(nvml.nvmlDeviceGetMemoryInfo, handle)
-            gpu["memory_total_bytes"] = mem if is_error(mem) else int(mem.total)
-            for link in range(_NVLINK_MAX_LINKS):
-                state = q.optional(nvml.nvmlDeviceGetNvLinkState, handle, link)
-                if is_error(state):
-                    break  # NotSupported / InvalidArgument: no (more) links
-                if state != getattr(nvml, "NVML_FEATURE_ENABLED", 1):
-                    continue
-                remote = q.optional(nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
-                if is_error(remote):
-                    continue
-                gpu["nvlinks"].append({"link": link, "remote_pci_bus_id": normalize_bus_id(remote.busId)})
-            dump["gpus"].append(gpu)
-        for i, first in enumerate(handles):
-            row = []
-            for j, second in enumerate(handles):
-                if i == j:
-                    row.append(0)
-                    continue
-                level = q.optional(nvml.nvmlDeviceGetTopologyCommonAncestor, first, second)
-                row.append(level if is_error(level) else int(level))
-            dump["topology_levels"].append(row)
+            dump["gpus"].append(_collect_gpu(nvml, q, index, handle))
+        dump["topology_levels"] = _collect_levels(nvml, q, handles)
         # What NVML answered goes through the same schema as a replayed
         # dump: an answer no real GPU gives is an NvmlError (discovery then
         # falls back to nvidia-smi and sysfs with a warning), not bad data.
