@@ -69,6 +69,49 @@ def _same_nodes(a, b):
     return sorted(a or []) == sorted(b or [])
 
 
+def _unit_binding(item, unit, parsed):
+    """Findings where the unit file's binding (systemd keys, or numactl and the command in ExecStart) is not the plan's."""
+    name, findings = item.get("name"), []
+    if item.get("binding_method") == "systemd":
+        want = item.get("systemd") or {}
+        for key in ("CPUAffinity", "NUMAPolicy", "NUMAMask"):
+            if (parsed.get(key) or None) != (want.get(key) or None):
+                findings.append(Finding("unit-binding", "error", "%s: %s= in %s is %r, the plan says %r"
+                                        % (name, key, unit.get("path"), parsed.get(key), want.get(key)),
+                                        name, want.get(key), parsed.get(key)))
+    elif item.get("mode") == "service":
+        got = expected_numa_args(parsed["exec"])
+        want = list(item.get("numactl_args") or [])
+        if got != want:
+            findings.append(Finding("unit-binding", "error", "%s: ExecStart in %s binds with %s, the plan says %s"
+                                    % (name, unit.get("path"), got or "nothing", want or "nothing"),
+                                    name, want, got))
+        command = item.get("command")
+        if command and parsed["exec"] is not None and parsed["exec"][len(got) + (1 if got else 0):] != list(command):
+            findings.append(Finding("unit-binding", "error", "%s: ExecStart in %s runs %s, the plan says %s"
+                                    % (name, unit.get("path"), parsed["exec"], command), name, command,
+                                    parsed["exec"]))
+    return findings
+
+
+def _memory_policy(item, unit, proc, min_local_share, live):
+    """Findings on the process's memory policy (numa_maps) and where its pages are."""
+    name, findings = item.get("name"), []
+    policy, nodes, pages = parse_numa_maps(proc["numa_maps"])
+    live["mem_policy"], live["mem_nodes"] = policy, nodes
+    want = item.get("mem_policy") or "default"
+    if policy is not None and (policy != want or (want != "default" and not _same_nodes(nodes, item.get("mem_nodes")))):
+        findings.append(Finding("mem-policy", "error", "%s: PID %s has memory policy %s%s, the plan says %s%s"
+                                % (name, unit.get("pid"), policy, (" on " + format_cpulist(nodes)) if nodes else "",
+                                   want, (" on " + format_cpulist(item["mem_nodes"])) if item.get("mem_nodes") else ""),
+                                name, {"policy": want, "nodes": item.get("mem_nodes") or []},
+                                {"policy": policy, "nodes": nodes}))
+    if proc.get("pids"):
+        live["processes"] = len(proc["pids"])
+    findings.extend(_local_share(item, unit, proc, pages, want, min_local_share, live))
+    return findings
+
+
 def audit_instance(item, unit, proc, min_local_share):
     """Findings for one plan instance.
 
@@ -84,25 +127,7 @@ def audit_instance(item, unit, proc, min_local_share):
                                 unit.get("path"), None))
     else:
         parsed = parse_unit(text)
-        if item.get("binding_method") == "systemd":
-            want = item.get("systemd") or {}
-            for key in ("CPUAffinity", "NUMAPolicy", "NUMAMask"):
-                if (parsed.get(key) or None) != (want.get(key) or None):
-                    findings.append(Finding("unit-binding", "error", "%s: %s= in %s is %r, the plan says %r"
-                                            % (name, key, unit.get("path"), parsed.get(key), want.get(key)),
-                                            name, want.get(key), parsed.get(key)))
-        elif item.get("mode") == "service":
-            got = expected_numa_args(parsed["exec"])
-            want = list(item.get("numactl_args") or [])
-            if got != want:
-                findings.append(Finding("unit-binding", "error", "%s: ExecStart in %s binds with %s, the plan says %s"
-                                        % (name, unit.get("path"), got or "nothing", want or "nothing"),
-                                        name, want, got))
-            command = item.get("command")
-            if command and parsed["exec"] is not None and parsed["exec"][len(got) + (1 if got else 0):] != list(command):
-                findings.append(Finding("unit-binding", "error", "%s: ExecStart in %s runs %s, the plan says %s"
-                                        % (name, unit.get("path"), parsed["exec"], command), name, command,
-                                        parsed["exec"]))
+        findings.extend(_unit_binding(item, unit, parsed))
         live["unit_memlock"] = parsed.get("LimitMEMLOCK")
         if parsed.get("AllowedCPUs"):
             live["allowed_cpus"] = parsed["AllowedCPUs"]
@@ -129,18 +154,7 @@ def audit_instance(item, unit, proc, min_local_share):
                                    "behaviour seen on Debian 12)" if live["cpus"] else ""),
                                 name, item["cpus"], live["cpus"]))
     if proc.get("numa_maps") is not None:
-        policy, nodes, pages = parse_numa_maps(proc["numa_maps"])
-        live["mem_policy"], live["mem_nodes"] = policy, nodes
-        want = item.get("mem_policy") or "default"
-        if policy is not None and (policy != want or (want != "default" and not _same_nodes(nodes, item.get("mem_nodes")))):
-            findings.append(Finding("mem-policy", "error", "%s: PID %s has memory policy %s%s, the plan says %s%s"
-                                    % (name, unit.get("pid"), policy, (" on " + format_cpulist(nodes)) if nodes else "",
-                                       want, (" on " + format_cpulist(item["mem_nodes"])) if item.get("mem_nodes") else ""),
-                                    name, {"policy": want, "nodes": item.get("mem_nodes") or []},
-                                    {"policy": policy, "nodes": nodes}))
-        if proc.get("pids"):
-            live["processes"] = len(proc["pids"])
-        findings.extend(_local_share(item, unit, proc, pages, want, min_local_share, live))
+        findings.extend(_memory_policy(item, unit, proc, min_local_share, live))
     findings.extend(_thread_affinity(item, unit, proc, live))
     if proc.get("limits") is not None and live.get("unit_memlock") is not None:
         got = parse_memlock(proc["limits"])
