@@ -14,20 +14,9 @@ from ansible.module_utils.gpunuma.discovery.sysfs import (
     is_amd_instinct, is_nvidia_gpu, pcie_gen_from_speed, quote, read_bounded)
 from ansible.module_utils.gpunuma.discovery.sysfs_reader import BDF_RE
 from ansible.module_utils.gpunuma.verify import amd_checks
+from ansible.module_utils.gpunuma.verify.pci_acs import (  # noqa: F401 (the ACS names are public here)  # pylint: disable=unused-import
+    ACS_CR, ACS_EC, ACS_RR, CONFIG_LIMIT, acs_bits, acs_control_from_config)
 
-
-# PCI config space: extended capabilities start at 0x100; ACS is id 0x000d.
-_EXT_CAP_START = 0x100
-_ACS_CAP_ID = 0x000D
-_CONFIG_LIMIT = 4096
-# ACS control bits (PCIe base spec 7.7.11.3): P2P Request Redirect and
-# P2P Completion Redirect send peer TLPs up to the root complex; Egress
-# Control can block or redirect them too.
-ACS_RR = 0x0004
-ACS_CR = 0x0008
-ACS_EC = 0x0020
-_ACS_BITS = ((0x0001, "SrcValid"), (0x0002, "TransBlk"), (ACS_RR, "ReqRedir"), (ACS_CR, "CmpltRedir"),
-             (0x0010, "UpstreamFwd"), (ACS_EC, "EgressCtrl"), (0x0040, "DirectTrans"))
 
 _WIDTH_RE = re.compile(r"[0-9]{1,2}", re.ASCII)
 _INT_RE = re.compile(r"[0-9]{1,3}", re.ASCII)
@@ -161,34 +150,6 @@ def parse_cmdline_iommu(text):
     return [(m.group(1), m.group(2)) for word in text.split() for m in [_IOMMU_ARG_RE.fullmatch(word)] if m]
 
 
-def acs_control_from_config(data):
-    """The ACS control register from PCI config space bytes, or ``None`` when absent.
-
-    Raises ``ValueError`` when the extended capability list is malformed.
-    Returns ``None`` for config space shorter than 4 KiB (an unprivileged
-    reader sees only the first 64 or 256 bytes).
-    """
-    if len(data) < _CONFIG_LIMIT:
-        return None
-    offset, seen = _EXT_CAP_START, set()
-    while offset:
-        if offset < _EXT_CAP_START or offset > _CONFIG_LIMIT - 8 or offset & 3 or offset in seen:
-            raise ValueError("the extended capability list points to offset 0x%x, outside 0x100-0xff8 "
-                             "or looping" % offset)
-        seen.add(offset)
-        header = int.from_bytes(data[offset:offset + 4], "little")
-        if header in (0, 0xFFFFFFFF):
-            return None
-        if header & 0xFFFF == _ACS_CAP_ID:
-            return int.from_bytes(data[offset + 6:offset + 8], "little")
-        offset = (header >> 20) & 0xFFC
-    return None
-
-
-def acs_bits(ctrl):
-    return [name for bit, name in _ACS_BITS if ctrl & bit]
-
-
 def parse_nvidia_smi_q(text):
     """Persistence mode per GPU from ``nvidia-smi -q``: ``{bus_id: True/False}``.
 
@@ -296,8 +257,8 @@ def _read_link(reader, bdf):
         setattr(link, field, value)
         if text is not None:
             link.raw[attr] = text
-    config = reader.raw(os.path.join(rel, "config"), _CONFIG_LIMIT)
-    if config is not None and len(config) >= _CONFIG_LIMIT:
+    config = reader.raw(os.path.join(rel, "config"), CONFIG_LIMIT)
+    if config is not None and len(config) >= CONFIG_LIMIT:
         link.acs_readable = True
         try:
             link.acs_ctrl = acs_control_from_config(config)
@@ -310,17 +271,8 @@ def _read_link(reader, bdf):
     return link
 
 
-def read_node(root="/"):
-    """Read what the checks need from ``root``; raise :class:`NodeChecksError` for an unusable root."""
-    if not isinstance(root, str) or not root:
-        raise NodeChecksError("sysfs_root is %s; a directory holding sys/ and proc/ was expected" % quote(root))
-    if not os.path.isdir(root):
-        raise NodeChecksError("sysfs_root %s does not exist or is not a directory; a directory holding "
-                              "sys/ and proc/ was expected" % root)
-    if not os.path.isdir(os.path.join(root, "sys")):
-        raise NodeChecksError("sysfs_root %s has no sys/ directory; a directory holding sys/ and proc/ "
-                              "(a copy of the node's /sys and /proc) was expected" % root)
-    reader = _Reader(root)
+def _read_gpus(reader):
+    """``(NVIDIA GPUs, AMD Instinct bus ids)`` on the PCI bus, each NVIDIA GPU with its links and local CPUs."""
     gpus = []
     bus = reader.path(os.path.join("sys", "bus", "pci", "devices"))
     try:
@@ -349,7 +301,11 @@ def read_node(root="/"):
                 reader._problem(os.path.join(rel, "local_cpulist"), text, "holds %s; %s" % (quote(text), exc))
         gpus.append(Gpu(link=_read_link(reader, bdf), bridges=[_read_link(reader, b) for b in chain[:-1]],
                         local_cpus=local))
+    return gpus, instinct
 
+
+def _read_governors(reader, gpus):
+    """``(governors, scope)``: the cpufreq governor of the GPUs' local CPUs (every CPU when none is known)."""
     cpu_dir = os.path.join("sys", "devices", "system", "cpu")
     try:
         cpus = sorted(int(m.group(1)) for name in os.listdir(reader.path(cpu_dir))
@@ -359,7 +315,6 @@ def read_node(root="/"):
     wanted = set()
     for gpu in gpus:
         wanted |= gpu.local_cpus or set()
-    scope = "gpu_local_cpus" if wanted else "all_cpus"
     governors = []
     for cpu in cpus:
         if wanted and cpu not in wanted:
@@ -371,7 +326,22 @@ def read_node(root="/"):
         if text is not None:
             available = text.split()
         governors.append(CpuGovernor(cpu=cpu, file=reader.shown(rel), governor=governor, available=available))
+    return governors, "gpu_local_cpus" if wanted else "all_cpus"
 
+
+def read_node(root="/"):
+    """Read what the checks need from ``root``; raise :class:`NodeChecksError` for an unusable root."""
+    if not isinstance(root, str) or not root:
+        raise NodeChecksError("sysfs_root is %s; a directory holding sys/ and proc/ was expected" % quote(root))
+    if not os.path.isdir(root):
+        raise NodeChecksError("sysfs_root %s does not exist or is not a directory; a directory holding "
+                              "sys/ and proc/ was expected" % root)
+    if not os.path.isdir(os.path.join(root, "sys")):
+        raise NodeChecksError("sysfs_root %s has no sys/ directory; a directory holding sys/ and proc/ "
+                              "(a copy of the node's /sys and /proc) was expected" % root)
+    reader = _Reader(root)
+    gpus, instinct = _read_gpus(reader)
+    governors, scope = _read_governors(reader, gpus)
     thp = os.path.join("sys", "kernel", "mm", "transparent_hugepage")
     facts = NodeFacts(root=root, gpus=gpus, governors=governors, governor_scope=scope)
     facts.thp_enabled, _unused = reader.value(os.path.join(thp, "enabled"), parse_thp)
