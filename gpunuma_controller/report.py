@@ -134,16 +134,8 @@ def _cls_status(text):
                                                                    else "")
 
 
-def render_html(fleet, title="gpunuma fleet report", only=None):
-    """The HTML page; ``only``: host names to include (default every host)."""
-    hosts = [fleet["hosts"][k] for k in sorted(fleet["hosts"]) if only is None or k in only]
-    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-           '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; '
-           'img-src data:">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           "<title>%s</title><style>%s</style></head><body>" % (esc(title), CSS),
-           "<h1>%s</h1>" % esc(title),
-           '<p class="meta">%d host%s, from %s</p>' % (len(hosts), "" if len(hosts) == 1 else "s", esc(fleet["root"]))]
+def _summaries(hosts):
+    """``{host: summary row}``; a summary that cannot be made is a problem of its host, never a traceback."""
     summaries = {}
     for host in hosts:
         try:
@@ -152,12 +144,13 @@ def render_html(fleet, title="gpunuma fleet report", only=None):
             host["problems"].append("summary: %s: %s" % (type(exc).__name__, exc))
             summaries[host["name"]] = {"host": host["name"], "profile": "-", "fingerprint": "-", "instances": None,
                                        "compliance": "-", "probe": "-", "problems": len(host["problems"])}
-    sections = [_host_section(host, summaries[host["name"]]) for host in hosts]
-    for host in hosts:
-        summaries[host["name"]]["problems"] = len(host["problems"])
-    out.append('<h2>Fleet</h2><table class="fleet"><thead><tr><th>host</th><th>profile</th><th>fingerprint</th>'
-               "<th>instances</th><th>compliance</th><th>probe verdict</th><th>drift found</th><th>problems</th>"
-               "</tr></thead><tbody>")
+    return summaries
+
+
+def _fleet_table(hosts, summaries):
+    out = ['<h2>Fleet</h2><table class="fleet"><thead><tr><th>host</th><th>profile</th><th>fingerprint</th>'
+           "<th>instances</th><th>compliance</th><th>probe verdict</th><th>drift found</th><th>problems</th>"
+           "</tr></thead><tbody>"]
     for host in hosts:
         s = summaries[host["name"]]
         drift = ""
@@ -172,8 +165,11 @@ def render_html(fleet, title="gpunuma fleet report", only=None):
                       _cls_status(s["compliance"]), esc(s["compliance"]), _cls_status(s["probe"]), esc(s["probe"]),
                       drift or "-", "bad" if s["problems"] else "", s["problems"] or "none"))
     out.append("</tbody></table>")
+    return out
 
-    out.append('<h2>Drift found</h2>')
+
+def _drift_table(hosts):
+    out = ['<h2>Drift found</h2>']
     rows = []
     for host in hosts:
         for f in (host.get("audit") or {}).get("findings") or []:
@@ -191,8 +187,11 @@ def render_html(fleet, title="gpunuma fleet report", only=None):
     else:
         out.append("<p>%s</p>" % ("No drift in %d audit report%s." % (audited, "" if audited == 1 else "s")
                                    if audited else "No audit reports in this directory."))
+    return out
 
-    out.append("<h2>Rollback history</h2>")
+
+def _history_table(hosts):
+    out = ["<h2>Rollback history</h2>"]
     rows = []
     for host in hosts:
         state = host.get("state")
@@ -208,7 +207,25 @@ def render_html(fleet, title="gpunuma fleet report", only=None):
                    "<th>action</th><th>user</th><th>reason</th></tr></thead><tbody>%s</tbody></table>" % "".join(rows))
     else:
         out.append("<p>No node state files in this directory.</p>")
+    return out
 
+
+def render_html(fleet, title="gpunuma fleet report", only=None):
+    """The HTML page; ``only``: host names to include (default every host)."""
+    hosts = [fleet["hosts"][k] for k in sorted(fleet["hosts"]) if only is None or k in only]
+    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+           '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; '
+           'img-src data:">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           "<title>%s</title><style>%s</style></head><body>" % (esc(title), CSS),
+           "<h1>%s</h1>" % esc(title),
+           '<p class="meta">%d host%s, from %s</p>' % (len(hosts), "" if len(hosts) == 1 else "s", esc(fleet["root"]))]
+    summaries = _summaries(hosts)
+    # Sections first: drawing a host may add problems the fleet table counts.
+    sections = [_host_section(host, summaries[host["name"]]) for host in hosts]
+    for host in hosts:
+        summaries[host["name"]]["problems"] = len(host["problems"])
+    out += _fleet_table(hosts, summaries) + _drift_table(hosts) + _history_table(hosts)
     out.extend(sections)
     out.append("</body></html>\n")
     return "".join(out)
