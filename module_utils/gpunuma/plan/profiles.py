@@ -158,6 +158,21 @@ def parse_profile_text(text, source="profile"):
     return data
 
 
+def _name_problem(what, field, value, allow_null):
+    """The problem with a profile name field (``name`` or ``next``), or None."""
+    if value is None and allow_null:
+        return None
+    if isinstance(value, bool):
+        return (
+            "%s.%s: %r is not a profile name (unquoted off/on/yes/no read as booleans "
+            "in YAML; quote it); allowed: lower-case letters, digits, '_' and '-'" % (what, field, value)
+        )
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        return "%s.%s: %r is not a profile name; allowed: lower-case letters, digits, '_' and '-'%s" % (
+            what, field, value, ", or null at the bottom of the ladder" if allow_null else "")
+    return None
+
+
 def validate_profile(data, what="profile"):
     """Check a profile mapping; return a normalised copy (``mem_scope`` filled in).
 
@@ -171,21 +186,7 @@ def validate_profile(data, what="profile"):
     problems = []
 
     def name_problem(field, value, allow_null):
-        if value is None and allow_null:
-            return None
-        if isinstance(value, bool):
-            return (
-                "%s.%s: %r is not a profile name (unquoted off/on/yes/no read as booleans "
-                "in YAML; quote it); allowed: lower-case letters, digits, '_' and '-'" % (what, field, value)
-            )
-        if not isinstance(value, str) or not _NAME_RE.match(value):
-            return "%s.%s: %r is not a profile name; allowed: lower-case letters, digits, '_' and '-'%s" % (
-                what,
-                field,
-                value,
-                ", or null at the bottom of the ladder" if allow_null else "",
-            )
-        return None
+        return _name_problem(what, field, value, allow_null)
 
     for key in sorted(data):
         if key not in PROFILE_FIELDS:
