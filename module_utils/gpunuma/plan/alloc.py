@@ -21,6 +21,34 @@ from ansible.module_utils.gpunuma.plan.gpu_groups import (  # noqa: F401  # pyli
 # Policy per instance
 
 
+def _spans_nodes(spec, topo, nodes, gpu_nodes):
+    """An instance whose GPUs span NUMA nodes: warn, and interleave what would bind or prefer one node.
+
+    Returns True when its memory nodes are set here (interleaved over ``nodes``).
+    """
+    advice = ""
+    most_per_node = max([sum(1 for g in topo.gpu_ids if topo.gpus[g].node == n) for n in topo.cpu_node_ids] or [0])
+    if most_per_node and len(spec.gpus) > most_per_node:
+        advice = (
+            "; one instance per NUMA node (gpus_per_instance: %d or fewer) behind a load balancer keeps every worker local"
+            % most_per_node
+        )
+    spec.warnings.append(
+        "GPUs %s span NUMA nodes %s, so no single node can hold this instance; engines that bind their own "
+        "per-GPU workers can use numa_bind_nodes %s%s"
+        % (format_cpulist(spec.gpus), ", ".join(str(n) for n in nodes), ",".join(str(n) for n in gpu_nodes), advice)
+    )
+    if spec.mem_policy in ("bind", "preferred"):
+        spec.fallback = (
+            "GPUs %s span NUMA nodes %s: memory interleaved over those nodes instead of %s to one node"
+            % (format_cpulist(spec.gpus), ", ".join(str(n) for n in nodes), spec.mem_policy)
+        )
+        spec.mem_policy = "interleave"
+        spec.mem_nodes = list(nodes)
+        return True
+    return False
+
+
 def apply_profile(spec, topo, profile):
     """Set nodes, CPU binding and memory policy (before CPUs and capacity)."""
     if spec.placement == "numa_node":
@@ -49,38 +77,8 @@ def apply_profile(spec, topo, profile):
             spec.fallback = reason
         spec.cpu_binding = False
         spec.mem_policy = "default"
-    elif len(nodes) > 1:
-        advice = ""
-        most_per_node = max(
-            [sum(1 for g in topo.gpu_ids if topo.gpus[g].node == n) for n in topo.cpu_node_ids] or [0]
-        )
-        if most_per_node and len(spec.gpus) > most_per_node:
-            advice = (
-                "; one instance per NUMA node (gpus_per_instance: %d or fewer) behind a load balancer keeps every worker local"
-                % most_per_node
-            )
-        spec.warnings.append(
-            "GPUs %s span NUMA nodes %s, so no single node can hold this instance; engines that bind their own "
-            "per-GPU workers can use numa_bind_nodes %s%s"
-            % (
-                format_cpulist(spec.gpus),
-                ", ".join(str(n) for n in nodes),
-                ",".join(str(n) for n in gpu_nodes),
-                advice,
-            )
-        )
-        if spec.mem_policy in ("bind", "preferred"):
-            spec.fallback = (
-                "GPUs %s span NUMA nodes %s: memory interleaved over those nodes instead of %s to one node"
-                % (
-                    format_cpulist(spec.gpus),
-                    ", ".join(str(n) for n in nodes),
-                    spec.mem_policy,
-                )
-            )
-            spec.mem_policy = "interleave"
-            spec.mem_nodes = list(nodes)
-            return
+    elif len(nodes) > 1 and _spans_nodes(spec, topo, nodes, gpu_nodes):
+        return
     if spec.mem_policy == "default":
         spec.mem_nodes = []
     elif spec.mem_policy == "interleave" and profile["mem_scope"] == "all_cpu_nodes":
