@@ -135,23 +135,17 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
                housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None, preferred_many=None, irq_pin=False):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
-    ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile
-    mapping (``profiles.load_profile``), ``instances`` the inventory's
-    ``gpunuma_instances`` list. ``applied_plan`` is the plan the node runs
-    now (``/etc/gpunuma/plan.json``), if any; it is checked, and its
-    ``memory_capacity`` is kept while MemTotal drifts without changing any fit
-    (``capacity.stable_capacity``); what the running instances use never
-    counts. ``memory_reserve_per_node`` is ``auto`` or a size kept
-    back on every node for the kernel and daemons. A plan that binds
-    CPUs on a node whose hyperthread siblings are unknown (and cannot be
-    inferred) is refused unless ``allow_unknown_siblings``. ``fence``: whether
-    the node's units get the cgroup fence (True/False; None when not known),
-    which engines' own binding flags need (``engines.py``); ``preferred_many``:
-    whether the node accepts ``numactl --preferred-many`` (None: not known),
-    used where a ``preferred`` spill would land in GPU memory
-    (``capacity.check_preferred_spill``); ``irq_pin``: the node's GPU and NIC
-    interrupts are pinned to housekeeping CPUs, which ``auto`` then sizes for
-    their vectors (``PlanTopology._auto_sizes``). Raises
+    ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile mapping (``profiles.load_profile``),
+    ``instances`` the inventory's ``gpunuma_instances`` list. ``applied_plan`` is the plan the node runs now
+    (``/etc/gpunuma/plan.json``), if any; it is checked, and its ``memory_capacity`` is kept while MemTotal drifts
+    without changing any fit (``capacity.stable_capacity``); what the running instances use never counts.
+    ``memory_reserve_per_node`` is ``auto`` or a size kept back on every node for the kernel and daemons. A plan
+    that binds CPUs on a node whose hyperthread siblings are unknown (and cannot be inferred) is refused unless
+    ``allow_unknown_siblings``. ``fence``: whether the node's units get the cgroup fence (True/False; None when not
+    known), which engines' own binding flags need (``engines.py``); ``preferred_many``: whether the node accepts
+    ``numactl --preferred-many`` (None: not known), used where a ``preferred`` spill would land in GPU memory
+    (``capacity.check_preferred_spill``); ``irq_pin``: the node's GPU and NIC interrupts are pinned to
+    housekeeping CPUs, which ``auto`` then sizes for their vectors (``PlanTopology._auto_sizes``). Raises
     :class:`PlanError` listing every problem found.
     """
     problems = []
