@@ -148,8 +148,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     housekeeping CPUs, which ``auto`` then sizes for their vectors (``PlanTopology._auto_sizes``). Raises
     :class:`PlanError` listing every problem found.
     """
-    problems = []
-    warnings = []
+    problems, warnings = [], []
     validate_options(housekeeping_cores_per_node, strict_capacity, problems)
     problems.extend(secrets.pattern_problems(secret_patterns, "secret_patterns"))
     reserve = parse_reserve(memory_reserve_per_node, problems)
