@@ -238,6 +238,29 @@ def _gpu_identities(nvml, smi, sysfs_gpus, warnings):
     return gpus
 
 
+def _affinity(nv, nvml, pci, row):
+    """A GPU's local CPUs: NVML's affinity words, else sysfs local_cpulist, else the topo text's column."""
+    affinity = None
+    words = _value(nv.get("cpu_affinity_words"))
+    if words:
+        affinity = cpulist.cpus_from_affinity_words(words, nvml.get("cpu_word_bits", 64))
+    if not affinity and pci and pci.get("local_cpulist"):
+        affinity = cpulist.parse_cpulist(pci["local_cpulist"])
+    if not affinity and row.get("cpu_affinity"):
+        affinity = cpulist.parse_cpulist(row["cpu_affinity"])
+    return affinity
+
+
+def _pcie(nv, pci):
+    """A GPU's PCIe generation and width, maximum and current: NVML's, else sysfs's link attributes."""
+    pcie = dict((k, _value(v)) for k, v in (nv.get("pcie") or {}).items())
+    if not pcie and pci:
+        pcie = {"gen_max": pcie_gen_from_speed(pci.get("max_link_speed")), "width_max": pci.get("max_link_width"),
+                "gen_current": pcie_gen_from_speed(pci.get("current_link_speed")),
+                "width_current": pci.get("current_link_width")}
+    return dict((k, pcie.get(k)) for k in ("gen_max", "width_max", "gen_current", "width_current"))
+
+
 def _place_gpu(gpu, nvml, host, pci_by_bus, row, nodes, warnings):
     """A GPU's CPU affinity, binding node (NVML, sysfs, topo text, then its CPUs' node), PCIe link and MIG."""
     label = "GPU %d" % gpu["index"]
@@ -247,14 +270,7 @@ def _place_gpu(gpu, nvml, host, pci_by_bus, row, nodes, warnings):
         warnings.append("%s (%s): not found in sysfs; its PCI placement comes from NVML only"
                         % (label, gpu["pci_bus_id"]))
 
-    affinity = None
-    words = _value(nv.get("cpu_affinity_words"))
-    if words:
-        affinity = cpulist.cpus_from_affinity_words(words, nvml.get("cpu_word_bits", 64))
-    if not affinity and pci and pci.get("local_cpulist"):
-        affinity = cpulist.parse_cpulist(pci["local_cpulist"])
-    if not affinity and row.get("cpu_affinity"):
-        affinity = cpulist.parse_cpulist(row["cpu_affinity"])
+    affinity = _affinity(nv, nvml, pci, row)
     gpu["cpu_affinity"] = cpulist.format_cpulist(affinity) if affinity else None
 
     nvml_node = _value(nv.get("numa_node_id"))
@@ -293,12 +309,7 @@ def _place_gpu(gpu, nvml, host, pci_by_bus, row, nodes, warnings):
         warnings.append("%s (%s): sysfs numa_node is -1 (common in VMs); node %d derived from its CPU affinity"
                         % (label, gpu["pci_bus_id"], node))
 
-    pcie = dict((k, _value(v)) for k, v in (nv.get("pcie") or {}).items())
-    if not pcie and pci:
-        pcie = {"gen_max": pcie_gen_from_speed(pci.get("max_link_speed")), "width_max": pci.get("max_link_width"),
-                "gen_current": pcie_gen_from_speed(pci.get("current_link_speed")),
-                "width_current": pci.get("current_link_width")}
-    gpu["pcie"] = dict((k, pcie.get(k)) for k in ("gen_max", "width_max", "gen_current", "width_current"))
+    gpu["pcie"] = _pcie(nv, pci)
     mig = _value(nv.get("mig_mode"))
     gpu["mig_enabled"] = bool(mig and mig.get("current"))
     if gpu["mig_enabled"]:
