@@ -109,6 +109,25 @@ def _select_node(candidates, nodes, warnings, label):
     return None, None, cpuless
 
 
+def _gpu_links(gpus, amd_count, amd_words, nvml, smi, pci_by_bus, warnings):
+    """The GPU link matrix: NVML, else topo text, else sysfs PCI paths; AMD pairs from amd-smi, rocm-smi or KFD."""
+    nvidia = len(gpus) - amd_count
+    nv_links = gpu_link_matrix(nvml) if nvml is not None else None
+    if nv_links is None and smi is not None and len(smi["gpu_links"]) == nvidia:
+        nv_links = [list(r) for r in smi["gpu_links"]]
+    if nv_links is not None and not amd_count:
+        return nv_links
+    gpu_links = _pci_matrix(gpus, gpus, pci_by_bus, same_list=True)
+    for i, row in enumerate(nv_links or []):
+        gpu_links[i][:nvidia] = list(row)
+    _overlay(gpu_links, amd_words)
+    unseen = (("NVLinks", nvidia, nv_links is not None), ("XGMI links", amd_count, amd_words is not None))
+    fabrics = [name for name, count, known in unseen if count > 1 and not known]
+    if fabrics:
+        warnings.append("GPU links derived from PCIe paths in sysfs; %s are not visible there" % " and ".join(fabrics))
+    return gpu_links
+
+
 def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sources=None, cpu_layout_host=None,
                    amd=None):
     """Combine the sources into a topology/v1 dict (see docs/topology-v1.md).
@@ -135,23 +154,7 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
         _place_gpu(gpu, nvml, host, pci_by_bus, smi_rows.get(gpu["index"], {}), nodes, warnings)
     nics, nvme = _devices(host, smi, nodes)
 
-    # --- link matrices: NVML, else topo text, else sysfs PCI paths; AMD pairs from amd-smi, rocm-smi or KFD
-    nvidia = len(gpus) - len(amd_gpus)
-    nv_links = gpu_link_matrix(nvml) if nvml is not None else None
-    if nv_links is None and smi is not None and len(smi["gpu_links"]) == nvidia:
-        nv_links = [list(r) for r in smi["gpu_links"]]
-    if nv_links is not None and not amd_gpus:
-        gpu_links = nv_links
-    else:
-        gpu_links = _pci_matrix(gpus, gpus, pci_by_bus, same_list=True)
-        for i, row in enumerate(nv_links or []):
-            gpu_links[i][:nvidia] = list(row)
-        _overlay(gpu_links, amd_words)
-        unseen = (("NVLinks", nvidia, nv_links is not None), ("XGMI links", len(amd_gpus), amd_words is not None))
-        fabrics = [name for name, count, known in unseen if count > 1 and not known]
-        if fabrics:
-            warnings.append("GPU links derived from PCIe paths in sysfs; %s are not visible there"
-                            % " and ".join(fabrics))
+    gpu_links = _gpu_links(gpus, len(amd_gpus), amd_words, nvml, smi, pci_by_bus, warnings)
     gpu_nic_links = _gpu_nic_links(gpus, nics, smi, pci_by_bus)
 
     driver = (nvml or {}).get("driver_version")
