@@ -80,10 +80,9 @@ def readiness_argv(command, user, group):
 class UnitSteps:
     """The unit half of :class:`node.apply.Apply` (its state: runner, sleep, result, check mode)."""
 
-    def _start(self, decisions, units, unbound, pending=()):
-        services = list(units.get("services") or [])
+    def _to_restart(self, decisions, services, unbound, pending):
+        """Units to restart, in order: changed instances that ran before, and running units whose files changed."""
         changed_units = [d for d in decisions if d["content_changed"] and d["unit"]]
-        self._still_pending = []
         to_restart = []
         always = set()
         for d in changed_units:
@@ -106,6 +105,12 @@ class UnitSteps:
                 if state not in ACTIVE_STATES:
                     continue
             restart.append(unit)
+        return restart
+
+    def _start(self, decisions, units, unbound, pending=()):
+        services = list(units.get("services") or [])
+        self._still_pending = []
+        restart = self._to_restart(decisions, services, unbound, pending)
         self.result["restarted"] = list(restart)
         start = []
         for unit in services:
