@@ -129,6 +129,37 @@ def previous_profile(state):
     return None
 
 
+def _rung_below(current, profiles, host):
+    """The ladder's next rung below ``current`` (its profile's ``next``)."""
+    if current not in profiles:
+        raise RollbackRefused(
+            "%s: the node runs profile %r, which is not in the profiles directory; cannot go down from it; "
+            "name a profile with -e gpunuma_profile=<%s>" % (host, current, "|".join(sorted(profiles)))
+        )
+    nxt = profiles[current].get("next")
+    if nxt is None:
+        raise RollbackRefused(
+            "%s: the node is on %r, the bottom rung of the ladder (next: null); there is no rung below it" % (host, current)
+        )
+    return nxt
+
+
+def _previous(current, state, profiles, host):
+    """The profile the node ran before ``current``, by its history."""
+    prev = previous_profile(state or {})
+    if prev is None:
+        raise RollbackRefused(
+            "%s: the node's history has no profile before %r; name one with -e gpunuma_profile=<%s>"
+            % (host, current, "|".join(sorted(profiles)))
+        )
+    if prev not in profiles:
+        raise RollbackRefused(
+            "%s: the previous profile %r is no longer in the profiles directory; allowed: %s"
+            % (host, prev, ", ".join(sorted(profiles)))
+        )
+    return prev
+
+
 def resolve_target(current, state, rollback, requested, profiles, inventory_profile, host="node"):
     """Decide the profile a rollback moves the node to; return (target, action).
 
@@ -164,30 +195,9 @@ def resolve_target(current, state, rollback, requested, profiles, inventory_prof
             "%s: gpunuma_rollback: %r is not allowed; allowed: %s" % (host, rollback, ", ".join(ROLLBACK_CHOICES))
         )
     if rollback == "down":
-        if current not in profiles:
-            raise RollbackRefused(
-                "%s: the node runs profile %r, which is not in the profiles directory; cannot go down from it; "
-                "name a profile with -e gpunuma_profile=<%s>" % (host, current, "|".join(sorted(profiles)))
-            )
-        nxt = profiles[current].get("next")
-        if nxt is None:
-            raise RollbackRefused(
-                "%s: the node is on %r, the bottom rung of the ladder (next: null); there is no rung below it" % (host, current)
-            )
-        return nxt, "down"
+        return _rung_below(current, profiles, host), "down"
     if rollback == "previous":
-        prev = previous_profile(state or {})
-        if prev is None:
-            raise RollbackRefused(
-                "%s: the node's history has no profile before %r; name one with -e gpunuma_profile=<%s>"
-                % (host, current, "|".join(sorted(profiles)))
-            )
-        if prev not in profiles:
-            raise RollbackRefused(
-                "%s: the previous profile %r is no longer in the profiles directory; allowed: %s"
-                % (host, prev, ", ".join(sorted(profiles)))
-            )
-        return prev, "previous"
+        return _previous(current, state, profiles, host), "previous"
     # release: follow the inventory again
     if inventory_profile not in profiles:
         raise RollbackRefused(
