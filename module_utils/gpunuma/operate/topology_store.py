@@ -84,16 +84,21 @@ def decide(topology, hostname, node_file, node_path, controller_text, controller
                                   and (previous is None or accept_changes or (unsealed and not changed))),
         "write_controller": go and (controller_previous is None or (bool(accept_changes) and controller_differs)),
         "write_pending": go and controller_differs and not accept_changes,
-        "summary": {
-            "host": hostname,
-            "sockets": topology["sockets"] if topology.get("sockets") is not None else "-",
-            "numa_nodes": len(topology["numa_nodes"]),
-            "cpu_nodes": len([n for n in topology["numa_nodes"] if n.get("has_cpus")]),
-            "gpus": len(topology["gpus"]),
-            "nics": len(topology["nics"]),
-            "fingerprint": fingerprint[7:19],
-            "changed": changed or controller_differs,
-            "warnings": len(topology.get("warnings") or []),
-            "complete": topology.get("complete"),
-        },
+        "summary": summary_row(topology, hostname, changed or controller_differs),
+    }
+
+
+def summary_row(topology, hostname, changed):
+    """The host's row in the discovery summary table."""
+    return {
+        "host": hostname,
+        "sockets": topology["sockets"] if topology.get("sockets") is not None else "-",
+        "numa_nodes": len(topology["numa_nodes"]),
+        "cpu_nodes": len([n for n in topology["numa_nodes"] if n.get("has_cpus")]),
+        "gpus": len(topology["gpus"]),
+        "nics": len(topology["nics"]),
+        "fingerprint": topology["fingerprint"][7:19],
+        "changed": changed,
+        "warnings": len(topology.get("warnings") or []),
+        "complete": topology.get("complete"),
     }
