@@ -81,6 +81,14 @@ def infer_missing_nodes(known):
     order = sorted(known, key=lambda n: min(low[n]))
     if order != sorted(known):
         return [], missing
+    inferred = _fill_gaps(order, low, size, low_end, offset)
+    if inferred is None or any(node_id >= MAX_NUMA_NODES for node_id, _unused in inferred):
+        return [], missing
+    return inferred, frozenset()
+
+
+def _fill_gaps(order, low, size, low_end, offset):
+    """``[(node_id, cpus)]`` for the blocks between (and after) the listed nodes, or None when a gap does not fit."""
     inferred = []
     previous_id = -1
     previous_end = -1
@@ -88,10 +96,10 @@ def infer_missing_nodes(known):
         start = min(low[node_id]) if node_id is not None else low_end
         gap = start - previous_end - 1
         if gap % size:
-            return [], missing
+            return None
         count = gap // size
         if node_id is not None and count != node_id - previous_id - 1:
-            return [], missing
+            return None
         for k in range(count):
             first = previous_end + 1 + k * size
             block = frozenset(range(first, first + size))
@@ -101,9 +109,7 @@ def infer_missing_nodes(known):
         if node_id is not None:
             previous_id = node_id
             previous_end = max(low[node_id])
-    if any(node_id >= MAX_NUMA_NODES for node_id, _unused in inferred):
-        return [], missing
-    return inferred, frozenset()
+    return inferred
 
 
 def _int(text, what, limit, source, lineno):

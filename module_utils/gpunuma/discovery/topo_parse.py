@@ -80,19 +80,8 @@ class _Ctx:
         return cls("%s: %s" % (where, message))
 
 
-def parse_topo_matrix(text, source="nvidia-smi topo -m output"):
-    """Parse the text of ``nvidia-smi topo -m``.
-
-    Returns ``{"source": source, "gpus": [{"index", "cpu_affinity",
-    "numa_affinity", "gpu_numa_id"}], "nics": [names], "gpu_links": [[code]],
-    "gpu_nic_links": [[code]], "warnings": [str]}``; ``source`` names the
-    input in error and warning messages (the builder's too). Everything before the header line
-    (the one whose first column is ``GPU0``) is skipped; reading stops at
-    ``Legend:``. Raises :class:`TopoParseError` when the text cannot be read
-    completely.
-    """
-    if not isinstance(source, str) or not source:
-        source = "nvidia-smi topo -m output"
+def _checked_lines(text, source):
+    """The text's lines, once it is text within the size limits (else TopoParseError names the limit)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     if not isinstance(text, str):
@@ -121,6 +110,23 @@ def parse_topo_matrix(text, source="nvidia-smi topo -m output"):
                 "%s: line %d is %d characters long; allowed: at most %d (MAX_LINE_CHARS)"
                 % (source, lineno, len(line), MAX_LINE_CHARS)
             )
+    return lines
+
+
+def parse_topo_matrix(text, source="nvidia-smi topo -m output"):
+    """Parse the text of ``nvidia-smi topo -m``.
+
+    Returns ``{"source": source, "gpus": [{"index", "cpu_affinity",
+    "numa_affinity", "gpu_numa_id"}], "nics": [names], "gpu_links": [[code]],
+    "gpu_nic_links": [[code]], "warnings": [str]}``; ``source`` names the
+    input in error and warning messages (the builder's too). Everything before the header line
+    (the one whose first column is ``GPU0``) is skipped; reading stops at
+    ``Legend:``. Raises :class:`TopoParseError` when the text cannot be read
+    completely.
+    """
+    if not isinstance(source, str) or not source:
+        source = "nvidia-smi topo -m output"
+    lines = _checked_lines(text, source)
     headers = [i for i, line in enumerate(lines) if _header_tokens(line) is not None]
     if not headers:
         raise TopoParseError(

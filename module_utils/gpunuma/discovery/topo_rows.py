@@ -116,6 +116,23 @@ def _diagnose(label, chunks, devices, column, affinity):
     )
 
 
+def _agreeing(label, candidates, known, column):
+    """The readings of row ``label`` whose cells mirror those of the rows already read."""
+    own = column[label]
+    kept = []
+    for candidate in candidates:
+        codes = candidate[0]
+        if all(codes[column[other]] == known[other][0][own] for other in known if other != label):
+            kept.append(candidate)
+    return kept
+
+
+def _splits(row):
+    """How many cells a row's first reading split out of glued chunks."""
+    _lineno, candidates, chunks = row
+    return len(candidates[0][0]) + len(candidates[0][1]) - len(chunks)
+
+
 def _resolve(ctx, rows, devices, column, affinity):
     """Pick one reading per row.
 
@@ -129,28 +146,15 @@ def _resolve(ctx, rows, devices, column, affinity):
         if len(candidates) == 1 and not candidates[0][2]:
             trusted[label] = candidates[0]
 
-    def agreeing(label, candidates, known):
-        own = column[label]
-        kept = []
-        for candidate in candidates:
-            codes = candidate[0]
-            if all(codes[column[other]] == known[other][0][own] for other in known if other != label):
-                kept.append(candidate)
-        return kept
-
-    def splits(label):
-        lineno, candidates, chunks = rows[label]
-        return len(candidates[0][0]) + len(candidates[0][1]) - len(chunks)
-
     chosen = dict(trusted)
     # the least damaged rows first: once read, they check the others too
     pending = sorted(
         (label for label in devices if label not in trusted),
-        key=lambda label: (len(rows[label][1]) > 1, splits(label)),
+        key=lambda label: (len(rows[label][1]) > 1, _splits(rows[label])),
     )
     for label in pending:
         lineno, candidates, chunks = rows[label]
-        kept = agreeing(label, candidates, chosen)
+        kept = _agreeing(label, candidates, chosen, column)
         if len(kept) == 1:
             chosen[label] = kept[0]
             continue
