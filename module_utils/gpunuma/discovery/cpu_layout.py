@@ -166,6 +166,14 @@ def _split(line, sep):
     return out
 
 
+def _summary_layout(summary_nodes, sockets, threads, source):
+    """The layout the lscpu summary gives: nodes and their CPUs, sockets, threads per core (no CPU rows)."""
+    if not summary_nodes:
+        raise LscpuError("%s: no NUMA node lines" % source)
+    nodes = [{"id": n, "cpus": format_cpulist(c)} for n, c in sorted(summary_nodes.items())]
+    return {"numa_nodes": nodes, "cpus": [], "sockets": sockets, "threads_per_core": threads, "format": "summary"}
+
+
 def parse_lscpu(text, source="lscpu"):
     """The CPU layout of an ``lscpu`` capture, as a host mapping ``nodes.nodes_from_host`` reads.
 
@@ -219,10 +227,7 @@ def parse_lscpu(text, source="lscpu"):
                 continue  # not a CPU row: a shell prompt, an exit status, a note around the capture
             rows.append(_columns_row(names, values, source, lineno))
     if fmt == "summary":
-        if not summary_nodes:
-            raise LscpuError("%s: no NUMA node lines" % source)
-        nodes = [{"id": n, "cpus": format_cpulist(c)} for n, c in sorted(summary_nodes.items())]
-        return {"numa_nodes": nodes, "cpus": [], "sockets": sockets, "threads_per_core": threads, "format": fmt}
+        return _summary_layout(summary_nodes, sockets, threads, source)
     if not rows:
         raise LscpuError("%s: neither `lscpu -p`, `lscpu -e` nor the lscpu summary (NUMA nodeN CPU(s): lines)"
                          % source)

@@ -227,6 +227,25 @@ def _value_candidates(kind, s, i):
     return out
 
 
+def _read_whole(chunks, readers):
+    """``[cells]`` when each chunk reads whole as its one cell, else ``[]``."""
+    reading = []
+    for chunk, (kind, reader) in zip(chunks, readers):
+        if kind == "code":
+            code = _WHOLE_CODES.get(chunk)
+            if code is None and _NV_RE.match(chunk):
+                code = "NV%d" % int(chunk[2:])
+            if code is None or (code == "X") != reader.own_column:
+                return []
+            reading.append(code)
+            continue
+        whole = [value for value, end in reader(chunk, 0) if end == len(chunk)]
+        if not whole:
+            return []
+        reading.append(whole[0])
+    return [tuple(reading)]
+
+
 def _read_cells(chunks, readers, budget):
     """Every way of reading ``chunks`` as exactly the cells ``readers`` describe.
 
@@ -243,21 +262,7 @@ def _read_cells(chunks, readers, budget):
         # every chunk holds at least one cell. Check each chunk whole.
         budget[0] -= total
         budget[1] -= total
-        reading = []
-        for chunk, (kind, reader) in zip(chunks, readers):
-            if kind == "code":
-                code = _WHOLE_CODES.get(chunk)
-                if code is None and _NV_RE.match(chunk):
-                    code = "NV%d" % int(chunk[2:])
-                if code is None or (code == "X") != reader.own_column:
-                    return []
-                reading.append(code)
-                continue
-            whole = [value for value, end in reader(chunk, 0) if end == len(chunk)]
-            if not whole:
-                return []
-            reading.append(whole[0])
-        return [tuple(reading)]
+        return _read_whole(chunks, readers)
     results = []
     # (chunk index, position in chunk, cell index, previous value ended in a digit, cells so far)
     stack = [(0, 0, 0, False, ())]
