@@ -189,6 +189,30 @@ class NodeReader(Reader):
             self.warn_lost(path, "%s; online state of CPUs treated as unknown" % exc)
             return None
 
+    def core_of(self, topo, cpu_id, present, known):
+        """``(core_id, siblings text)`` of ``cpu_id``, read once per core (its siblings' entries filled in)."""
+        if cpu_id in known:
+            return known[cpu_id]
+        core = self.required_int(topo + "core_id")
+        parsed = self.required_cpus(topo + "thread_siblings_list")
+        siblings = None if parsed is None else parsed[1]
+        if parsed is not None and cpu_id in parsed[0]:
+            for other in parsed[0]:
+                if other in present:
+                    known[other] = (core, siblings)
+        return core, siblings
+
+    def package_of(self, topo, cpu_id, present, known):
+        """The physical package id of ``cpu_id``, read once per package (its members' entries filled in)."""
+        if cpu_id in known:
+            return known[cpu_id]
+        package = self.required_int(topo + "physical_package_id")
+        if package is not None:
+            for other in self.package_members(topo, cpu_id):
+                if other in present:
+                    known[other] = package
+        return package
+
     def read_cpus(self, node_of_cpu, online):
         """One entry per ``cpu<N>`` directory.
 
@@ -208,24 +232,8 @@ class NodeReader(Reader):
         no_topology = []
         for cpu_id in ids:
             topo = "%s/cpu%d/topology/" % (cpu_root, cpu_id)
-            if cpu_id in core_of:
-                core, siblings = core_of[cpu_id]
-            else:
-                core = self.required_int(topo + "core_id")
-                parsed = self.required_cpus(topo + "thread_siblings_list")
-                siblings = None if parsed is None else parsed[1]
-                if parsed is not None and cpu_id in parsed[0]:
-                    for other in parsed[0]:
-                        if other in present:
-                            core_of[other] = (core, siblings)
-            if cpu_id in package_of:
-                package = package_of[cpu_id]
-            else:
-                package = self.required_int(topo + "physical_package_id")
-                if package is not None:
-                    for other in self.package_members(topo, cpu_id):
-                        if other in present:
-                            package_of[other] = package
+            core, siblings = self.core_of(topo, cpu_id, present, core_of)
+            package = self.package_of(topo, cpu_id, present, package_of)
             if cpu_id not in l3_of:
                 self.read_l3(cpu_root, cpu_id, present, l3_of)
             is_online = None if online is None else cpu_id in online
