@@ -213,20 +213,12 @@ def mean_counts(per_host, names):
     return {k: sum(h[k] for h in hosts) / float(len(hosts) or 1) for k in keys}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hosts", type=int, default=10, help="containers in the fleet (default 10)")
-    parser.add_argument("--forks", type=int, default=None, help="Ansible forks (default: --hosts)")
-    parser.add_argument("--ping-repeats", type=int, default=3, help="ping runs; the median is the floor")
-    parser.add_argument("--slowest", type=int, default=8, help="slowest tasks listed per run")
-    parser.add_argument("--keep", action="store_true", help="leave the containers running")
-    args = parser.parse_args()
-    if args.hosts < 1 or args.hosts > 200:
-        parser.error("--hosts must be between 1 and 200, got %d" % args.hosts)
+def check_inotify(parser, hosts):
+    """Stop with the sysctl to run when the fleet would exhaust the host's inotify instances."""
     # Each systemd container holds several inotify instances of the host's
     # (one user, root); past the limit a container's systemd never finishes
     # booting. Measured: 128 (a common default) stops at about 21 containers.
-    needed = INOTIFY_PER_CONTAINER * args.hosts + 64
+    needed = INOTIFY_PER_CONTAINER * hosts + 64
     try:
         with open("/proc/sys/fs/inotify/max_user_instances") as handle:
             have = int(handle.read())
@@ -234,30 +226,16 @@ def main():
         have = None
     if have is not None and have < needed:
         parser.error("%d systemd containers need about %d inotify instances, fs.inotify.max_user_instances is %d; "
-                     "raise it first: sysctl -w fs.inotify.max_user_instances=%d" % (args.hosts, needed, have, needed))
-    forks = args.forks or args.hosts
+                     "raise it first: sysctl -w fs.inotify.max_user_instances=%d" % (hosts, needed, have, needed))
 
-    prefix = "gpunuma-bench-%s" % uuid.uuid4().hex[:6]
-    names = []
-    with tempfile.TemporaryDirectory(prefix="gpunuma-fleet-bench-") as work:
-        try:
-            started = time.perf_counter()
-            names = start_containers(args.hosts, prefix)
-            boot = time.perf_counter() - started
-            inventory = write_inventory(work, names)
-            floor = ping_floor(inventory, forks, args.ping_repeats)
-            converge, first = site_run(inventory, forks, "first converge")
-            rerun, second = site_run(inventory, forks, "idempotent re-run")
-        finally:
-            if not args.keep:
-                remove_containers(names)
 
+def print_report(args, forks, boot, floor, names, converge, first, rerun, second):
+    """Print the side-by-side table and the slowest tasks; return the re-run's changed task results."""
     cpus = os.cpu_count()
     print("gpunuma fleet benchmark: %d systemd containers, forks %d, controller with %s CPUs (%d s to boot)"
           % (args.hosts, forks, cpus, boot))
     print()
-    print("%-28s %10s %9s %8s %8s %8s %12s" % ("run", "wall s", "x floor", "ok", "changed", "skipped",
-                                                 "round-trips"))
+    print("%-28s %10s %9s %8s %8s %8s %12s" % ("run", "wall s", "x floor", "ok", "changed", "skipped", "round-trips"))
     print("%-28s %10.2f %9s %8s %8s %8s %12s" % ("ping (floor)", floor, "1.0x", "-", "-", "-", "1"))
     results = {}
     for label, wall, report in (("site.yml first converge", converge, first),
@@ -276,6 +254,38 @@ def main():
         print("slowest tasks, %s:" % label)
         for seconds, name in slow[:args.slowest]:
             print("  %7.2f s  %s" % (seconds, name))
+    return changed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", type=int, default=10, help="containers in the fleet (default 10)")
+    parser.add_argument("--forks", type=int, default=None, help="Ansible forks (default: --hosts)")
+    parser.add_argument("--ping-repeats", type=int, default=3, help="ping runs; the median is the floor")
+    parser.add_argument("--slowest", type=int, default=8, help="slowest tasks listed per run")
+    parser.add_argument("--keep", action="store_true", help="leave the containers running")
+    args = parser.parse_args()
+    if args.hosts < 1 or args.hosts > 200:
+        parser.error("--hosts must be between 1 and 200, got %d" % args.hosts)
+    check_inotify(parser, args.hosts)
+    forks = args.forks or args.hosts
+
+    prefix = "gpunuma-bench-%s" % uuid.uuid4().hex[:6]
+    names = []
+    with tempfile.TemporaryDirectory(prefix="gpunuma-fleet-bench-") as work:
+        try:
+            started = time.perf_counter()
+            names = start_containers(args.hosts, prefix)
+            boot = time.perf_counter() - started
+            inventory = write_inventory(work, names)
+            floor = ping_floor(inventory, forks, args.ping_repeats)
+            converge, first = site_run(inventory, forks, "first converge")
+            rerun, second = site_run(inventory, forks, "idempotent re-run")
+        finally:
+            if not args.keep:
+                remove_containers(names)
+
+    changed = print_report(args, forks, boot, floor, names, converge, first, rerun, second)
     return 1 if changed else 0
 
 

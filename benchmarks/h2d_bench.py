@@ -162,6 +162,43 @@ def torch_in_child(index, args):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def probe_all(opts, runs):
+    """``({(gpu, uuid, placement): [measurement]}, [seconds])`` over ``runs`` probe runs; ``(None, None)`` when one
+    cannot run (the reason printed)."""
+    probe_runs = {}
+    seconds = []
+    for _ in range(runs):
+        report = h2d.probe(opts)
+        if report["status"] != "ok":
+            print("probe %s: %s" % (report["status"], report["reason"]))
+            return None, None
+        seconds.append(report["seconds"])
+        for gpu in report["gpus"]:
+            if gpu["status"] != "ok":
+                continue
+            placement = "local" if gpu["placements"].get("local", {}).get("status") == "ok" else "unbound"
+            probe_runs.setdefault((gpu["index"], gpu["uuid"], placement), []).append(
+                gpu["placements"][placement]["measurement"])
+    return probe_runs, seconds
+
+
+def print_rows(rows, runs):
+    """The side-by-side table: each measure's min/median/max on both sides and the ratio of the medians."""
+    print("%d runs of each side; min / median / max over the runs, ratio of the medians (probe / PyTorch)"
+          % runs)
+    print("%-4s %-8s %-20s %26s %26s %8s" % ("gpu", "place", "measure", "probe min/med/max", "torch min/med/max", "ratio"))
+    for r in rows:
+        for label, _, _, _ in MEASURES:
+            s = r["summary"][label]
+            print("%-4s %-8s %-20s %26s %26s %8s" % (
+                r["gpu"], r["placement"], label,
+                "/".join(_fmt(s["probe"][k]) for k in ("min", "median", "max")),
+                "/".join(_fmt(s["torch"][k]) for k in ("min", "median", "max")),
+                _fmt(s["median_ratio"])))
+        print("%-4s targets (medians): pinned ratio >= %.2f and small latency ratio <= 1: %s"
+              % (r["gpu"], BANDWIDTH_RATIO_MIN, "met" if r["meets_targets"] else "MISSED"))
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--torch-child":
         import torch
@@ -184,20 +221,9 @@ def main():
             "small_repeats": args.small_repeats, "warmup": args.warmup, "pinned_alloc": args.pinned_alloc,
             "placements": ["local", "unbound"]}
     # Every probe run first: its parent process must not hold a CUDA context when it forks.
-    probe_runs = {}
-    seconds = []
-    for _ in range(args.runs):
-        report = h2d.probe(opts)
-        if report["status"] != "ok":
-            print("probe %s: %s" % (report["status"], report["reason"]))
-            return 2
-        seconds.append(report["seconds"])
-        for gpu in report["gpus"]:
-            if gpu["status"] != "ok":
-                continue
-            placement = "local" if gpu["placements"].get("local", {}).get("status") == "ok" else "unbound"
-            probe_runs.setdefault((gpu["index"], gpu["uuid"], placement), []).append(
-                gpu["placements"][placement]["measurement"])
+    probe_runs, seconds = probe_all(opts, args.runs)
+    if probe_runs is None:
+        return 2
     try:
         import torch
     except ImportError:
@@ -213,20 +239,7 @@ def main():
                      "probe_runs": [{k: {kk: vv for kk, vv in v.items() if kk != "seconds"} for k, v in m.items()}
                                     for m in runs],
                      "torch_runs": torch_runs})
-    print("%d runs of each side; min / median / max over the runs, ratio of the medians (probe / PyTorch)"
-          % args.runs)
-    print("%-4s %-8s %-20s %26s %26s %8s" % ("gpu", "place", "measure", "probe min/med/max", "torch min/med/max",
-                                              "ratio"))
-    for r in rows:
-        for label, _, _, _ in MEASURES:
-            s = r["summary"][label]
-            print("%-4s %-8s %-20s %26s %26s %8s" % (
-                r["gpu"], r["placement"], label,
-                "/".join(_fmt(s["probe"][k]) for k in ("min", "median", "max")),
-                "/".join(_fmt(s["torch"][k]) for k in ("min", "median", "max")),
-                _fmt(s["median_ratio"])))
-        print("%-4s targets (medians): pinned ratio >= %.2f and small latency ratio <= 1: %s"
-              % (r["gpu"], BANDWIDTH_RATIO_MIN, "met" if r["meets_targets"] else "MISSED"))
+    print_rows(rows, args.runs)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"schema": "gpunuma.h2d-bench/v2", "options": dict(opts, runs=args.runs), "rows": rows,
