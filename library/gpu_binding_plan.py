@@ -359,7 +359,7 @@ from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.inputs import count_or_word
 from ansible.module_utils.gpunuma.plan.planner import build_plan
 from ansible.module_utils.gpunuma.plan import node_plan
-from ansible.module_utils.gpunuma.plan.profiles import load_profile
+from ansible.module_utils.gpunuma.plan.profiles import module_options, module_profile
 
 
 def _load_topology(module, path):
@@ -371,11 +371,7 @@ def _load_topology(module, path):
 
 
 ARGUMENT_SPEC = dict(
-    topology=dict(type="dict"),
-    topology_path=dict(type="path"),
-    profile=dict(type="str"),
-    profile_data=dict(type="dict"),
-    profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
+    module_options(),
     instances=dict(type="list", elements="dict", default=[]),
     housekeeping_cores_per_node=dict(type="raw", default="auto"),
     housekeeping_cpus=dict(type="str"),
@@ -413,14 +409,7 @@ def main():
         topology = _load_topology(module, params["topology_path"])
 
     try:
-        profile = params["profile_data"]
-        if profile is None:
-            profile = load_profile(params["profile"], params["profiles_dir"])
-        elif params["profile"] is not None and profile.get("name") != params["profile"]:
-            module.fail_json(
-                msg="profile: %r does not match profile_data.name %r; allowed: the same name, or only one of them"
-                % (params["profile"], profile.get("name"))
-            )
+        profile = module_profile(params["profile"], params["profile_data"], params["profiles_dir"])
         options = dict(
             housekeeping_cores_per_node=count_or_word(params["housekeeping_cores_per_node"]),
             strict_capacity=params["strict_capacity"],

@@ -271,7 +271,7 @@ from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.inputs import count_or_word
 from ansible.module_utils.gpunuma.kubelet.dra import DRA_MODES, DRA_STATE_FILE
 from ansible.module_utils.gpunuma.kubelet.plan import CPU_STATE_FILE, MEMORY_STATE_FILE, plan_kubelet
-from ansible.module_utils.gpunuma.plan.profiles import load_profile, parse_profile_text
+from ansible.module_utils.gpunuma.plan.profiles import module_options, module_profile, parse_profile_text
 
 
 def _read(module, path, what):
@@ -295,11 +295,7 @@ def _checkpoints(module, params):
 
 
 ARGUMENT_SPEC = dict(
-    topology=dict(type="dict"),
-    topology_path=dict(type="path"),
-    profile=dict(type="str"),
-    profile_data=dict(type="dict"),
-    profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
+    module_options(),
     preset=dict(type="dict"),
     presets_dir=dict(type="path", default="/etc/gpunuma/kubelet"),
     housekeeping_cores_per_node=dict(type="raw", default="auto"),
@@ -342,14 +338,7 @@ def main():
 
     states = _checkpoints(module, params)
     try:
-        profile = params["profile_data"]
-        if profile is None:
-            profile = load_profile(params["profile"], params["profiles_dir"])
-        elif params["profile"] is not None and profile.get("name") != params["profile"]:
-            module.fail_json(
-                msg="profile: %r does not match profile_data.name %r; allowed: the same name, or only one of them"
-                % (params["profile"], profile.get("name"))
-            )
+        profile = module_profile(params["profile"], params["profile_data"], params["profiles_dir"])
         preset = params["preset"]
         if preset is None:
             preset_path = os.path.join(params["presets_dir"], "%s.yml" % profile.get("name"))

@@ -358,3 +358,26 @@ def profile_choice_problem(value, profiles_dir, variable="gpunuma_profile"):
         "null" if value is None else repr(value),
         allowed,
     )
+
+
+def module_options():
+    """The options through which a planning module (gpu_binding_plan, kubelet_topology_plan) is given its topology
+    and profile: each a mapping or a path, the profile by name from ``profiles_dir`` or whole."""
+    return dict(
+        topology=dict(type="dict"),
+        topology_path=dict(type="path"),
+        profile=dict(type="str"),
+        profile_data=dict(type="dict"),
+        profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
+    )
+
+
+def module_profile(name, data, profiles_dir):
+    """The profile a planning module is given: ``profile_data`` (whose name must be ``name`` when both are
+    given), else the profile ``name`` of ``profiles_dir``. Raises ProfileError."""
+    if data is None:
+        return load_profile(name, profiles_dir)
+    if name is not None and data.get("name") != name:
+        raise ProfileError("profile: %r does not match profile_data.name %r; allowed: the same name, or only one of "
+                           "them" % (name, data.get("name")))
+    return data
