@@ -184,10 +184,6 @@ def validate_profile(data, what="profile"):
             "%s: must be a mapping with keys %s, got %s" % (what, ", ".join(PROFILE_FIELDS), type(data).__name__)
         )
     problems = []
-
-    def name_problem(field, value, allow_null):
-        return _name_problem(what, field, value, allow_null)
-
     for key in sorted(data):
         if key not in PROFILE_FIELDS:
             problems.append("%s.%s: unknown field; allowed: %s" % (what, key, ", ".join(PROFILE_FIELDS)))
@@ -196,11 +192,11 @@ def validate_profile(data, what="profile"):
             problems.append("%s.%s: missing; it is required" % (what, field))
 
     if "name" in data:
-        problem = name_problem("name", data["name"], allow_null=False)
+        problem = _name_problem(what, "name", data["name"], allow_null=False)
         if problem:
             problems.append(problem)
     if "next" in data:
-        problem = name_problem("next", data["next"], allow_null=True)
+        problem = _name_problem(what, "next", data["next"], allow_null=True)
         if problem:
             problems.append(problem)
         elif data["next"] is not None and data["next"] == data.get("name"):

@@ -23,25 +23,26 @@ def nic_environment_value(variable, nics):
     return "=" + ",".join(rdma) if rdma else None
 
 
-def _numactl_args(spec, cpus, mem_nodes):
-    """numactl's binding arguments for an instance's CPUs and memory policy."""
+def _numactl_args(spec, cpus, mem_nodes, nodes_text):
+    """numactl's binding arguments for an instance's CPUs and memory policy (``nodes_text``: ``mem_nodes`` as a list)."""
     args = []
     if cpus:
         args.append("--physcpubind=%s" % cpus)
     if spec.mem_policy == "bind":
-        args.append("--membind=%s" % format_cpulist(mem_nodes))
+        args.append("--membind=%s" % nodes_text)
     elif spec.mem_policy == "preferred" and spec.preferred_many:
         args.append("--preferred-many=%s" % format_cpulist(spec.preferred_many))
     elif spec.mem_policy == "preferred":
         args.append("--preferred=%d" % mem_nodes[0])
     elif spec.mem_policy == "interleave":
-        args.append("--interleave=%s" % format_cpulist(mem_nodes))
+        args.append("--interleave=%s" % nodes_text)
     return args
 
 
 def _binding(spec, cpus, mem_nodes, fence):
     """``(numactl_args, exec_prefix, systemd)``: how the instance is bound (numactl, systemd, or the fence alone)."""
-    args = _numactl_args(spec, cpus, mem_nodes)
+    nodes_text = format_cpulist(mem_nodes)
+    args = _numactl_args(spec, cpus, mem_nodes, nodes_text)
     systemd = {}
     exec_prefix = []
     if spec.engine_self_binds and fence:
@@ -52,7 +53,7 @@ def _binding(spec, cpus, mem_nodes, fence):
             systemd["CPUAffinity"] = cpus
         if spec.mem_policy != "default":
             systemd["NUMAPolicy"] = spec.mem_policy
-            systemd["NUMAMask"] = format_cpulist(mem_nodes)
+            systemd["NUMAMask"] = nodes_text
     elif args:
         exec_prefix = ["numactl"] + args
     return args, exec_prefix, systemd
