@@ -73,7 +73,7 @@ def skip_reason(task_vars):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("state", "path", "facts", "controller_files"))
+    _VALID_ARGS = frozenset(("state", "path", "facts", "controller_files", "release_lock"))
     _supports_check_mode = True
 
     def inputs(self, task_vars, templar):
@@ -157,15 +157,19 @@ class ActionModule(ActionBase):
         why = why or ("the run did not start with the converge check" if not isinstance(inputs, dict) else None) \
             or converge.not_replayable(reads)
         module_args = {"state": "absent", "path": path}
+        release_lock = self._task.args.get("release_lock")
         if not why:
             controller = dict((p, converge.file_state(p)) for p in self._task.args.get("controller_files") or [])
             module_args = {"state": "recorded", "path": path, "inputs": inputs, "reads": reads,
                            "writes": task_vars.get(converge.JOURNAL_WRITES) or [],
                            "facts": self._task.args.get("facts") or {}, "controller": controller}
+        if release_lock:
+            module_args["release_lock"] = release_lock
         answer = self._execute_module(module_name="gpunuma_converge", module_args=module_args, task_vars=task_vars)
         result["gpunuma_round_trips"] = 1
         if answer.get("failed") or answer.get("unreachable"):
             return dict(result, **answer)
         reasons = ([why] if why else []) + list(answer.get("reasons") or [])
-        result.update(recorded=bool(answer.get("recorded")), reasons=reasons)
+        result.update(recorded=bool(answer.get("recorded")), reasons=reasons,
+                      lock_released=bool(answer.get("lock_released")))
         return result

@@ -396,13 +396,16 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=[("topology", "topology_path"), ("node", "applied_plan")],
-        required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],
-        supports_check_mode=True,
-    )
+MODULE_SPEC = dict(
+    argument_spec=ARGUMENT_SPEC,
+    mutually_exclusive=[("topology", "topology_path"), ("node", "applied_plan")],
+    required_one_of=[("topology", "topology_path"), ("profile", "profile_data")],
+    supports_check_mode=True,
+)
+
+
+def run(module):
+    """The module's body: AnsibleModule on a node, or the controller's in-process module (action_plugins/gpu_binding_plan.py)."""
     params = module.params
     topology = params["topology"]
     if topology is None:
@@ -430,6 +433,10 @@ def main():
     for warning in plan["warnings"]:
         module.warn(warning)
     module.exit_json(changed=False, plan=plan)
+
+
+def main():
+    run(AnsibleModule(**MODULE_SPEC))
 
 
 def _plan_for_node(module, topology, profile, options):

@@ -61,6 +61,15 @@ options:
       for the action to compare.
     type: dict
     default: {}
+  release_lock:
+    description:
+      - O(state=recorded) or O(state=absent) - the run's node lease (C(path), C(token)) to give back once the record
+        is written or removed (the run's last step on the node, so the lock's own release step is not needed). Not in
+        check mode. The result's RV(lock_released) says whether it was given back.
+    type: dict
+    suboptions:
+      path: {description: The lease file., type: path, default: /run/gpunuma/lock}
+      token: {description: The run's token., type: str, required: true}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpunuma_attributes
@@ -95,6 +104,10 @@ controller:
 recorded:
   description: O(state=recorded) whether a record was written (or is already the same).
   returned: always
+  type: bool
+lock_released:
+  description: O(state=recorded) or O(state=absent) - whether O(release_lock) gave the run's node lease back.
+  returned: state is recorded or absent
   type: bool
 """
 
@@ -222,6 +235,10 @@ def main():
             facts=dict(type="dict", default={}),
             controller=dict(type="dict", default={}),
             lock_path=dict(type="path", default=locklib.DEFAULT_PATH),
+            release_lock=dict(type="dict", options=dict(
+                path=dict(type="path", default=locklib.DEFAULT_PATH),
+                token=dict(type="str", required=True, no_log=True),
+            )),
         ),
         supports_check_mode=True,
     )
@@ -230,8 +247,21 @@ def main():
         module.exit_json(changed=False, **checked(module))
     if state == "absent":
         remove(module, module.params["path"])
-        module.exit_json(changed=False, recorded=False, reasons=[])
-    module.exit_json(changed=False, **recorded(module))
+        module.exit_json(changed=False, recorded=False, reasons=[], lock_released=release(module))
+    out = recorded(module)
+    module.exit_json(changed=False, lock_released=release(module), **out)
+
+
+def release(module):
+    """Give the run's node lease back (O(release_lock)) after the record, the run's last step on the node; whether
+    it was given back. Nothing in check mode (which takes none); a failure leaves it to the run's own release step."""
+    spec = module.params["release_lock"]
+    if not spec or module.check_mode:
+        return False
+    try:
+        return locklib.release(spec["path"], spec["token"])
+    except (locklib.LockError, OSError):
+        return False
 
 
 if __name__ == "__main__":

@@ -71,22 +71,25 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.operate import policy
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            host=dict(type="str", required=True),
-            groups=dict(type="list", elements="str", default=[]),
-            rules_dir=dict(type="path", required=True),
-            topology=dict(type="dict", default={}),
-            plan=dict(type="dict", default={}),
-            settings=dict(type="dict", default={}),
-            live=dict(type="dict"),
-            waivers=dict(type="list", elements="raw", default=[]),
-            today=dict(type="str"),
-            fail_on_violation=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
+MODULE_SPEC = dict(
+    argument_spec=dict(
+        host=dict(type="str", required=True),
+        groups=dict(type="list", elements="str", default=[]),
+        rules_dir=dict(type="path", required=True),
+        topology=dict(type="dict", default={}),
+        plan=dict(type="dict", default={}),
+        settings=dict(type="dict", default={}),
+        live=dict(type="dict"),
+        waivers=dict(type="list", elements="raw", default=[]),
+        today=dict(type="str"),
+        fail_on_violation=dict(type="bool", default=True),
+    ),
+    supports_check_mode=True,
+)
+
+
+def run(module):
+    """The module's body: AnsibleModule on a node, or the controller's in-process module (action_plugins/gpu_binding_plan.py)."""
     p = module.params
     try:
         import yaml
@@ -115,6 +118,10 @@ def main():
     for warning in warned + notes:
         module.warn(warning)
     module.exit_json(changed=False, policy=out)
+
+
+def main():
+    run(AnsibleModule(**MODULE_SPEC))
 
 
 if __name__ == "__main__":

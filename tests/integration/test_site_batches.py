@@ -6,6 +6,7 @@ run lists it at the end; with batches of one host and no failures tolerated
 stops the run before the second host is touched.
 """
 
+import json
 import os
 import subprocess
 
@@ -63,6 +64,13 @@ def test_failed_host_does_not_stop_its_batch_and_is_listed(nodes, tmp_path):
     assert _active(second, "gpunuma-steady.service") == "active", out[-4000:]
     assert "NOT PROVISIONED in this run (failed or unreachable; a plain re-run converges them): %s" % first.name in out
     assert "instance units failed to start: gpunuma-dud.service" in out
+    # Both leases are given back: the good host's with its converge record (the run's last step on the node),
+    # the failed host's by the always step (it never reached the record).
+    for node in nodes:
+        lease = node.sh("cat /run/gpunuma/lock 2>/dev/null || true").strip()
+        assert not lease or json.loads(lease) is None, (node.name, lease)
+    assert second.sh("test -f /var/lib/gpunuma/converged.json && echo yes || echo no").strip() == "yes"
+    assert first.sh("test -f /var/lib/gpunuma/converged.json && echo yes || echo no").strip() == "no"
 
 
 def test_serial_batch_failure_stops_the_rest(nodes, tmp_path):

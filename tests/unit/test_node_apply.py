@@ -1,6 +1,6 @@
 """gpunuma_apply's core (module_utils/gpunuma/node/apply.py) on real files under tmp_path.
 
-Files go through the module's own ``NodeFiles`` (library/gpunuma_apply.py)
+Files go through the module's own ``NodeFiles`` (module_utils/gpunuma/node/apply_fs.py)
 with a small stand-in for AnsibleModule (backup_local, run_command); systemd
 is a fake that keeps per-unit state and records every command.
 """
@@ -206,7 +206,7 @@ def node(tmp_path):
 
 
 def apply_run(fake, files, check_mode=False, module=None, **kwargs):
-    apply = Apply(NodeFiles(module or FakeModule()), fake, fake.sleep, check_mode=check_mode)
+    apply = Apply(NodeFiles((module or FakeModule()).run_command), fake, fake.sleep, check_mode=check_mode)
     return apply.run(normalise_files(files), **kwargs)
 
 
@@ -801,7 +801,7 @@ def test_plan_files_marks_content_and_attribute_changes(node):
     decisions = plan_files(normalise_files([
         node.entry("same.conf", "a\n"), node.entry("mode.conf", "a\n"), node.entry("text.conf", "new\n"),
         node.entry("new.conf", "n\n"),
-    ]), NodeFiles(FakeModule()))
+    ]), NodeFiles(FakeModule().run_command))
     assert [(d["content_changed"], d["changed"], d["existed"]) for d in decisions] == [
         (False, False, True), (False, True, True), (True, True, True), (True, True, False)]
     assert decisions[2]["before"] == b"old\n" and decisions[3]["before"] is None
@@ -874,7 +874,7 @@ def _ready_run(node, fake, answers, spec):
         calls.append(url)
         return answers.pop(0) if answers else (False, "connection refused")
 
-    apply = Apply(NodeFiles(FakeModule()), fake, fake.sleep, http_get=http_get)
+    apply = Apply(NodeFiles(FakeModule().run_command), fake, fake.sleep, http_get=http_get)
     result = apply.run(normalise_files([
         node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"), unit="gpunuma-llm0.service")]),
         units=dict(UNITS, services=["gpunuma-llm0.service"], readiness={"gpunuma-llm0.service": spec}),
@@ -916,7 +916,7 @@ def _command_ready_run(node, fake, spec, runner_answers):
         ran.append(list(argv))
         return runner_answers.pop(0) if runner_answers else (1, "", "still starting")
 
-    apply = Apply(NodeFiles(FakeModule()), runner, fake.sleep)
+    apply = Apply(NodeFiles(FakeModule().run_command), runner, fake.sleep)
     result = apply.run(normalise_files([
         node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"), unit="gpunuma-llm0.service")]),
         units=dict(UNITS, services=["gpunuma-llm0.service"], readiness={"gpunuma-llm0.service": spec}),

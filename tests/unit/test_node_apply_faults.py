@@ -66,8 +66,10 @@ class _Both:
 
 
 def _load_module():
-    """Private copies of library/gpunuma_apply.py and the atomic writer it calls, so os and tempfile can be swapped."""
-    module = _private("gpunuma_apply_faults", os.path.join(REPO_ROOT, "library", "gpunuma_apply.py"))
+    """Private copies of gpunuma_apply's writer (module_utils/gpunuma/node/apply_fs.py, NodeFiles) and the atomic
+    writer it calls, so os and tempfile can be swapped."""
+    module = _private("gpunuma_apply_fs_faults",
+                      os.path.join(REPO_ROOT, "module_utils", "gpunuma", "node", "apply_fs.py"))
     module.atomic = _private("gpunuma_atomic_faults",
                              os.path.join(REPO_ROOT, "module_utils", "gpunuma", "common", "atomic.py"))
     return _Both(module)
@@ -321,7 +323,7 @@ class Scene:
         module = _load_module()
         module.os = FaultyOs(steps)
         module.tempfile = FaultyTempfile(steps)
-        apply = Apply((files or module.NodeFiles)(FakeModule()), fake, fake.sleep, alive=alive)
+        apply = Apply((files or module.NodeFiles)(FakeModule().run_command), fake, fake.sleep, alive=alive)
         return apply.run(
             normalise_files(self.files),
             prune={"unit_dir": self.unit_dir, "unit_pattern": "gpunuma-*.service", "unit_marker": UNIT_MARKER,
@@ -514,7 +516,7 @@ def test_a_failed_rollout_keeps_pending_only_what_still_runs_an_older_file(tmp_p
     failing = Failing(scene.unit_dir, steps)
     failing.units = fake.units
     module = _load_module()
-    apply = Apply(module.NodeFiles(FakeModule()), failing, failing.sleep)
+    apply = Apply(module.NodeFiles(FakeModule().run_command), failing, failing.sleep)
     result = apply.run(normalise_files(scene.files[:2]),
                        units={"start": True, "services": SERVICES[:2] + ["gpunuma-llm3.service"],
                               "settle_seconds": 1, "restart_batch": 1},
@@ -540,7 +542,7 @@ def test_check_mode_reports_the_pending_restarts_and_touches_nothing(tmp_path):
     checking = Steps(crash_at=1)  # any change would be a step, and die
     module.os = FaultyOs(checking)
     fake.steps = checking
-    apply = Apply(module.NodeFiles(FakeModule()), fake, fake.sleep, check_mode=True)
+    apply = Apply(module.NodeFiles(FakeModule().run_command), fake, fake.sleep, check_mode=True)
     result = apply.run(normalise_files(scene.files), units={"start": True, "services": SERVICES},
                        after_success=scene.after, pending_path=scene.pending)
     assert checking.done == []
@@ -599,7 +601,7 @@ def test_a_failed_write_puts_back_what_was_written_and_changes_nothing_live(tmp_
         {"path": str(unit_dir / "gpunuma-b.service"), "content": "# gpunuma instance b\nnew b\n", "unit": "gpunuma-b.service"},
         {"path": str(unit_dir / "gpunuma-c.service"), "content": "# gpunuma instance c\nnew c\n", "unit": "gpunuma-c.service"},
     ])
-    apply = Apply(FullDisk(NodeFiles(FakeModule()), fail_at), fake, fake.sleep)
+    apply = Apply(FullDisk(NodeFiles(FakeModule().run_command), fail_at), fake, fake.sleep)
     with pytest.raises(ApplyError) as err:
         apply.run(files, units={"start": True, "services": ["gpunuma-a.service", "gpunuma-b.service",
                                                                "gpunuma-c.service"]},
@@ -683,8 +685,8 @@ def test_a_plan_that_cannot_be_written_after_the_restarts_puts_the_node_back(tmp
     steps = Steps()
     fake = scene.systemd(steps)
 
-    def files(module):
-        real = _load_module().NodeFiles(module)
+    def files(run_command):
+        real = _load_module().NodeFiles(run_command)
 
         class PlanDiskFull:
             def __getattr__(self, name):

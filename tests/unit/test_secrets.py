@@ -130,7 +130,7 @@ def test_env_files_and_stale_ones():
 def test_apply_writes_secret_files_0600_and_redacts_their_diff(tmp_path):
     path = str(tmp_path / "env" / "llm0.env")
     fake = FakeSystemd()
-    apply = Apply(NodeFiles(FakeModule()), fake, fake.sleep)
+    apply = Apply(NodeFiles(FakeModule().run_command), fake, fake.sleep)
     files = normalise_files([{"path": path, "content": "HF_TOKEN=\"first-secret\"\n", "mode": "0600",
                               "dir_mode": "0700", "secret": True}])
     result = apply.run(files)
@@ -140,7 +140,7 @@ def test_apply_writes_secret_files_0600_and_redacts_their_diff(tmp_path):
     [diff] = result["diff"]
     assert diff["after"].startswith(secrets.REDACTED) and diff["before"] == ""
 
-    apply = Apply(NodeFiles(FakeModule()), fake, fake.sleep)
+    apply = Apply(NodeFiles(FakeModule().run_command), fake, fake.sleep)
     files = normalise_files([{"path": path, "content": "HF_TOKEN=\"second-secret\"\n", "mode": "0600", "secret": True}])
     result = apply.run(files, backups_keep=5)
     text = json.dumps(result)
@@ -149,7 +149,7 @@ def test_apply_writes_secret_files_0600_and_redacts_their_diff(tmp_path):
     assert oct(os.stat(backup).st_mode & 0o777) == "0o600"
 
     # Gone: the file and every backup of it, the diff redacted.
-    apply = Apply(NodeFiles(FakeModule()), fake, fake.sleep)
+    apply = Apply(NodeFiles(FakeModule().run_command), fake, fake.sleep)
     result = apply.run([], secret_absent=[path])
     assert result["removed"] == [path] and sorted(result["pruned_backups"]) == [backup]
     assert os.listdir(os.path.dirname(path)) == []

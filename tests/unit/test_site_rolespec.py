@@ -1,0 +1,51 @@
+"""site.yml includes some role entry points with rolespec_validate: false. Each may skip Ansible's argument-spec
+check only when site.yml checked every one of that entry point's variables before: a `validate` entry point of the
+role (which checks the main entry point's variables with role_inputs, never looser than the spec) or an include of
+an entry point with the same variables that Ansible did check, in an earlier task."""
+
+import os
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.unit
+
+
+def _includes(node):
+    """Every include_role of a task list, in order, blocks, rescues and always lists included."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _includes(item)
+    elif isinstance(node, dict):
+        if "ansible.builtin.include_role" in node:
+            yield node["ansible.builtin.include_role"]
+        for key in ("tasks", "block", "rescue", "always"):
+            if key in node:
+                yield from _includes(node[key])
+
+
+def _options(role, entry):
+    with open(os.path.join(REPO_ROOT, "roles", role, "meta", "argument_specs.yml"), encoding="utf-8") as handle:
+        specs = yaml.safe_load(handle)["argument_specs"]
+    return set((specs.get(entry) or {}).get("options") or {})
+
+
+def test_every_unvalidated_include_was_checked_before():
+    with open(os.path.join(REPO_ROOT, "playbooks", "site.yml"), encoding="utf-8") as handle:
+        plays = yaml.safe_load(handle)
+    checked, skipped = set(), []
+    for include in _includes(plays):
+        role, entry = include["name"], include.get("tasks_from", "main")
+        if entry == "validate" or entry == "validate_input":
+            checked |= {(role, name) for name in _options(role, "main")}
+        if include.get("rolespec_validate", True) is False:
+            skipped.append((role, entry))
+            missing = sorted(name for name in _options(role, entry) if (role, name) not in checked)
+            assert not missing, "%s/%s skips the spec check, but nothing before it checked %s" % (role, entry, missing)
+        else:
+            checked |= {(role, name) for name in _options(role, entry)}
+    # The test sees the includes it is about (a renamed key would make it pass on nothing).
+    assert ("numa_binding", "main") in skipped and ("numa_binding", "plan") in skipped
+    assert ("gpunuma_state", "with_apply") in skipped and ("autonuma", "validate") in skipped
