@@ -1,9 +1,9 @@
 # Copyright: gpunuma contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The action of gpunuma's modules that need nothing of a node's Python (gpu_binding_plan, gpunuma_policy_check,
-gpunuma_copy; their files link to this one). On the controller (a local connection, no become, not async: how the
-roles delegate them to localhost) the module's ``run(module)`` is called in this process
+"""The action of gpunuma's modules that need nothing of a node (gpu_binding_plan, kubelet_topology_plan,
+gpunuma_policy_check, gpunuma_copy; their files link to this one). On the controller (a local connection, no become,
+not async: how the roles delegate them to localhost) the module's ``run(module)`` is called in this process
 (module_utils/gpunuma/common/inprocess.py); anywhere else the module runs as usual."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
-from ansible.module_utils.gpunuma.common.inprocess import run_module  # noqa: E402
+from ansible.module_utils.gpunuma.common.inprocess import plain_args, run_module  # noqa: E402
 
 
 class ActionModule(NormalAction):
@@ -45,10 +45,16 @@ class ActionModule(NormalAction):
 
     def run(self, tmp=None, task_vars=None):
         module = self._load() if self._runs_here() else None
+        args = None
+        if module is not None:
+            try:
+                args = plain_args(self._task.args)
+            except (TypeError, ValueError):
+                module = None  # not JSON data: Ansible's own encoding of module arguments decides, as a module
         if module is None:
             return super().run(tmp, task_vars)
         self._supports_check_mode = True
         result = super(NormalAction, self).run(tmp, task_vars)
-        result.update(run_module(module.MODULE_SPEC, module.run, self._task.args, self._task.check_mode,
+        result.update(run_module(module.MODULE_SPEC, module.run, args, self._task.check_mode,
                                  self._task.action, self._task.diff))
         return result

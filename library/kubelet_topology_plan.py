@@ -316,13 +316,17 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=[("topology", "topology_path"), ("config", "config_path")],
-        required_one_of=[("topology", "topology_path"), ("profile", "profile_data"), ("config", "config_path")],
-        supports_check_mode=True,
-    )
+MODULE_SPEC = dict(
+    argument_spec=ARGUMENT_SPEC,
+    mutually_exclusive=[("topology", "topology_path"), ("config", "config_path")],
+    required_one_of=[("topology", "topology_path"), ("profile", "profile_data"), ("config", "config_path")],
+    supports_check_mode=True,
+)
+
+
+def run(module):
+    """The module's body: AnsibleModule on a node, or the controller's in-process module
+    (action_plugins/gpu_binding_plan.py)."""
     params = module.params
     topology = params["topology"]
     if topology is None:
@@ -368,6 +372,10 @@ def main():
     for warning in result.warnings:
         module.warn(warning)
     module.exit_json(changed=False, **result.as_dict())
+
+
+def main():
+    run(AnsibleModule(**MODULE_SPEC))
 
 
 if __name__ == "__main__":

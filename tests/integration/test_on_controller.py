@@ -2,11 +2,13 @@
 (action_plugins/gpu_binding_plan.py) return what the same module returns when
 Ansible runs it as a module: results, warnings, and every kind of failure."""
 
+import datetime
 import json
 import os
 import subprocess
 
 import pytest
+import yaml
 
 from ansible_run import BINDIR, ansible_env
 from conftest import FIXTURES, REPO_ROOT
@@ -30,6 +32,11 @@ POLICY_ARGS = {"host": "gpu-a01", "groups": ["h200"], "rules_dir": RULES, "today
                                        "memory_bytes": None}]},
                "settings": {"memlock_limit": "4M", "memlock_users": [], "limit_memlock": "4M", "numa_balancing": 0}}
 
+KUBELET_ARGS = {"topology_path": HGX, "profile": "strict", "profiles_dir": PROFILES,
+                "presets_dir": os.path.join(REPO_ROOT, "policies", "kubelet"),
+                "config_path": os.path.join(FIXTURES, "kubelet", "kubeadm-config.yaml"), "kubelet_version": "1.31",
+                "state_dir": "/nonexistent-kubelet-state"}
+
 CASES = [
     ("plan", "gpu_binding_plan", PLAN_ARGS, False),
     ("plan in check mode", "gpu_binding_plan", PLAN_ARGS, True),
@@ -43,14 +50,24 @@ CASES = [
     ("policy warning only", "gpunuma_policy_check", dict(POLICY_ARGS, fail_on_violation=False), False),
     ("policy bad date", "gpunuma_policy_check", dict(POLICY_ARGS, today="June"), False),
     ("policy missing host", "gpunuma_policy_check", {"rules_dir": RULES}, False),
+    ("kubelet plan", "kubelet_topology_plan", KUBELET_ARGS, False),
+    ("kubelet plan of an unknown profile", "kubelet_topology_plan", dict(KUBELET_ARGS, profile="fastest"), False),
 ]
+
+
+# YAML reads an unquoted 2026-12-31 as a date: Ansible hands a module its ISO text, and so does the action.
+DATED_WAIVER = {"control": "GN-SPAN-001", "groups": ["h200"], "justification": "TP over both sockets, measured",
+                "owner": "alice", "expires": datetime.date(2026, 12, 31)}
 
 
 def _run(tmp_path, action_plugins):
     tasks = [{"name": name, module: args, "check_mode": check, "ignore_errors": True}
              for name, module, args, check in CASES]
     playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    tasks.append({"name": "waiver with a YAML date", "ignore_errors": True,
+                  "gpunuma_policy_check": dict(POLICY_ARGS, waivers=[DATED_WAIVER])})
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    assert "expires: 2026-12-31\n" in playbook.read_text()  # unquoted: a date to YAML
     env = ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                       ANSIBLE_ACTION_PLUGINS=action_plugins)
     proc = subprocess.run([os.path.join(BINDIR, "ansible-playbook"), "-i", "localhost,", "-c", "local",
@@ -63,6 +80,7 @@ def _run(tmp_path, action_plugins):
         results[task["task"]["name"]] = {
             "failed": bool(result.get("failed")), "changed": result.get("changed"), "msg": result.get("msg"),
             "problems": result.get("problems"), "plan": result.get("plan"), "policy": result.get("policy"),
+            "kubelet": result.get("config_text"),
             "warnings": sorted(str(w.get("msg", w) if isinstance(w, dict) else w) for w in result.get("warnings", [])),
             "module_args": (result.get("invocation") or {}).get("module_args"),
         }
@@ -74,7 +92,7 @@ def test_in_process_results_equal_the_modules(tmp_path):
     empty.mkdir()
     here = _run(tmp_path, os.path.join(REPO_ROOT, "action_plugins"))
     module = _run(tmp_path, str(empty))
-    assert list(here) == [case[0] for case in CASES]
+    assert list(here) == [case[0] for case in CASES] + ["waiver with a YAML date"]
     for name in here:
         assert here[name] == module[name], name
     # The cases are what they say: each failure is one, with the message a user acts on.
@@ -90,3 +108,8 @@ def test_in_process_results_equal_the_modules(tmp_path):
     assert not here["policy warning only"]["failed"] and here["policy warning only"]["policy"]["violations"]
     assert here["policy bad date"]["msg"] == "today: 'June' is not a date; allowed: YYYY-MM-DD"
     assert "missing required arguments: host" in here["policy missing host"]["msg"]
+    assert "reservedSystemCPUs: 0-1,48-49,96-97,144-145" in here["kubelet plan"]["kubelet"]
+    assert here["kubelet plan of an unknown profile"]["failed"]
+    dated = here["waiver with a YAML date"]
+    assert not dated["failed"], dated
+    assert any(r["status"] == "waived" and r["waiver"]["expires"] == "2026-12-31" for r in dated["policy"]["results"])

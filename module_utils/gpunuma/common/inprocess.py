@@ -3,22 +3,25 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """A controller-side module run in the action's own process.
 
-gpunuma's planning and policy modules only compute: they read their arguments
-(and files on the controller) and return a document. Delegated to localhost,
-Ansible would still start a new Python for each host's call (about 0.2 s of
-CPU each; a 10-host fleet paid 2.5-4 s a task). Their action
-(``action_plugins/gpu_binding_plan.py``) calls the module's own
-``run(module)`` here instead, with :class:`ControllerModule` in place of
-``AnsibleModule``: the same argument spec and constraints checked by the
-same validator, the same messages, ``fail_json``/``exit_json``/``warn``, and
-no_log values masked the same way. One module, two places it can run; the
-module decides alike in both (``tests/unit/test_inprocess.py`` compares them).
+gpunuma's planning, policy and controller-copy modules need nothing of a
+node: they read their arguments (and files on the controller), return a
+document or write a controller file. Delegated to localhost, Ansible would
+still start a new Python for each host's call (at 10 hosts on two cores a
+task cost 2.2-4.4 s). Their action (``action_plugins/gpu_binding_plan.py``)
+calls the module's own ``run(module)`` here instead, with
+:class:`ControllerModule` in place of ``AnsibleModule``: the same argument
+spec and constraints checked by the same validator, the same messages,
+``fail_json``/``exit_json``/``warn``, check mode and diff, and no_log values
+masked the same way. One module, two places it can run, deciding alike in
+both (``tests/integration/test_on_controller.py`` runs the same calls both
+ways and compares them).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
 import json
 import traceback
 
@@ -28,6 +31,19 @@ from ansible.module_utils.errors import UnsupportedError
 
 # AnsibleModule's keyword arguments a validator takes (supports_check_mode is the module's promise, not a check).
 _CONSTRAINTS = ("mutually_exclusive", "required_together", "required_one_of", "required_if", "required_by")
+
+
+def _iso(value):
+    # What Ansible sends a module for a YAML date or time (an unquoted 2026-12-31 in an inventory): ISO 8601 text.
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    raise TypeError("%s is not JSON data" % type(value).__name__)
+
+
+def plain_args(args):
+    """``args`` as a module shipped to a node receives them: JSON data (dates as ISO text), no templating types,
+    no shared references. TypeError or ValueError when they are not JSON data (the caller then runs the module)."""
+    return json.loads(json.dumps(args, default=_iso))
 
 
 class ModuleDone(Exception):
@@ -42,8 +58,7 @@ class ControllerModule:
     """The part of ``AnsibleModule`` gpunuma's controller-side modules use, for a call in this process."""
 
     def __init__(self, module_spec, args, check_mode=False, name="module", diff=False):
-        # Plain data, as a module shipped to a node receives it (no templating types, no shared references).
-        args = json.loads(json.dumps(args))
+        args = plain_args(args)
         validator = ArgumentSpecValidator(module_spec["argument_spec"],
                                           **dict((key, module_spec[key]) for key in _CONSTRAINTS if key in module_spec))
         validation = validator.validate(args)

@@ -1,0 +1,1 @@
+gpu_binding_plan.py
