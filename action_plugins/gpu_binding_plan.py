@@ -3,8 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The action of gpunuma's modules that need nothing of a node (gpu_binding_plan, kubelet_topology_plan,
 gpunuma_policy_check, gpunuma_copy; their files link to this one). On the controller (a local connection, no become,
-not async: how the roles delegate them to localhost) the module's ``run(module)`` is called in this process
-(module_utils/gpunuma/common/inprocess.py); anywhere else the module runs as usual."""
+not async, no task environment: how the roles delegate them to localhost) the module's ``run(module)`` is called in
+this process (module_utils/gpunuma/common/inprocess.py); anywhere else the module runs as usual."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ from ansible.module_utils.gpunuma.common.inprocess import plain_args, run_module
 
 class ActionModule(NormalAction):
     def _runs_here(self):
-        """Whether the module would run on this controller, as this process's Python would run it."""
+        """Whether the module would run on this controller, as this process's Python would run it (no become, no
+        async, no task environment of its own)."""
         return (getattr(self._connection, "transport", None) == "local" and not self._play_context.become
-                and not self._task.async_val)
+                and not self._task.async_val and not self._task.environment)
 
     def _load(self):
         found = self._shared_loader_obj.module_loader.find_plugin_with_context(
