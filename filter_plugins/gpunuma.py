@@ -367,6 +367,11 @@ gpunuma_base_profile = _filter(base_profile)
 gpunuma_profile_variant = _filter(profile_variant)
 
 
+def gpunuma_effective_profile(read, rollback_target, cli_profile, inventory_profile):
+    """``[profile, source]`` the node runs this run (operate/state.effective_profile)."""
+    return list(statelib.effective_profile(rollback_target, cli_profile, read, inventory_profile))
+
+
 def gpunuma_rollback_target(read, rollback, requested, profiles_dir, inventory_profile, host):
     """``{target, action, from}`` or ``{error}`` for a rollback of one node.
 
@@ -648,6 +653,7 @@ FILTERS = (
     "gpu_validate_report",
     "gpu_validate_table",
     # gpunuma_state
+    "gpunuma_effective_profile",
     "gpunuma_extra_var",
     "gpunuma_rollback_target",
     "gpunuma_base_profile",

@@ -139,3 +139,31 @@ def test_record_rejects_bad_input():
         statelib.record(None, "h", "strict", "site", "x" * 501, None, NOW)
     with pytest.raises(statelib.StateError):
         statelib.record(None, "h", "strict", "site", None, None, NOW, 0)
+
+
+# ---------------------------------------------------------------- the profile a run uses
+
+PINNED = {"pinned": True, "state": {"profile": "interleave"}}
+UNPINNED = {"pinned": False, "state": {"profile": "interleave"}}
+
+
+@pytest.mark.parametrize("rollback, cli, read, expected", [
+    ("off", "preferred", PINNED, ("off", "rollback")),
+    (None, "preferred", PINNED, ("preferred", "extra-vars")),
+    (None, None, PINNED, ("interleave", "node-state")),
+    (None, None, UNPINNED, ("strict", "inventory")),
+    (None, None, {"pinned": True, "state": {"profile": None}}, ("strict", "inventory")),
+    (None, None, None, ("strict", "inventory")),
+    (None, None, {}, ("strict", "inventory")),
+])
+def test_the_effective_profile_follows_its_order(rollback, cli, read, expected):
+    assert statelib.effective_profile(rollback, cli, read, "strict") == expected
+
+
+def test_the_role_and_the_filter_use_the_one_rule():
+    """roles/gpunuma_state/tasks/resolve.yml picks the profile through the filter of the rule, not a Jinja copy."""
+    with open(os.path.join(REPO_ROOT, "roles", "gpunuma_state", "tasks", "resolve.yml"), encoding="utf-8") as handle:
+        text = handle.read()
+    assert "gpunuma.fleet.gpunuma_effective_profile(" in text
+    # No second copy of the order: the pinned state and the rollback target are read only by the rule.
+    assert ".pinned" not in text and ".state.profile" not in text and "'rollback']" not in text

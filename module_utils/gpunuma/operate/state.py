@@ -207,6 +207,25 @@ def resolve_target(current, state, rollback, requested, profiles, inventory_prof
     return inventory_profile, "release"
 
 
+def effective_profile(rollback_target, cli_profile, read, inventory_profile):
+    """The profile a node runs this run, and where it comes from: ``(profile, source)``.
+
+    In this order: a rollback's target (``rollback``, rollback.yml decided it); ``-e gpunuma_profile=...``
+    (``extra-vars``); the profile the node's state pins (``node-state``: a rollback left it there, and it stays
+    until a release or a named profile moves it); else the inventory's ``gpunuma_profile`` (``inventory``).
+    ``read``: the gpunuma_state module's ``gpunuma_state`` (``pinned``, ``state.profile``), or None.
+    """
+    if rollback_target is not None:
+        return rollback_target, "rollback"
+    if cli_profile is not None:
+        return cli_profile, "extra-vars"
+    read = read if isinstance(read, dict) else {}
+    pinned = ((read.get("state") or {}).get("profile")) if read.get("pinned") else None
+    if pinned:
+        return pinned, "node-state"
+    return inventory_profile, "inventory"
+
+
 def read_text(path):
     """The text of a state or plan file on the node (a regular file of at most 16 MiB), None when absent, else
     the error (kept, so the caller can call the file corrupt and keep it)."""
