@@ -2,6 +2,7 @@
 """gpunuma fleet benchmark: what a provisioning run costs in host round-trips.
 
     .venv/bin/python benchmarks/fleet_bench.py [--hosts 10] [--forks 10] [--keep]
+    .venv/bin/python benchmarks/fleet_bench.py --baseline ../gpunuma-base --rounds 2
 
 Starts N systemd containers from the fleet's base image
 (scripts/build-base-image.sh), each with two CPU-only instances, and runs,
@@ -19,6 +20,14 @@ slowest tasks of each run. The ratios are what the fleet-speed targets are
 stated in; absolute seconds depend on the controller's cores (a 2-core
 controller with N containers on the same machine is CPU-bound long before
 the network is).
+
+With ``--baseline CHECKOUT`` (another checkout, e.g. ``git worktree add
+../gpunuma-base <rev>``) the two revisions' site.yml runs alternate for
+``--rounds`` rounds, each on a fresh fleet of its own and with the same
+inventory, and are printed side by side: medians and ranges, the ratios to
+each run's floor, tasks and round-trips a host of the first converge, and a
+verdict for each run by a stated rule (``RULE``: measurable only when the
+ranges do not overlap; fewer than 2 rounds give no verdict).
 
 Requires root (or a user in the docker group), a running Docker engine and
 the base image. Containers are removed at the end unless --keep.
@@ -112,10 +121,10 @@ def write_inventory(work, names):
     return os.path.join(inv, "hosts.yml")
 
 
-def ansible_env(forks, json_out=True):
+def ansible_env(forks, json_out=True, repo=REPO):
     env = dict(os.environ)
     env.update({
-        "ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"),
+        "ANSIBLE_CONFIG": os.path.join(repo, "ansible.cfg"),
         "ANSIBLE_FORKS": str(forks),
         "ANSIBLE_HOST_KEY_CHECKING": "False",
         "ANSIBLE_NOCOLOR": "1",
@@ -127,18 +136,18 @@ def ansible_env(forks, json_out=True):
     return env
 
 
-def run_timed(argv, env):
+def run_timed(argv, env, repo=REPO):
     start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
+    proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True)
     return time.perf_counter() - start, proc
 
 
-def ping_floor(inventory, forks, repeats):
+def ping_floor(inventory, forks, repeats, repo=REPO):
     bindir = os.path.dirname(sys.executable)
     samples = []
     for _ in range(repeats):
         wall, proc = run_timed([os.path.join(bindir, "ansible"), "-i", inventory, "all", "-m", "ping"],
-                               ansible_env(forks, json_out=False))
+                               ansible_env(forks, json_out=False, repo=repo), repo)
         if proc.returncode != 0:
             raise SystemExit("ping failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
         samples.append(wall)
@@ -188,10 +197,10 @@ def summarise(report):
     return per_host, slow
 
 
-def site_run(inventory, forks, label):
+def site_run(inventory, forks, label, repo=REPO):
     bindir = os.path.dirname(sys.executable)
     wall, proc = run_timed([os.path.join(bindir, "ansible-playbook"), "-i", inventory,
-                            os.path.join(REPO, "playbooks", "site.yml")], ansible_env(forks))
+                            os.path.join(repo, "playbooks", "site.yml")], ansible_env(forks, repo=repo), repo)
     try:
         report = json.loads(proc.stdout[proc.stdout.index("{"):])
     except ValueError:
@@ -257,19 +266,8 @@ def print_report(args, forks, boot, floor, names, converge, first, rerun, second
     return changed
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hosts", type=int, default=10, help="containers in the fleet (default 10)")
-    parser.add_argument("--forks", type=int, default=None, help="Ansible forks (default: --hosts)")
-    parser.add_argument("--ping-repeats", type=int, default=3, help="ping runs; the median is the floor")
-    parser.add_argument("--slowest", type=int, default=8, help="slowest tasks listed per run")
-    parser.add_argument("--keep", action="store_true", help="leave the containers running")
-    args = parser.parse_args()
-    if args.hosts < 1 or args.hosts > 200:
-        parser.error("--hosts must be between 1 and 200, got %d" % args.hosts)
-    check_inotify(parser, args.hosts)
-    forks = args.forks or args.hosts
-
+def measure(args, forks, repo):
+    """One measurement of ``repo``'s site.yml on a fleet of its own: boot, floor, first converge, re-run."""
     prefix = "gpunuma-bench-%s" % uuid.uuid4().hex[:6]
     names = []
     with tempfile.TemporaryDirectory(prefix="gpunuma-fleet-bench-") as work:
@@ -278,14 +276,119 @@ def main():
             names = start_containers(args.hosts, prefix)
             boot = time.perf_counter() - started
             inventory = write_inventory(work, names)
-            floor = ping_floor(inventory, forks, args.ping_repeats)
-            converge, first = site_run(inventory, forks, "first converge")
-            rerun, second = site_run(inventory, forks, "idempotent re-run")
+            floor = ping_floor(inventory, forks, args.ping_repeats, repo)
+            converge, first = site_run(inventory, forks, "first converge", repo)
+            rerun, second = site_run(inventory, forks, "idempotent re-run", repo)
         finally:
             if not args.keep:
                 remove_containers(names)
+    return {"boot": boot, "floor": floor, "names": names, "converge": converge, "first": first,
+            "rerun": rerun, "second": second}
 
-    changed = print_report(args, forks, boot, floor, names, converge, first, rerun, second)
+
+def round_order(rounds):
+    """The order the two revisions run in each round: in turns, so a machine that drifts favours neither."""
+    return [("this", "baseline") if index % 2 == 0 else ("baseline", "this") for index in range(rounds)]
+
+
+def spread(samples):
+    """``(median, low, high)`` of a sample of seconds."""
+    ordered = sorted(samples)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2.0
+    return median, ordered[0], ordered[-1]
+
+
+RULE = ("the revisions run in turns, each on a fleet of its own; a difference is measurable only when the two "
+        "ranges of wall times do not overlap (and each revision ran at least 2 rounds)")
+
+
+def verdict(this, baseline):
+    """``(ratio of the medians, words)`` for two samples of wall seconds, by RULE."""
+    ratio = spread(this)[0] / spread(baseline)[0]
+    if min(len(this), len(baseline)) < 2:
+        return ratio, "one round each: no verdict (run --rounds 2 or more)"
+    if max(this) < min(baseline):
+        return ratio, "measurable: faster"
+    if min(this) > max(baseline):
+        return ratio, "measurable: slower"
+    return ratio, "no measurable difference"
+
+
+def _revision(repo):
+    proc = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip() or os.path.basename(repo)
+
+
+def print_comparison(args, forks, repos, samples):
+    """Both revisions side by side (medians and ranges over the rounds), and the verdict of each run by RULE."""
+    print("gpunuma fleet benchmark: %d systemd containers, forks %d, controller with %s CPUs, %d rounds"
+          % (args.hosts, forks, os.cpu_count(), args.rounds))
+    print()
+    header = ("revision", "", "floor s", "first converge s", "re-run s", "tasks", "round-trips")
+    print("%-12s %-10s %-22s %-22s %-22s %7s %12s" % header)
+    walls = {}
+    for side in ("this", "baseline"):
+        runs = samples[side]
+        floors = [run["floor"] for run in runs]
+        firsts = [run["converge"] for run in runs]
+        reruns = [run["rerun"] for run in runs]
+        walls[side] = (firsts, reruns)
+        first = [mean_counts(summarise(run["first"])[0], run["names"]) for run in runs]
+        cells = ["%.1f [%.1f-%.1f]" % spread(values) for values in (floors, firsts, reruns)]
+        ratios = "%.1fx / %.1fx" % (spread([r["converge"] / r["floor"] for r in runs])[0],
+                                    spread([r["rerun"] / r["floor"] for r in runs])[0])
+        print("%-12s %-10s %-22s %-22s %-22s %7.1f %12.1f" % (
+            side, _revision(repos[side])[:10], cells[0], cells[1], cells[2],
+            sum(m["ok"] + m["changed"] + m["skipped"] for m in first) / len(first),
+            sum(m["round_trips"] for m in first) / len(first)))
+        print("%-12s %-10s x floor (medians), first converge / re-run: %s" % ("", "", ratios))
+    print()
+    print("rule: " + RULE)
+    for index, label in enumerate(("first converge", "idempotent re-run")):
+        ratio, words = verdict(walls["this"][index], walls["baseline"][index])
+        print("%s: this / baseline = %.2f (medians): %s" % (label, ratio, words))
+    return sum(sum(h["changed"] for h in summarise(run["second"])[0].values())
+               for side in samples for run in samples[side])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", type=int, default=10, help="containers in the fleet (default 10)")
+    parser.add_argument("--forks", type=int, default=None, help="Ansible forks (default: --hosts)")
+    parser.add_argument("--ping-repeats", type=int, default=3, help="ping runs; the median is the floor")
+    parser.add_argument("--slowest", type=int, default=8, help="slowest tasks listed per run")
+    parser.add_argument("--keep", action="store_true", help="leave the containers running")
+    parser.add_argument("--baseline", metavar="CHECKOUT",
+                        help="another checkout of gpunuma (e.g. a git worktree of the last release): its site.yml "
+                             "runs in turns with this one's, each on a fleet of its own, and both are printed "
+                             "side by side with a verdict")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --baseline: measurements of each revision (2 or more for a verdict; default 1)")
+    args = parser.parse_args()
+    if args.hosts < 1 or args.hosts > 200:
+        parser.error("--hosts must be between 1 and 200, got %d" % args.hosts)
+    if args.rounds < 1:
+        parser.error("--rounds must be 1 or more, got %d" % args.rounds)
+    if args.baseline and not os.path.isfile(os.path.join(args.baseline, "playbooks", "site.yml")):
+        parser.error("--baseline %s is not a gpunuma checkout (no playbooks/site.yml)" % args.baseline)
+    check_inotify(parser, args.hosts)
+    forks = args.forks or args.hosts
+
+    if not args.baseline:
+        run = measure(args, forks, REPO)
+        changed = print_report(args, forks, run["boot"], run["floor"], run["names"], run["converge"], run["first"],
+                               run["rerun"], run["second"])
+        return 1 if changed else 0
+
+    repos = {"this": REPO, "baseline": os.path.abspath(args.baseline)}
+    samples = {"this": [], "baseline": []}
+    for order in round_order(args.rounds):
+        for side in order:
+            samples[side].append(measure(args, forks, repos[side]))
+    changed = print_comparison(args, forks, repos, samples)
+    print()
+    print("idempotent re-runs: %d changed task results over every fleet (must be 0)" % changed)
     return 1 if changed else 0
 
 

@@ -13,9 +13,10 @@ short_description: Write whole files atomically, keeping a backup of a replaced 
 description:
   - Each file of O(files) gets the whole O(files[].content) and O(files[].mode), written the way
     M(gpunuma.fleet.gpunuma_apply) writes a node's files (module_utils/gpunuma/node/apply_fs.py) - a temporary file
-    in the same directory, flushed, then renamed over the target (never written through a link), the replaced file
-    kept as C(<path>.<pid>.<time>~) when O(files[].backup) is set, missing parent directories created. A file that
-    already holds the content and mode is left alone.
+    in the same directory, flushed, then renamed over the target, the replaced file kept as C(<path>.<pid>.<time>~)
+    when O(files[].backup) is set, missing parent directories created. A file that already holds the content and
+    mode is left alone. A link (or anything but a regular file) at a target is refused, naming it, before any file
+    is written - move it aside.
   - Nothing of gpunuma_apply's node work - no lock, no units, no journal of the run's writes. The roles delegate it
     to localhost for the controller's copies (the topology inventory, the applied plan); there it runs in the
     action's own process (action_plugins/gpu_binding_plan.py), so a fleet does not start a Python per host.
