@@ -58,7 +58,7 @@ class ControllerModule:
     """The part of ``AnsibleModule`` gpunuma's controller-side modules use, for a call in this process."""
 
     def __init__(self, module_spec, args, check_mode=False, name="module", diff=False):
-        args = plain_args(args)
+        """``args``: the task's arguments as JSON data (:func:`plain_args`, which the action already applied)."""
         validator = ArgumentSpecValidator(module_spec["argument_spec"],
                                           **dict((key, module_spec[key]) for key in _CONSTRAINTS if key in module_spec))
         validation = validator.validate(args)
@@ -93,7 +93,8 @@ class ControllerModule:
 
 
 def run_module(module_spec, run, args, check_mode=False, name="module", diff=False):
-    """The result of ``run(module)`` (the module's body) for ``args``, called in this process."""
+    """The result of ``run(module)`` (the module's body) for ``args`` (JSON data: :func:`plain_args`), called in
+    this process."""
     try:
         run(ControllerModule(module_spec, args, check_mode, name, diff))
     except ModuleDone as done:
