@@ -24,12 +24,22 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
 from ansible.module_utils.gpunuma.common.inprocess import plain_args, run_module  # noqa: E402
 
 
+def _has_environment(environment):
+    """Whether a task sets environment variables. Ansible keeps a task's ``environment:`` as a list of its own and its
+    blocks' and play's entries (``[{}]`` when none sets any); an entry that is still a template counts as one."""
+    if not environment:
+        return False
+    if isinstance(environment, dict):
+        return bool(environment)
+    return any(entry for entry in environment)
+
+
 class ActionModule(NormalAction):
     def _runs_here(self):
         """Whether the module would run on this controller, as this process's Python would run it (no become, no
         async, no task environment of its own)."""
         return (getattr(self._connection, "transport", None) == "local" and not self._play_context.become
-                and not self._task.async_val and not self._task.environment)
+                and not self._task.async_val and not _has_environment(self._task.environment))
 
     def _load(self):
         found = self._shared_loader_obj.module_loader.find_plugin_with_context(

@@ -60,18 +60,19 @@ DATED_WAIVER = {"control": "GN-SPAN-001", "groups": ["h200"], "justification": "
                 "owner": "alice", "expires": datetime.date(2026, 12, 31)}
 
 
-def _run(tmp_path, action_plugins):
+def _run(tmp_path, action_plugins, interpreter=os.path.join(BINDIR, "python"), extra_tasks=()):
     tasks = [{"name": name, module: args, "check_mode": check, "ignore_errors": True}
              for name, module, args, check in CASES]
     playbook = tmp_path / "play.yml"
     tasks.append({"name": "waiver with a YAML date", "ignore_errors": True,
                   "gpunuma_policy_check": dict(POLICY_ARGS, waivers=[DATED_WAIVER])})
+    tasks.extend(extra_tasks)
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
     assert "expires: 2026-12-31\n" in playbook.read_text()  # unquoted: a date to YAML
     env = ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                       ANSIBLE_ACTION_PLUGINS=action_plugins)
     proc = subprocess.run([os.path.join(BINDIR, "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                           "-e", "ansible_python_interpreter=" + os.path.join(BINDIR, "python"), str(playbook)],
+                           "-e", "ansible_python_interpreter=" + interpreter, str(playbook)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
     data = json.loads(proc.stdout)
     results = {}
@@ -113,3 +114,19 @@ def test_in_process_results_equal_the_modules(tmp_path):
     dated = here["waiver with a YAML date"]
     assert not dated["failed"], dated
     assert any(r["status"] == "waived" and r["waiver"]["expires"] == "2026-12-31" for r in dated["policy"]["results"])
+
+
+def test_the_action_runs_them_without_a_python_of_their_own(tmp_path):
+    """The in-process path is really taken: with no Python at the interpreter's path on localhost, every case still
+    gives the module's own result; a task with an environment of its own runs as a module and cannot start."""
+    empty = tmp_path / "no-actions"
+    empty.mkdir()
+    module = _run(tmp_path, str(empty))
+    environment_task = {"name": "with an environment", "gpunuma_policy_check": POLICY_ARGS, "ignore_errors": True,
+                        "environment": {"LC_ALL": "C"}}
+    here = _run(tmp_path, os.path.join(REPO_ROOT, "action_plugins"), interpreter="/nonexistent/python",
+                extra_tasks=[environment_task])
+    for name in module:
+        assert here[name] == module[name], name
+    assert here["with an environment"]["failed"]
+    assert "/nonexistent/python" in here["with an environment"]["msg"]
