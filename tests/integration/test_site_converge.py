@@ -68,7 +68,7 @@ def _site(inventory, *extra):
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
                           env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
     data = json.loads(proc.stdout[proc.stdout.index("{"):])
-    check, counts = None, {"ok": 0, "changed": 0, "skipped": 0, "round_trips": 0}
+    check, counts = None, {"ok": 0, "changed": 0, "skipped": 0, "round_trips": 0, "ran": {}}
     for play in data["plays"]:
         for task in play["tasks"]:
             for host, result in task["hosts"].items():
@@ -79,6 +79,7 @@ def _site(inventory, *extra):
                 counts["skipped" if result.get("skipped") else "changed" if result.get("changed") else "ok"] += 1
                 if not result.get("skipped"):
                     counts["round_trips"] += result.get("gpunuma_round_trips", 0)
+                    counts["ran"][task["task"]["name"]] = result
     return proc.returncode, check, counts, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
@@ -94,6 +95,15 @@ def test_converge_record_ends_a_converged_run_and_every_drift_gets_the_full_run(
     assert check["converged"] is False and check["reasons"] == ["no converge record on the node (%s)" % RECORD]
     assert counts["changed"] > 0
     assert node.sh("stat -c %a " + RECORD).strip() == "600"
+    # One node read in the validation play (docs/roles.md, "One node read"): the memlock and autonuma roles'
+    # parts come with numa_binding's read, and the topology inventory is written by the instances' apply step.
+    read = counts["ran"]["numa_binding : Read the node (applied plan, numactl, memory policy probe, drop-in targets)"]
+    assert read["gpunuma_node"]["pid1"] and "containerd.service" in read["gpunuma_node"]["units"], read
+    assert read["gpunuma_node"]["autonuma"]["kernel_release"], read["gpunuma_node"]["autonuma"]
+    assert "memlock : Read PID 1's limits and the containerd unit" not in counts["ran"]
+    assert "gpu_topology : Write the topology inventory on the node" not in counts["ran"]
+    assert "/etc/gpunuma/topology.json" in json.dumps(counts["ran"]["numa_binding : Install the units and start the instances"])
+    assert json.loads(node.sh("cat /etc/gpunuma/topology.json"))["schema"] == "gpunuma.topology/v1"
     unit_text = node.sh("cat " + UNIT_A)
 
     # 2. Nothing moved: the run ends at the check.
