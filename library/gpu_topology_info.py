@@ -47,6 +47,14 @@ extends_documentation_fragment:
   - gpunuma_attributes
 author: gpunuma maintainers (@gpunuma)
 options:
+  node_info:
+    description:
+      - A node read made in the same round trip, after the discovery, with the options of
+        M(gpunuma.fleet.gpunuma_node_info) (C(files), C(paths), C(units), C(inspect_units), C(commands),
+        C(pid1_proc_dir), C(programs), C(accounts), C(autonuma)), checked as that module checks them (a bad one
+        fails the task naming C(node_info.<option>)). Returns RV(gpunuma_node). Read on the host the module
+        runs on.
+    type: dict
   read_files:
     description:
       - Files to read in the same round trip, as a mapping of a name to a path (e.g. the persisted
@@ -151,6 +159,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+gpunuma_node:
+  description: The node read asked for in O(node_info), as M(gpunuma.fleet.gpunuma_node_info) returns it.
+  returned: when O(node_info) is set
+  type: dict
 topology:
   description: The node's topology (C(gpunuma.topology/v1)); see docs/topology-v1.md for every field.
   returned: success
@@ -240,7 +252,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.discovery.module_run import discover_with
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.node.probe import read_file
+from ansible.module_utils.gpunuma.node.probe import node_read_params, probe_with, read_file
 
 
 def main():
@@ -258,11 +270,17 @@ def main():
             nvidia_smi_path=dict(type="path"),
             hostname=dict(type="str"),
             read_files=dict(type="dict"),
+            node_info=dict(type="dict"),
         ),
         mutually_exclusive=[("nvml_dump", "record_nvml_dump")],
         supports_check_mode=True,
     )
     params = module.params
+    node_info = None
+    if params["node_info"] is not None:
+        node_info = node_read_params(params["node_info"])
+        if isinstance(node_info, str):
+            module.fail_json(msg=node_info)
 
     try:
         result = discover_with(module, params)
@@ -277,6 +295,8 @@ def main():
         # In the same round trip: files the caller compares with the discovery
         # (the persisted inventory), as gpunuma_node_info returns them.
         out["files"] = dict((name, read_file(path)) for name, path in params["read_files"].items())
+    if node_info is not None:
+        out["gpunuma_node"] = probe_with(module, node_info)
     dest = params["record_nvml_dump"]
     if dest:
         dump = result.get("nvml_dump")

@@ -121,7 +121,7 @@ from ansible.module_utils.gpunuma.common import atomic
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.discovery.module_run import discover_with
 from ansible.module_utils.gpunuma.node.apply_files import ApplyError, find_stale
-from ansible.module_utils.gpunuma.node.probe import module_runner, probe_with, read_file, unit_states
+from ansible.module_utils.gpunuma.node.probe import module_runner, node_read_params, probe_with, read_file, unit_states
 from ansible.module_utils.gpunuma.operate import converge
 from ansible.module_utils.gpunuma.operate import lock as locklib
 
@@ -137,6 +137,11 @@ def readers(module):
         out = {"topology": result["topology"]}
         if args.get("read_files"):
             out["files"] = dict((name, read_file(path)) for name, path in args["read_files"].items())
+        if args.get("node_info") is not None:
+            node_info = node_read_params(args["node_info"])
+            if isinstance(node_info, str):
+                raise converge.ConvergeError(node_info)
+            out["gpunuma_node"] = probe_with(module, node_info)
         return out
 
     def state(args):

@@ -97,40 +97,15 @@ gpunuma_node:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.node.probe import probe_with
+from ansible.module_utils.gpunuma.node.probe import NODE_INFO_OPTIONS, command_problem, probe_with
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            files=dict(type="dict"),
-            paths=dict(type="list", elements="str"),
-            units=dict(type="list", elements="str"),
-            inspect_units=dict(type="list", elements="str"),
-            commands=dict(type="dict"),
-            pid1_proc_dir=dict(type="str"),
-            programs=dict(type="list", elements="dict", options=dict(
-                path=dict(type="str", required=True),
-                user=dict(type="str", default="gpunuma"),
-            )),
-            accounts=dict(type="dict", options=dict(
-                users=dict(type="list", elements="str", default=[]),
-                groups=dict(type="list", elements="str", default=[]),
-            )),
-            autonuma=dict(type="dict", options=dict(
-                proc_path=dict(type="str", default="/proc/sys/kernel/numa_balancing"),
-                container_markers=dict(type="list", elements="str", default=[]),
-                sysctl_dirs=dict(type="list", elements="str", default=[]),
-                sysctl_conf=dict(type="str", default="/etc/sysctl.conf"),
-                tuned_dirs=dict(type="list", elements="str", default=[]),
-            )),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=dict(NODE_INFO_OPTIONS), supports_check_mode=True)
     p = module.params
-    for name, argv in (p["commands"] or {}).items():
-        if not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
-            module.fail_json(msg="commands.%s must be an argv (a list of words), got %r" % (name, argv))
+    problem = command_problem(p)
+    if problem:
+        module.fail_json(msg=problem)
 
     result = probe_with(module, p)
     module.exit_json(changed=False, gpunuma_node=result)

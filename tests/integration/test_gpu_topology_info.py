@@ -45,6 +45,29 @@ def test_recorded_h200_replay_through_the_module():
     assert result["topology"]["fingerprint"] == live["fingerprint"]
 
 
+def test_node_info_is_read_in_the_same_round_trip(tmp_path):
+    """node_info: gpunuma_node_info's read after the discovery, returned as gpunuma_node; a bad option fails the
+    task naming it, before anything is read."""
+    marker = tmp_path / "plan.json"
+    marker.write_text("{}\n")
+    rc, result = run_module("gpu_topology_info", {
+        "sysfs_root": os.path.join(RECORDED, "sysfs"), "nvml_dump": os.path.join(RECORDED, "nvml-dump.json"),
+        "node_info": {"files": {"plan": str(marker)}, "paths": [str(marker), str(tmp_path / "absent")],
+                      "commands": {"true": ["true"]}}})
+    assert rc == 0, result
+    node = result["gpunuma_node"]
+    assert node["files"]["plan"]["exists"] and node["files"]["plan"]["content"] == "e30K"
+    assert node["paths"] == {str(marker): True, str(tmp_path / "absent"): False}
+    assert node["commands"]["true"]["rc"] == 0
+    assert result["topology"]["gpus"]
+
+    rc, result = run_module("gpu_topology_info", {"sysfs_root": os.path.join(RECORDED, "sysfs"),
+                                                  "node_info": {"commands": {"x": "true"}}})
+    assert rc != 0 and result["msg"] == "node_info.commands.x must be an argv (a list of words), got 'true'"
+    rc, result = run_module("gpu_topology_info", {"node_info": {"pid": "/proc/1"}})
+    assert rc != 0 and result["msg"].startswith("node_info: unsupported option pid")
+
+
 def test_live_localhost_without_gpu():
     rc, result = run_module("gpu_topology_info")
     assert rc == 0, result

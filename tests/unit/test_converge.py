@@ -58,6 +58,15 @@ def test_stable_view_leaves_out_what_changes_by_itself():
     assert view == converge.stable_view("gpunuma_node_info", pid1(900, "000001ffffffffff"))
     assert view != converge.stable_view("gpunuma_node_info", pid1(100, "00000000a80425fb"))
 
+    # The node read the discovery carries (gpu_topology_info's node_info) is seen as gpunuma_node_info's.
+    def carried(rss, cap, free):
+        return {"topology": {"numa_nodes": [{"id": 0, "memory_free_bytes": free}]}, "gpunuma_node": pid1(rss, cap)}
+
+    carried_view = converge.stable_view("gpu_topology_info", carried(100, "000001ffffffffff", 3))
+    assert carried_view["gpunuma_node"] == view
+    assert carried_view == converge.stable_view("gpu_topology_info", carried(900, "000001ffffffffff", 5))
+    assert carried_view != converge.stable_view("gpu_topology_info", carried(100, "00000000a80425fb", 3))
+
 
 def test_write_summary_takes_paths_and_never_content():
     summary = converge.write_summary(APPLY_ARGS)

@@ -8,7 +8,9 @@ import pytest
 
 from ansible.module_utils.gpunuma.node import probe as node_probe
 from ansible.module_utils.gpunuma.node.probe import (
+    NODE_INFO_OPTIONS,
     autonuma_probe,
+    node_read_params,
     pid1_texts,
     probe,
     read_file,
@@ -368,3 +370,28 @@ def test_accounts_say_which_users_and_groups_exist():
     assert found["users"]["gpunuma-no-such-user"] == {"exists": False}
     assert found["users"]["4242"]["exists"]
     assert found["groups"] == {"root": True, "gpunuma-no-such-group": False, "7": True}
+
+
+def test_node_read_params_check_and_complete_like_gpunuma_node_info():
+    """gpu_topology_info's node_info takes gpunuma_node_info's options, checked by the same spec."""
+    params = node_read_params({"units": ["a.service"], "autonuma": {"sysctl_dirs": ["/etc/sysctl.d"]},
+                               "accounts": {"users": ["gpunuma"]}})
+    assert set(params) == set(NODE_INFO_OPTIONS)
+    assert params["units"] == ["a.service"] and params["files"] is None
+    assert params["autonuma"]["proc_path"] == "/proc/sys/kernel/numa_balancing"
+    assert params["accounts"] == {"users": ["gpunuma"], "groups": []}
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"bogus": 1}, ["node_info: unsupported option bogus", "Supported parameters include: accounts"]),
+    ({"autonuma": {"proc": "/x"}}, ["node_info: unsupported option autonuma.proc"]),
+    ({"programs": [{"user": "x"}]}, ["node_info: missing required arguments: path"]),
+    ({"commands": {"probe": "numactl --show"}}, ["node_info.commands.probe must be an argv"]),
+    ({"commands": {"probe": []}}, ["node_info.commands.probe must be an argv"]),
+    (["units"], ["node_info must be a mapping of gpunuma_node_info's options, got list"]),
+])
+def test_node_read_params_name_the_bad_option(options, words):
+    problem = node_read_params(options)
+    assert isinstance(problem, str)
+    for word in words:
+        assert word in problem, problem

@@ -303,6 +303,55 @@ def module_runner(module):
     return runner
 
 
+# gpunuma_node_info's options, also gpu_topology_info's ``node_info`` (the node read made with the discovery).
+NODE_INFO_OPTIONS = dict(
+    files=dict(type="dict"),
+    paths=dict(type="list", elements="str"),
+    units=dict(type="list", elements="str"),
+    inspect_units=dict(type="list", elements="str"),
+    commands=dict(type="dict"),
+    pid1_proc_dir=dict(type="str"),
+    programs=dict(type="list", elements="dict", options=dict(
+        path=dict(type="str", required=True),
+        user=dict(type="str", default="gpunuma"),
+    )),
+    accounts=dict(type="dict", options=dict(
+        users=dict(type="list", elements="str", default=[]),
+        groups=dict(type="list", elements="str", default=[]),
+    )),
+    autonuma=dict(type="dict", options=dict(
+        proc_path=dict(type="str", default="/proc/sys/kernel/numa_balancing"),
+        container_markers=dict(type="list", elements="str", default=[]),
+        sysctl_dirs=dict(type="list", elements="str", default=[]),
+        sysctl_conf=dict(type="str", default="/etc/sysctl.conf"),
+        tuned_dirs=dict(type="list", elements="str", default=[]),
+    )),
+)
+
+
+def command_problem(params, prefix=""):
+    """Why a ``commands`` entry of the node read options is not an argv (a list of words), or None."""
+    for name, argv in (params.get("commands") or {}).items():
+        if not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
+            return "%scommands.%s must be an argv (a list of words), got %r" % (prefix, name, argv)
+    return None
+
+
+def node_read_params(options, name="node_info"):
+    """``options`` (gpunuma_node_info's, given as another module's ``name``) checked and completed with their
+    defaults as gpunuma_node_info's own spec does it; a message naming ``name.<option>`` when they are not."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+    from ansible.module_utils.errors import UnsupportedError
+
+    if not isinstance(options, dict):
+        return "%s must be a mapping of gpunuma_node_info's options, got %s" % (name, type(options).__name__)
+    result = ArgumentSpecValidator(NODE_INFO_OPTIONS).validate(options)
+    if result.error_messages:
+        return "%s: %s" % (name, "; ".join(("unsupported option " if isinstance(e, UnsupportedError) else "") + e.msg
+                                           for e in result.errors.errors))
+    return command_problem(result.validated_parameters, name + ".") or result.validated_parameters
+
+
 def probe_with(module, params):
     """:func:`probe` on gpunuma_node_info's validated ``params``, commands run through ``module``."""
     return probe(module_runner(module), files=params.get("files"), paths=params.get("paths"), units=params.get("units"),

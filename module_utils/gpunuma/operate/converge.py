@@ -66,10 +66,13 @@ def stable_view(module, result):
     """``result`` of reader ``module`` without what changes by itself and no decision reads.
 
     gpu_topology_info: a NUMA node's free memory (the planner sizes by total memory, never free memory:
-    operate/policy.py). gpunuma_node_info: of PID 1's status only the capability lines (node/limits.py reads
+    operate/policy.py), and its node read (``node_info``) as gpunuma_node_info's. gpunuma_node_info: of PID 1's status only the capability lines (node/limits.py reads
     CapEff; the rest are counters).
     """
     result = _strip(result)
+    if module == "gpu_topology_info" and isinstance(result.get("gpunuma_node"), dict):
+        # The node read made with the discovery (node_info) is seen as gpunuma_node_info's.
+        return dict(result, gpunuma_node=stable_view("gpunuma_node_info", result["gpunuma_node"]))
     if module == "gpunuma_node_info" and isinstance(result.get("pid1"), dict) and "status" in result["pid1"]:
         pid1 = dict(result["pid1"])
         text = base64.b64decode(pid1["status"]).decode("utf-8", "replace")
