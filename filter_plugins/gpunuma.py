@@ -372,6 +372,20 @@ def gpunuma_effective_profile(read, rollback_target, cli_profile, inventory_prof
     return list(statelib.effective_profile(rollback_target, cli_profile, read, inventory_profile))
 
 
+def gpunuma_state_read(files, path):
+    """gpunuma_state's read of a node (mode read), from the run's node read: ``files`` holds the state file
+    (``gpunuma_state``) and the applied plan (``gpunuma_state_plan``) as gpunuma_node_info reads them. The same
+    ``{gpunuma_state, warnings}`` the module returns, decided by the same code (operate/state.read_summary), or
+    ``{error}`` for a state file of a newer gpunuma."""
+    try:
+        result, corrupt = statelib.read_summary(statelib.text_of_read(files.get("gpunuma_state")),
+                                                statelib.text_of_read(files.get("gpunuma_state_plan")), path)
+    except statelib.StateError as exc:
+        return {"error": str(exc)}
+    return {"gpunuma_state": result, "warnings": [statelib.corrupt_warning(path, corrupt, False)] if corrupt else [],
+            "error": None}
+
+
 def gpunuma_rollback_target(read, rollback, requested, profiles_dir, inventory_profile, host):
     """``{target, action, from}`` or ``{error}`` for a rollback of one node.
 
@@ -654,6 +668,7 @@ FILTERS = (
     "gpu_validate_table",
     # gpunuma_state
     "gpunuma_effective_profile",
+    "gpunuma_state_read",
     "gpunuma_extra_var",
     "gpunuma_rollback_target",
     "gpunuma_base_profile",

@@ -137,28 +137,11 @@ def _run(module):
     path = p["path"]
     text = statelib.read_text(path)
     try:
-        current, corrupt = statelib.read_current(text, path)
+        result, corrupt = statelib.read_summary(text, statelib.read_text(p["plan_path"]), path)
     except statelib.StateError as exc:
         module.fail_json(msg=str(exc))
-    applied = statelib.applied_profile(p["plan_path"])
-    result = {
-        "state": current,
-        "exists": text is not None,
-        "corrupt": corrupt,
-        "backup": None,
-        "applied_profile": applied,
-        "current_profile": (current or {}).get("profile") or applied,
-        "provisioned": text is not None or applied is not None,
-        "pinned": bool((current or {}).get("pinned")),
-    }
-    warnings = []
-    if corrupt:
-        warnings.append(
-            "%s is corrupt and cannot be read (%s); %s" % (
-                path, corrupt,
-                "it is kept as a backup and a new history starts" if p["state"] == "record"
-                else "the next recorded switch keeps it as a backup and starts a new history")
-        )
+    applied = result["applied_profile"]
+    warnings = [statelib.corrupt_warning(path, corrupt, p["state"] == "record")] if corrupt else []
     if p["state"] == "read":
         for warning in warnings:
             module.warn(warning)

@@ -95,13 +95,18 @@ def test_converge_record_ends_a_converged_run_and_every_drift_gets_the_full_run(
     assert check["converged"] is False and check["reasons"] == ["no converge record on the node (%s)" % RECORD]
     assert counts["changed"] > 0
     assert node.sh("stat -c %a " + RECORD).strip() == "600"
-    # One node read in the validation play (docs/roles.md, "One node read"): the memlock and autonuma roles'
-    # parts come with numa_binding's read, and the topology inventory is written by the instances' apply step.
-    read = counts["ran"]["numa_binding : Read the node (applied plan, numactl, memory policy probe, drop-in targets)"]
-    assert read["gpunuma_node"]["pid1"] and "containerd.service" in read["gpunuma_node"]["units"], read
-    assert read["gpunuma_node"]["autonuma"]["kernel_release"], read["gpunuma_node"]["autonuma"]
-    assert "memlock : Read PID 1's limits and the containerd unit" not in counts["ran"]
-    assert "gpu_topology : Write the topology inventory on the node" not in counts["ran"]
+    # One node read in the validation play, with the discovery (docs/roles.md, "One node read"): the memlock,
+    # autonuma, numa_binding and gpunuma_state roles' parts come in its round trip and none of them reads the node
+    # itself; the topology inventory is written by the instances' apply step.
+    read = counts["ran"]["gpu_topology : Discover the topology"]["gpunuma_node"]
+    assert read["pid1"] and "containerd.service" in read["units"], read
+    assert read["autonuma"]["kernel_release"], read["autonuma"]
+    assert read["accounts"]["users"] and "gpunuma_state" in read["files"] and "plan" in read["files"], read
+    for own in ("numa_binding : Read the node (applied plan, numactl, memory policy probe, drop-in targets)",
+                "memlock : Read PID 1's limits and the containerd unit", "gpunuma_state : Read the node's profile state",
+                "autonuma : Read kernel.numa_balancing and who sets it",
+                "gpu_topology : Write the topology inventory on the node"):
+        assert own not in counts["ran"], own
     assert "/etc/gpunuma/topology.json" in json.dumps(counts["ran"]["numa_binding : Install the units and start the instances"])
     assert json.loads(node.sh("cat /etc/gpunuma/topology.json"))["schema"] == "gpunuma.topology/v1"
     unit_text = node.sh("cat " + UNIT_A)

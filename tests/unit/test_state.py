@@ -167,3 +167,45 @@ def test_the_role_and_the_filter_use_the_one_rule():
     assert "gpunuma.fleet.gpunuma_effective_profile(" in text
     # No second copy of the order: the pinned state and the rollback target are read only by the rule.
     assert ".pinned" not in text and ".state.profile" not in text and "'rollback']" not in text
+
+
+def _both_reads(tmp_path, state_bytes, plan_bytes):
+    """gpunuma_state's read of a node as the module makes it (read_text) and as site.yml makes it from the run's
+    node read (gpunuma_node_info's read_file, then the gpunuma_state_read filter's conversion)."""
+    from ansible.module_utils.gpunuma.node.probe import read_file
+
+    path, plan_path = str(tmp_path / "state.json"), str(tmp_path / "plan.json")
+    for target, data in ((path, state_bytes), (plan_path, plan_bytes)):
+        if data == "fifo":
+            os.mkfifo(target)
+        elif data is not None:
+            with open(target, "wb") as handle:
+                handle.write(data)
+    module = statelib.read_summary(statelib.read_text(path), statelib.read_text(plan_path), path)
+    shared = statelib.read_summary(statelib.text_of_read(read_file(path)), statelib.text_of_read(read_file(plan_path)),
+                                   path)
+    return module, shared
+
+
+@pytest.mark.parametrize("state_bytes, plan_bytes", [
+    (None, None),
+    (None, json.dumps({"schema": "gpunuma.plan/v1", "profile": "preferred-cpu-only"}).encode()),
+    (statelib.dump_state(recorded(("strict", "site"), ("preferred", "down"))).encode(), b"{}"),
+    (b"{not json", None),
+    (b"\xff\xfe not utf-8", b"\xff"),
+    (b"", b""),
+    ("fifo", None),
+])
+def test_the_read_from_the_run_node_read_equals_the_module_read(tmp_path, state_bytes, plan_bytes):
+    module, shared = _both_reads(tmp_path, state_bytes, plan_bytes)
+    assert shared == module
+
+
+def test_a_newer_state_is_an_error_in_both_reads(tmp_path):
+    newer = json.dumps({"schema": "gpunuma.state/v2"}).encode()
+    with pytest.raises(statelib.StateError):
+        _both_reads(tmp_path, newer, None)
+    from ansible.module_utils.gpunuma.node.probe import read_file
+    path = str(tmp_path / "state.json")
+    with pytest.raises(statelib.StateError):
+        statelib.read_summary(statelib.text_of_read(read_file(path)), None, path)

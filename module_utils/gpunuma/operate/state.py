@@ -18,12 +18,15 @@ reads and writes the file; the playbooks decide the target through
 
 from __future__ import annotations
 
+import base64
+
 import json
 import re
 
 from ansible.module_utils.gpunuma.common import bounded, seal
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.common import documents, schemas
+from ansible.module_utils.gpunuma.node.probe import read_file
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 
 SCHEMA = schemas.STATE
@@ -227,20 +230,58 @@ def effective_profile(rollback_target, cli_profile, read, inventory_profile):
 
 
 def read_text(path):
-    """The text of a state or plan file on the node (a regular file of at most 16 MiB), None when absent, else
-    the error (kept, so the caller can call the file corrupt and keep it)."""
-    try:
-        return bounded.read_bounded(path, MAX_READ_BYTES, follow_symlinks=True,
-                                    what="a gpunuma state file").decode("utf-8")
-    except (FileNotFoundError, NotADirectoryError):
+    """The text of a state or plan file on the node, None when absent, else the error (kept, so the caller can
+    call the file corrupt and keep it). Read as gpunuma_node_info reads a file (a regular file, or a link to one,
+    of at most 16 MiB), so the module and site.yml's node read see the same thing."""
+    return text_of_read(read_file(path, MAX_READ_BYTES))
+
+
+def text_of_read(read):
+    """A file as gpunuma_node_info reads it (``{exists, content (base64) | problem}``), given as :func:`read_text`
+    gives it: None when absent, the text, or the error."""
+    if not isinstance(read, dict) or not read.get("exists"):
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    if "content" not in read:
+        # The read's own message, which names the file and why.
+        return OSError(read.get("problem") or "cannot be read")
+    try:
+        return base64.b64decode(read["content"]).decode("utf-8")
+    except (ValueError, UnicodeDecodeError) as exc:
         return exc
+
+
+def read_summary(text, plan_text, path):
+    """What gpunuma_state's read reports of a node, from its state file's text and its applied plan's (each as
+    :func:`read_text` gives it): ``(result, corrupt)``, ``corrupt`` saying why the state file cannot be read, or
+    None. A state of a newer gpunuma raises StateError."""
+    current, corrupt = read_current(text, path)
+    applied = applied_profile_of(plan_text)
+    return {
+        "state": current,
+        "exists": text is not None,
+        "corrupt": corrupt,
+        "backup": None,
+        "applied_profile": applied,
+        "current_profile": (current or {}).get("profile") or applied,
+        "provisioned": text is not None or applied is not None,
+        "pinned": bool((current or {}).get("pinned")),
+    }, corrupt
+
+
+def corrupt_warning(path, corrupt, recording):
+    """The warning a damaged state file gets: read, or replaced by a recorded switch."""
+    return "%s is corrupt and cannot be read (%s); %s" % (
+        path, corrupt, "it is kept as a backup and a new history starts" if recording
+        else "the next recorded switch keeps it as a backup and starts a new history")
 
 
 def applied_profile(plan_path):
     """The base profile of the applied plan at ``plan_path``, or None when there is none to read."""
-    text = read_text(plan_path)
+    return applied_profile_of(read_text(plan_path))
+
+
+def applied_profile_of(text):
+    """The base profile of an applied plan's text (as :func:`read_text` gives it), or None."""
     if not isinstance(text, str):
         return None
     # Lenient on purpose: a plan.json of an older gpunuma (no schema, only its profile) still says where the
@@ -261,6 +302,8 @@ def corrupt_backup_path(path, now):
 def read_current(text, path):
     """``(state, corrupt)`` of a state file's text: text None (no file) gives (None, None); an exception (the
     file could not be read) or a damaged document gives (None, why). A newer schema raises StateError."""
+    if isinstance(text, OSError):
+        return None, str(text)
     if isinstance(text, Exception):
         return None, "%s: cannot be read: %s" % (path, text)
     if text is None:
