@@ -15,7 +15,8 @@ side by side in one session:
 
 It prints each wall time and its ratio to the floor, the tasks per host (ok,
 changed, skipped), the round-trips per host (tasks that ran a module on the
-host: not skipped, not delegated, not controller-only actions), and the
+host: not skipped, not delegated to the controller, not controller-only
+actions; a task delegated to its own host is one), and the
 slowest tasks of each run. The ratios are what the fleet-speed targets are
 stated in; absolute seconds depend on the controller's cores (a 2-core
 controller with N containers on the same machine is CPU-bound long before
@@ -165,6 +166,15 @@ def _task_seconds(task):
     return (end - start).total_seconds()
 
 
+def on_controller(result):
+    """Whether a task result ran on the controller: delegated to localhost (a task delegated to its own host, as
+    the discovery is when it reads the node, is a round trip to that host)."""
+    delegated = result.get("_ansible_delegated_vars") or {}
+    if not delegated:
+        return False
+    return delegated.get("ansible_connection") == "local" or delegated.get("ansible_host") in ("localhost", "127.0.0.1", "::1")
+
+
 def summarise(report):
     """Per-host task counts and round-trips, and task wall times, from the json callback."""
     per_host = collections.defaultdict(collections.Counter)
@@ -182,8 +192,7 @@ def summarise(report):
                 counts["changed" if result.get("changed") else "ok"] += 1
                 if result.get("failed"):
                     counts["failed"] += 1
-                delegated = result.get("_ansible_delegated_vars", {}).get("ansible_host")
-                if action not in CONTROLLER_ACTIONS and not delegated:
+                if action not in CONTROLLER_ACTIONS and not on_controller(result):
                     # A loop runs the module once per item that was not skipped.
                     items = result.get("results")
                     if "gpunuma_round_trips" in result:

@@ -71,3 +71,26 @@ def test_the_comparison_prints_both_revisions_and_a_verdict(capsys):
     assert "rule: " + fleet_bench.RULE in out
     assert "first converge: this / baseline = 0.72 (medians): measurable: faster" in out
     assert "idempotent re-run: this / baseline = 1.07 (medians): no measurable difference" in out
+
+
+def test_round_trips_count_a_task_delegated_to_its_own_host():
+    """The discovery delegates to the host itself (or to the controller for offline inputs): only the controller
+    spares a round trip."""
+    def task(name, action, delegated=None, **extra):
+        result = dict({"action": action}, **extra)
+        if delegated:
+            result["_ansible_delegated_vars"] = delegated
+        return {"task": {"name": name}, "hosts": {"n1": result}}
+
+    report = {"plays": [{"tasks": [
+        task("discover", "gpu_topology_info", {"ansible_connection": "community.docker.docker", "ansible_host": "n1"}),
+        task("plan", "gpu_binding_plan", {"ansible_connection": "local", "ansible_host": "localhost"}),
+        task("copy", "gpunuma_copy", {"ansible_host": "127.0.0.1"}),
+        task("apply", "gpunuma_apply", changed=True),
+        task("facts", "ansible.builtin.set_fact"),
+        task("check", "gpunuma_converge", gpunuma_round_trips=1),
+        task("skipped read", "gpunuma_node_info", skipped=True),
+    ]}]}
+    per_host, _slow = fleet_bench.summarise(report)
+    assert per_host["n1"]["round_trips"] == 3
+    assert per_host["n1"]["skipped"] == 1 and per_host["n1"]["changed"] == 1
