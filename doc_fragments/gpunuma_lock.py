@@ -12,7 +12,8 @@ options:
       - The node lock (module_utils/gpunuma/operate/lock.py; C(gpunuma_lock)). The step runs under an exclusive flock of
         the lease file, holding the run's lease (O(lock.token)) or, without a token, a lease of its own for the step
         only. Another run's live lease makes the step wait up to O(lock.timeout) seconds, then fail naming its holder,
-        before anything is written. Not taken in check mode.
+        before anything is written. The first step of a run given its token takes the run's lease (or renews it).
+        Not taken in check mode, which warns when another run holds the node.
     type: dict
     default: {}
     suboptions:
@@ -28,4 +29,8 @@ options:
           controller: {description: The controller's host name., type: str}
           user: {description: The user running the playbook., type: str}
           playbook: {description: The playbook., type: str}
+      break_lock:
+        description: Take the lease over even from a live holder (its run must be gone), with a warning naming it.
+        type: bool
+        default: false
 """

@@ -155,6 +155,19 @@ options:
     type: list
     elements: str
     default: []
+  account:
+    description:
+      - The account the units run as, created when it is missing (C(useradd --system --create-home)), under the node
+        lock and before any file is validated or written, so a unit naming it verifies and starts in the same step.
+        An account that exists is left as it is (its groups, shell and home stay the node owner's). Check mode
+        reports what it would create (RV(account)).
+    type: dict
+    suboptions:
+      name: {description: The login name., type: str, required: true}
+      comment: {description: The account's comment (GECOS)., type: str}
+      home: {description: Its home directory (an absolute path), created with it., type: str}
+      shell: {description: Its login shell (an absolute path)., type: str}
+      groups: {description: Supplementary groups it joins when created; each must exist., type: list, elements: str, default: []}
   state_record:
     description:
       - Record the node's profile switch in its state file (C(gpunuma.state/v1), docs/state-v1.md), under the
@@ -201,6 +214,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+account:
+  description: The O(account) (name), and whether it was created (C(created), C(changed)); in check mode, would be.
+  returned: when O(account) is given
+  type: dict
 files:
   description: One entry per wanted file (path, changed, created, backup when one was kept).
   returned: always
@@ -379,6 +396,13 @@ ARGUMENT_SPEC = dict(
     # Paths of secret files to remove, not secrets.
     secret_absent=dict(type="list", elements="str", default=[], no_log=False),
     lock=dict(type="dict", default={}, options=locklib.module_options()),
+    account=dict(type="dict", options=dict(
+        name=dict(type="str", required=True),
+        comment=dict(type="str"),
+        home=dict(type="str"),
+        shell=dict(type="str"),
+        groups=dict(type="list", elements="str", default=[]),
+    )),
     after_success=dict(type="list", elements="dict", default=[], options=dict(
         (k, v) for k, v in FILE_OPTIONS.items() if k not in ("validate", "restart"))),
     state_record=dict(type="dict", options=dict(
@@ -421,7 +445,8 @@ def main():
                 after += [entry] if entry else []
             result = apply.run(files, absent=params["absent"], prune=params["prune"], units=params["units"],
                                after_success=after, pending_path=params["pending_file"],
-                               backups_keep=params["backups_keep"], secret_absent=params["secret_absent"])
+                               backups_keep=params["backups_keep"], secret_absent=params["secret_absent"],
+                               account=params["account"])
     except locklib.LockError as exc:
         module.fail_json(msg=str(exc), changed=False)
     except ApplyError as exc:

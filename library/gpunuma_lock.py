@@ -102,7 +102,6 @@ def main():
             locklib.module_options(),
             state=dict(type="str", choices=["acquired", "released"], default="acquired"),
             token=dict(type="str", required=True, no_log=True),
-            break_lock=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -124,9 +123,7 @@ def main():
     except locklib.LockError as exc:
         module.fail_json(msg=str(exc))
     if info["previous"] is not None:
-        module.warn("took over the node lock from %s (%s)" % (
-            locklib.describe(info["previous"], time.time()),
-            "broken with break_lock" if p["break_lock"] else "its lease had expired or its step was gone"))
+        module.warn(locklib.took_over(info["previous"], p["break_lock"], time.time()))
     # Taking the lease changes nothing the user manages: not reported as a change.
     module.exit_json(changed=False, **info)
 

@@ -30,6 +30,9 @@ def test_default_account_is_created_and_root_only_when_asked(node, tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:]
     entry = node.sh("getent passwd gpunuma").strip().split(":")
     assert int(entry[2]) < 1000 and entry[5] == "/var/lib/gpunuma-instances" and entry[6] == "/usr/sbin/nologin"
+    assert entry[4] == "gpunuma inference instances"
+    # Created with its home (by the apply step: gpunuma_apply's account option).
+    assert node.sh("stat -c %U /var/lib/gpunuma-instances").strip() == "gpunuma"
     groups = set(node.sh("id -nG gpunuma").split())
     assert {"render", "video"} <= groups
     steady = node.main_pid("gpunuma-steady.service")

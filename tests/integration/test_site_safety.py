@@ -133,7 +133,7 @@ def test_a_second_run_waits_for_the_first_and_the_node_ends_on_one_plan(node, tm
         assert short.returncode != 0, out[-4000:]
         assert "another gpunuma run holds this node" in out, out[-4000:]
         # A one-host run that fails in the apply play still ends naming the host and the step.
-        assert 'NOT PROVISIONED: %s failed at "Take the node lock": another gpunuma run holds this node' \
+        assert 'NOT PROVISIONED: %s failed at "Install the units and start the instances": another gpunuma run holds this node' \
             % node.name in out, out[-4000:]
         for needle in ("controller %s" % lease["holder"]["controller"], "user oncall", "playbook site.yml"):
             assert needle in out, (needle, out[-4000:])

@@ -1043,3 +1043,72 @@ def test_pruned_dropin_leaves_no_backups_and_no_empty_directory(node):
     assert node.path("nginx.service.d") in result["removed"]
     # Someone else's drop-in keeps its directory.
     assert theirs.exists() and not (node.unit_dir / "redis.service.d" / DROPIN_NAME).exists()
+
+
+# ------------------------------------------------------------------ account
+
+class AccountNode(FakeSystemd):
+    """systemd, and useradd: the accounts it created (the node's passwd database, as far as the step sees it)."""
+
+    def __init__(self, *args, useradd_rc=0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.users, self.useradd_rc = set(), useradd_rc
+
+    def __call__(self, argv):
+        if argv[0] == "useradd":
+            self.calls.append(list(argv))
+            if self.unit_dir:
+                self.files_at_call.append((tuple(argv), sorted(os.listdir(self.unit_dir))))
+            if self.useradd_rc:
+                return self.useradd_rc, "", "useradd: cannot lock /etc/passwd; try again later."
+            self.users.add(argv[-1])
+            return 0, "", ""
+        return super().__call__(argv)
+
+
+ACCOUNT = {"name": "gpunuma", "comment": "gpunuma inference instances", "home": "/var/lib/gpunuma-instances",
+           "shell": "/usr/sbin/nologin", "groups": ["video"]}
+
+
+def test_the_account_is_created_before_the_units_are_validated_and_started(node, monkeypatch):
+    from ansible.module_utils.gpunuma.node import accounts
+    fake = AccountNode({}, unit_dir=str(node.unit_dir))
+    monkeypatch.setattr(accounts, "_exists", lambda name: name in fake.users)
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0"), unit="gpunuma-llm0.service",
+                                         validate=VALIDATE_SERVICE)],
+                       units=dict(UNITS, services=["gpunuma-llm0.service"]), account=ACCOUNT)
+    assert result["account"] == {"name": "gpunuma", "created": True, "changed": True}
+    assert result["changed"] is True and result["started"] == ["gpunuma-llm0.service"]
+    # useradd ran first, while the unit directory was still empty (before any write or systemctl call).
+    assert fake.calls[0][0] == "useradd" and fake.files_at_call[0][1] == []
+    again = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0"), unit="gpunuma-llm0.service")],
+                      units=dict(UNITS, services=["gpunuma-llm0.service"]), account=ACCOUNT)
+    assert again["account"]["created"] is False and again["changed"] is False
+    assert [c for c in fake.calls if c[0] == "useradd"] == [fake.calls[0]]
+
+
+def test_check_mode_reports_the_account_and_creates_nothing(node, monkeypatch):
+    from ansible.module_utils.gpunuma.node import accounts
+    fake = AccountNode({})
+    monkeypatch.setattr(accounts, "_exists", lambda name: False)
+    result = apply_run(fake, [], check_mode=True, account=ACCOUNT)
+    assert result["account"]["created"] is True and result["changed"] is True
+    assert [c for c in fake.calls if c[0] == "useradd"] == []
+
+
+def test_a_failed_useradd_stops_the_step_before_any_file_is_written(node, monkeypatch):
+    from ansible.module_utils.gpunuma.node import accounts
+    fake = AccountNode({}, useradd_rc=1)
+    monkeypatch.setattr(accounts, "_exists", lambda name: False)
+    with pytest.raises(ApplyError, match=r"creating the account gpunuma failed \(useradd rc 1\): useradd: cannot lock"):
+        apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0"), unit="gpunuma-llm0.service")],
+                  units=dict(UNITS, services=["gpunuma-llm0.service"]), account=ACCOUNT)
+    assert os.listdir(node.unit_dir) == [] and [c[0] for c in fake.calls] == ["useradd"]
+
+
+def test_bad_account_input_changes_nothing(node):
+    fake = AccountNode({})
+    with pytest.raises(ApplyError, match="account.name: 'Root Admin' is not allowed"):
+        apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0"), unit="gpunuma-llm0.service")],
+                  units=dict(UNITS, services=["gpunuma-llm0.service"]), account=dict(ACCOUNT, name="Root Admin"))
+    assert os.listdir(node.unit_dir) == [] and fake.calls == []

@@ -208,7 +208,77 @@ def test_the_module_option_is_one_spec():
     spec = lock.module_options()
     assert spec["token"]["no_log"] is True
     assert spec["path"]["default"] == lock.DEFAULT_PATH
-    assert set(spec) == {"path", "token", "timeout", "ttl", "holder"}
+    assert set(spec) == {"path", "token", "timeout", "ttl", "holder", "break_lock"}
+
+
+class FakeModule:
+    """What for_module uses of an AnsibleModule: params, check_mode, warn and fail_json."""
+
+    def __init__(self, check_mode=False, **spec):
+        self.params = {"lock": spec}
+        self.check_mode = check_mode
+        self.warnings = []
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+    def fail_json(self, **kw):
+        raise SystemExit(kw["msg"])
+
+
+def test_the_first_step_of_a_run_takes_the_runs_lease_and_keeps_it(tmp_path):
+    """site.yml has no step of its own for the lease: its first change (the apply step) takes it."""
+    path = str(tmp_path / "lock")
+    module = FakeModule(path=path, token="run-a", holder=HOLDER, timeout=0, ttl=60)
+    with lock.for_module(module) as info:
+        assert info["acquired"] is True
+    lease = lease_of(path)
+    assert lease["token"] == "run-a" and lease["kind"] == "run" and lease["holder"]["playbook"] == "site.yml"
+    with lock.for_module(module) as info:  # the run's later steps find it their own
+        assert info["acquired"] is False
+    assert module.warnings == []
+
+
+def test_a_step_breaks_a_live_lease_only_when_told_and_says_so(tmp_path):
+    path = str(tmp_path / "lock")
+    lock.acquire(path, "run-a", HOLDER, 0, 3600)
+    with pytest.raises(lock.LockError, match="another gpunuma run holds this node"):
+        with lock.for_module(FakeModule(path=path, token="run-b", timeout=0)):
+            raise AssertionError("ran under another run's lease")
+    module = FakeModule(path=path, token="run-b", timeout=0, break_lock=True)
+    with lock.for_module(module) as info:
+        assert info["acquired"] is True and info["previous"]["token"] == "run-a"
+    assert lease_of(path)["token"] == "run-b"
+    assert len(module.warnings) == 1 and "took over the node lock from controller ctl-01" in module.warnings[0]
+    assert "broken with break_lock" in module.warnings[0]
+
+
+def test_a_step_of_its_own_never_breaks_a_lease(tmp_path):
+    path = str(tmp_path / "lock")
+    lock.acquire(path, "run-a", HOLDER, 0, 3600)
+    with pytest.raises(lock.LockError):
+        with lock.for_module(FakeModule(path=path, timeout=0, break_lock=True)):
+            raise AssertionError("a step without the run's token broke its lease")
+
+
+def test_check_mode_takes_nothing_and_warns_about_another_holder(tmp_path):
+    path = str(tmp_path / "lock")
+    module = FakeModule(check_mode=True, path=path, token="run-b", timeout=7)
+    with lock.for_module(module) as info:
+        assert info is None
+    assert not os.path.exists(path) and module.warnings == []
+    lock.acquire(path, "run-a", HOLDER, 0, 3600)
+    with lock.for_module(module):
+        pass
+    assert lease_of(path)["token"] == "run-a"
+    assert module.warnings and "another gpunuma run holds this node (controller ctl-01" in module.warnings[0]
+    assert "wait up to 7 s" in module.warnings[0]
+
+
+def test_a_bad_time_fails_the_step_naming_the_option(tmp_path):
+    with pytest.raises(SystemExit, match="lock.ttl: 0 is not allowed"):
+        with lock.for_module(FakeModule(path=str(tmp_path / "lock"), ttl=0)):
+            raise AssertionError("ran with a bad ttl")
 
 
 def test_times_problem_names_the_option_and_what_is_allowed():

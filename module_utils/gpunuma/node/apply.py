@@ -58,6 +58,7 @@ import os
 import stat
 
 from ansible.module_utils.gpunuma.common import bounded
+from ansible.module_utils.gpunuma.node import accounts
 from ansible.module_utils.gpunuma.node.apply_files import (
     TEMP_PREFIX,
     ApplyError,
@@ -215,20 +216,23 @@ class Apply(UnitSteps):
             self.fs.write(decision)
 
     def run(self, files, absent=(), prune=None, units=None, after_success=(), pending_path=None, backups_keep=5,
-            secret_absent=()):
+            secret_absent=(), account=None):
         """Reconcile; on success keep only the newest ``backups_keep`` backups of each file (0: keep all).
 
-        ``secret_absent``: files holding secrets that must go, with every backup of them."""
+        ``secret_absent``: files holding secrets that must go, with every backup of them. ``account``: the account
+        the units run as, created when missing (node/accounts.py) before any file is validated or written."""
         units = units or {}
         absent, removal_units = normalise_absent(absent)
         if isinstance(backups_keep, bool) or not isinstance(backups_keep, int) or backups_keep < 0:
             raise ApplyError("backups_keep: %r is not allowed; allowed: 0 (keep every backup) or the number of "
                              "backups kept per file" % (backups_keep,))
         decisions = plan_files(files, self.fs)
-        self._validate(decisions)
         after = normalise_files(after_success, "after_success")
         # Planned now: a target that cannot be read stops the run before anything changes.
         after_decisions = plan_files(after, self.fs)
+        if account:
+            self._ensure_account(account)
+        self._validate(decisions)
         if not units.get("start", False):
             pending_path = None  # nothing is restarted, so nothing is pending
 
@@ -273,6 +277,14 @@ class Apply(UnitSteps):
             return self.result
         self._tidy(list(files) + after, backups_keep, secret_absent, prune, stale_dropins)
         return self.result
+
+    def _ensure_account(self, account):
+        try:
+            done = accounts.ensure(self.runner, account, self.check_mode)
+        except accounts.AccountError as exc:
+            raise ApplyError(str(exc))
+        self.result["account"] = done
+        self.result["changed"] = self.result["changed"] or done["changed"]
 
     def _write_all_or_nothing(self, decisions, pending_path, pending, stale_dropins):
         """Every file, or none: a failed write (or a controller gone) puts back what was written and stops."""

@@ -246,8 +246,9 @@ class Held:
     """
 
     def __init__(self, path, token=None, holder=None, timeout_s=DEFAULT_TIMEOUT_S, ttl_s=DEFAULT_TTL_S,
-                 now=time.time, sleep=time.sleep):
+                 now=time.time, sleep=time.sleep, break_lock=False):
         self.path, self.token, self.holder = path, token, holder or {}
+        self.break_lock = bool(break_lock) and token is not None
         self.timeout_s, self.ttl_s, self.now, self.sleep = timeout_s, ttl_s, now, sleep
         self.private = token is None
         self._flock = None
@@ -257,8 +258,8 @@ class Held:
             self.token = "step-%d-%d" % (os.getpid(), int(self.now() * 1000))
         holder = dict(self.holder, pid=self.holder.get("pid") or os.getpid())
         # The flock that took the lease stays held for the whole block.
-        self._flock, info = _acquire_locked(self.path, self.token, holder, self.timeout_s, self.ttl_s, False,
-                                            self.now, self.sleep, "step" if self.private else "run")
+        self._flock, info = _acquire_locked(self.path, self.token, holder, self.timeout_s, self.ttl_s,
+                                            self.break_lock, self.now, self.sleep, "step" if self.private else "run")
         return info
 
     def __exit__(self, *exc):
@@ -267,6 +268,12 @@ class Held:
                 self._flock.write(None)
             self._flock.__exit__(*exc)
         return False
+
+
+def took_over(previous, broken, now):
+    """The warning of a step that took a lease over from another run."""
+    return "took over the node lock from %s (%s)" % (
+        describe(previous, now), "broken with break_lock" if broken else "its lease had expired or its step was gone")
 
 
 def times_problem(timeout, ttl, prefix=""):
@@ -287,18 +294,33 @@ def module_options():
         ttl=dict(type="int", default=DEFAULT_TTL_S),
         holder=dict(type="dict", default={}, options=dict(
             controller=dict(type="str"), user=dict(type="str"), playbook=dict(type="str"))),
+        break_lock=dict(type="bool", default=False),
     )
 
 
+@contextlib.contextmanager
 def for_module(module):
-    """The node lock for a module's step, from its ``lock`` option; nothing in check mode, which writes nothing."""
+    """The node lock for a module's step, from its ``lock`` option.
+
+    The first step of a run given its token takes the run's lease (site.yml has no step of its own for it: the
+    lease is taken by the first step that changes the node); ``break_lock`` takes it from a live holder, with a
+    warning. Check mode takes nothing and writes nothing: it warns when another run holds the node."""
     spec = module.params.get("lock") or {}
-    if module.check_mode:
-        return contextlib.nullcontext()
     timeout = DEFAULT_TIMEOUT_S if spec.get("timeout") is None else spec["timeout"]
     ttl = DEFAULT_TTL_S if spec.get("ttl") is None else spec["ttl"]
     problem = times_problem(timeout, ttl, "lock.")
     if problem:
         module.fail_json(msg=problem)
-    return Held(spec.get("path") or DEFAULT_PATH, spec.get("token") or None, dict(spec.get("holder") or {}),
-                timeout, ttl)
+    path = spec.get("path") or DEFAULT_PATH
+    if module.check_mode:
+        lease = peek(path)
+        if lease is not None and lease["token"] != spec.get("token"):
+            module.warn("another gpunuma run holds this node (%s); a real run would wait up to %d s for it "
+                        "(gpunuma_lock_timeout)" % (describe(lease, time.time()), timeout))
+        yield None
+        return
+    with Held(path, spec.get("token") or None, dict(spec.get("holder") or {}), timeout, ttl,
+              break_lock=spec.get("break_lock")) as info:
+        if info["previous"] is not None:
+            module.warn(took_over(info["previous"], spec.get("break_lock"), time.time()))
+        yield info

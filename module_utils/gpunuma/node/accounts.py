@@ -1,0 +1,76 @@
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The account instances run as, created in the step that starts them (``gpunuma_apply``'s ``account``).
+
+Only a missing account is created: a system account (``useradd --system``) with its home, comment, shell and
+supplementary groups. An account that exists is left exactly as it is (its groups, shell and home are the
+node owner's), as the numa_binding role always did. One ``useradd``, under the node lock, before any file is
+validated or written (a unit that names the account is verified against a node that has it).
+"""
+
+from __future__ import annotations
+
+import pwd
+import re
+
+# useradd's default NAME_REGEX (shadow-utils, Debian and RHEL alike), without the trailing "$" of machine accounts.
+NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+class AccountError(Exception):
+    """The account could not be created; the message says why."""
+
+
+def account_problem(spec):
+    """Why ``spec`` (the ``account`` option) cannot name an account to create, or None."""
+    if not NAME_RE.match(spec.get("name") or ""):
+        return ("account.name: %r is not allowed; allowed: a lower-case login name (a letter or _, then letters, digits, "
+                "_ or -, at most 32 characters)" % (spec.get("name"),))
+    for field in ("home", "shell"):
+        if spec.get(field) and not spec[field].startswith("/"):
+            return "account.%s: %r is not allowed; allowed: an absolute path" % (field, spec[field])
+    for group in spec.get("groups") or []:
+        if not NAME_RE.match(group):
+            return "account.groups: %r is not allowed; allowed: group names" % (group,)
+    if any(c in (spec.get("comment") or "") for c in ":\n"):
+        return "account.comment: %r is not allowed; allowed: text without ':' or a line break" % (spec["comment"],)
+    return None
+
+
+def useradd_argv(spec):
+    """The one command that creates ``spec``'s account."""
+    argv = ["useradd", "--system", "--create-home"]
+    for option, field in (("--comment", "comment"), ("--home-dir", "home"), ("--shell", "shell")):
+        if spec.get(field):
+            argv += [option, spec[field]]
+    if spec.get("groups"):
+        argv += ["--groups", ",".join(spec["groups"])]
+    return argv + ["--", spec["name"]]
+
+
+def ensure(runner, spec, check_mode, exists=None):
+    """Create ``spec``'s account when it is missing; returns {"name", "created", "changed"}.
+
+    ``runner(argv) -> (rc, out, err)``; ``exists(name)`` tells whether the account is there (the node's passwd
+    database by default). In check mode nothing is run: the result says what a real run would do."""
+    exists = exists or _exists
+    problem = account_problem(spec)
+    if problem:
+        raise AccountError(problem)
+    if exists(spec["name"]):
+        return {"name": spec["name"], "created": False, "changed": False}
+    if not check_mode:
+        rc, out, err = runner(useradd_argv(spec))
+        if rc != 0:
+            raise AccountError("creating the account %s failed (useradd rc %s): %s"
+                               % (spec["name"], rc, (err or out or "").strip() or "no message"))
+    return {"name": spec["name"], "created": True, "changed": True}
+
+
+def _exists(name):
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
