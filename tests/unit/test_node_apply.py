@@ -105,6 +105,10 @@ class FakeSystemd:
             return 0, "\n".join(blocks), ""
         if verb == "daemon-reload":
             return 0, "", ""
+        if verb == "enable":  # one call for several units
+            for unit in argv[argv.index("--") + 1:]:
+                self.state(unit)["UnitFileState"] = "enabled"
+            return 0, "", ""
         unit = argv[-1]
         assert argv[-2] == "--", argv
         if verb in ("restart", "start"):
@@ -112,9 +116,6 @@ class FakeSystemd:
                 self.state(unit).update(ActiveState="failed", SubState="failed", Result="exit-code")
                 return 1, "", self.refuse[unit]
             self._run(unit)
-            return 0, "", ""
-        if verb == "enable":
-            self.state(unit)["UnitFileState"] = "enabled"
             return 0, "", ""
         if verb == "disable":
             st = self.state(unit)
@@ -135,7 +136,9 @@ class FakeSystemd:
         return [c for c in self.calls if c[0] == "systemctl" and c[1] != "show"]
 
     def verb(self, verb):
-        return [c[-1] for c in self.calls if c[0] == "systemctl" and c[1] == verb and verb != "daemon-reload"]
+        """The units of every call of ``verb``, in order (a call may name several after ``--``)."""
+        return [u for c in self.calls if c[0] == "systemctl" and c[1] == verb and verb != "daemon-reload"
+                for u in c[c.index("--") + 1:]]
 
     def reloads(self):
         return sum(1 for c in self.calls if c[:2] == ["systemctl", "daemon-reload"])
@@ -1112,3 +1115,14 @@ def test_bad_account_input_changes_nothing(node):
         apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0"), unit="gpunuma-llm0.service")],
                   units=dict(UNITS, services=["gpunuma-llm0.service"]), account=dict(ACCOUNT, name="Root Admin"))
     assert os.listdir(node.unit_dir) == [] and fake.calls == []
+
+
+def test_new_instances_are_enabled_in_one_call(node):
+    """Each `systemctl enable` reloads systemd: the new units of a step are enabled together."""
+    fake = FakeSystemd({})
+    names = ["gpunuma-llm%d.service" % i for i in range(3)]
+    result = apply_run(fake, [node.entry(n, unit_text(n)) for n in names], units=dict(UNITS, services=names))
+    enables = [c for c in fake.calls if c[:2] == ["systemctl", "enable"]]
+    assert enables == [["systemctl", "enable", "--"] + names]
+    assert result["enabled"] == names and sorted(result["started"]) == names
+    assert all(fake.units[n]["UnitFileState"] == "enabled" for n in names)

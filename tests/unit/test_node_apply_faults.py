@@ -236,6 +236,10 @@ class Systemd:
         self.steps("systemctl " + " ".join(argv[1:]))
         if verb == "daemon-reload":
             return 0, "", ""
+        if verb == "enable" and "--now" not in argv:  # one call for several units
+            for unit in argv[argv.index("--") + 1:]:
+                self.state(unit)["UnitFileState"] = "enabled"
+            return 0, "", ""
         unit = argv[-1]
         st = self.state(unit)
         if verb in ("restart", "start"):

@@ -221,8 +221,7 @@ class Apply(UnitSteps):
 
         ``secret_absent``: files holding secrets that must go, with every backup of them. ``account``: the account
         the units run as, created when missing (node/accounts.py) before any file is validated or written."""
-        units = units or {}
-        absent, removal_units = normalise_absent(absent)
+        units, (absent, removal_units) = units or {}, normalise_absent(absent)
         if isinstance(backups_keep, bool) or not isinstance(backups_keep, int) or backups_keep < 0:
             raise ApplyError("backups_keep: %r is not allowed; allowed: 0 (keep every backup) or the number of "
                              "backups kept per file" % (backups_keep,))
@@ -230,8 +229,7 @@ class Apply(UnitSteps):
         after = normalise_files(after_success, "after_success")
         # Planned now: a target that cannot be read stops the run before anything changes.
         after_decisions = plan_files(after, self.fs)
-        if account:
-            self._ensure_account(account)
+        self._ensure_account(account)
         self._validate(decisions)
         if not units.get("start", False):
             pending_path = None  # nothing is restarted, so nothing is pending
@@ -279,6 +277,8 @@ class Apply(UnitSteps):
         return self.result
 
     def _ensure_account(self, account):
+        if not account:
+            return
         try:
             done = accounts.ensure(self.runner, account, self.check_mode)
         except accounts.AccountError as exc:

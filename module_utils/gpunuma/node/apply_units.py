@@ -117,10 +117,11 @@ class UnitSteps:
             props = _show(self.runner, unit, ["ActiveState", "UnitFileState"])
             if props.get("UnitFileState") not in ("enabled", "enabled-runtime", "static", "alias"):
                 self.result["enabled"].append(unit)
-                if not self.check_mode:
-                    self._systemctl("enable", "--", unit)
             if unit not in restart and props.get("ActiveState") not in ACTIVE_STATES:
                 start.append(unit)
+        if self.result["enabled"] and not self.check_mode:
+            # One call for all of them: each `systemctl enable` reloads systemd once.
+            self._systemctl("enable", "--", *self.result["enabled"])
         self.result["started"] = list(start)
         if restart or start or self.result["enabled"]:
             self.result["changed"] = True
