@@ -203,3 +203,20 @@ def test_restart_settles_only_when_ready_else_rolls_back(node, tmp_path):
     assert "not ready: /bin/sh -c echo warming up; exit 1 after 3 s (/bin/sh exited 1: warming up)" in out
     assert node.sh("cat %s/gpunuma-steady.service" % UNIT_DIR) == good
     assert node.sh("systemctl is-active gpunuma-steady.service").strip() == "active"
+
+
+def test_missing_numactl_is_refused_without_consent_before_anything_is_written(node, tmp_path):
+    """numactl.yml is included only where the plan needs numactl and the node lacks it: without
+    numa_binding_install_numactl the run stops naming the instances and the variable, nothing written."""
+    node.sh("mv /usr/bin/numactl /usr/bin/numactl.off")
+    before = node.sh("ls -A %s" % UNIT_DIR)
+    proc = apply(node, tmp_path, [SLEEPER], numa_binding_install_numactl=False)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "/usr/bin/numactl does not exist, and instances steady run under numactl" in proc.stdout, proc.stdout[-3000:]
+    assert "numa_binding_install_numactl: true" in proc.stdout
+    assert node.sh("ls -A %s" % UNIT_DIR) == before
+    assert node.sh("test -e /run/gpunuma/lock && cat /run/gpunuma/lock || true").strip() == ""
+    node.sh("mv /usr/bin/numactl.off /usr/bin/numactl")
+    again = apply(node, tmp_path, [SLEEPER], numa_binding_install_numactl=False)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "numactl" in node.sh("cat %s/gpunuma-steady.service" % UNIT_DIR)
