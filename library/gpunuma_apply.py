@@ -165,9 +165,9 @@ options:
     suboptions:
       name: {description: The login name., type: str, required: true}
       comment: {description: The account's comment (GECOS)., type: str}
-      home: {description: Its home directory (an absolute path), created with it., type: str}
+      home: {description: "Its home directory (an absolute path), created with it.", type: str}
       shell: {description: Its login shell (an absolute path)., type: str}
-      groups: {description: Supplementary groups it joins when created; each must exist., type: list, elements: str, default: []}
+      groups: {description: "Supplementary groups it joins when created; each must exist.", type: list, elements: str, default: []}
   state_record:
     description:
       - Record the node's profile switch in its state file (C(gpunuma.state/v1), docs/state-v1.md), under the
