@@ -114,7 +114,9 @@ def _units(node):
 
 
 def test_a_second_run_waits_for_the_first_and_the_node_ends_on_one_plan(node, tmp_path):
-    run_a, log_a = _start(_site(tmp_path, node, "a", ["w1", "w2"], "preferred", numa_binding_settle_seconds=15),
+    # A takes the lease with its apply step and holds it through its settle: long enough for B's whole
+    # validation play (discovery, plan) to run and reach its own apply step on a loaded machine.
+    run_a, log_a = _start(_site(tmp_path, node, "a", ["w1", "w2"], "preferred", numa_binding_settle_seconds=40),
                           tmp_path / "a.log")
     try:
         deadline = time.time() + 300
