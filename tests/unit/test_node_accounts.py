@@ -56,6 +56,10 @@ def test_a_failed_useradd_names_the_account_and_its_message():
     ("shell", "nologin", "account.shell: 'nologin' is not allowed"),
     ("groups", ["video", "a b"], "account.groups: 'a b' is not allowed"),
     ("comment", "a:b", "account.comment: 'a:b' is not allowed"),
+    ("comment", "line\nnext", "account.comment: 'line\\nnext' holds a control character"),
+    ("comment", "tab\there", "account.comment: 'tab\\there' holds a control character"),
+    ("home", "/var/lib/x\n", "account.home: '/var/lib/x\\n' holds a control character"),
+    ("shell", "/bin/sh\x00", "account.shell: '/bin/sh\\x00' holds a control character"),
 ])
 def test_bad_input_is_refused_before_anything_runs(field, value, needle):
     runner = Runner()

@@ -14,6 +14,8 @@ from __future__ import annotations
 import pwd
 import re
 
+from ansible.module_utils.gpunuma.operate.role_inputs import control_problem
+
 # useradd's default NAME_REGEX (shadow-utils, Debian and RHEL alike), without the trailing "$" of machine accounts.
 NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
@@ -27,14 +29,20 @@ def account_problem(spec):
     if not NAME_RE.match(spec.get("name") or ""):
         return ("account.name: %r is not allowed; allowed: a lower-case login name (a letter or _, then letters, digits, "
                 "_ or -, at most 32 characters)" % (spec.get("name"),))
+    for field in ("comment", "home", "shell"):
+        # Each goes into /etc/passwd as one field of one line (the rule role_inputs applies to every input).
+        problem = control_problem(spec.get(field))
+        if problem:
+            return "account.%s: %r %s" % (field, spec[field], problem)
     for field in ("home", "shell"):
         if spec.get(field) and not spec[field].startswith("/"):
             return "account.%s: %r is not allowed; allowed: an absolute path" % (field, spec[field])
     for group in spec.get("groups") or []:
         if not NAME_RE.match(group):
             return "account.groups: %r is not allowed; allowed: group names" % (group,)
-    if any(c in (spec.get("comment") or "") for c in ":\n"):
-        return "account.comment: %r is not allowed; allowed: text without ':' or a line break" % (spec["comment"],)
+    if ":" in (spec.get("comment") or ""):
+        return "account.comment: %r is not allowed; allowed: text without ':' (the passwd field separator)" % (
+            spec["comment"],)
     return None
 
 

@@ -100,7 +100,7 @@ def _is_str(value):
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _control_problem(value):
+def control_problem(value):
     if isinstance(value, str) and _CONTROL_RE.search(value):
         return "holds a control character (newline, tab, ...); allowed: one line of printable text"
     return None
@@ -120,7 +120,7 @@ def _type_problem(kind, value, elements=None):
         return "is not a boolean; allowed: true or false"
     if kind in ("str", "path"):
         if _is_str(value) and (kind == "str" or str(value) != ""):
-            return _control_problem(value)
+            return control_problem(value)
         if isinstance(value, bool):
             return "is a boolean, not text (%s; quote it)" % _YAML_BOOL_HINT
         return "is not %s" % ("a path" if kind == "path" else "text")
