@@ -1,4 +1,4 @@
-"""site.yml includes some role entry points with rolespec_validate: false. Each may skip Ansible's argument-spec
+"""site.yml includes or imports some role entry points with rolespec_validate: false. Each may skip Ansible's argument-spec
 check only when site.yml checked every one of that entry point's variables before: a `validate` entry point of the
 role (which checks the main entry point's variables with role_inputs, never looser than the spec) or an include of
 an entry point with the same variables that Ansible did check, in an earlier task."""
@@ -14,13 +14,14 @@ pytestmark = pytest.mark.unit
 
 
 def _includes(node):
-    """Every include_role of a task list, in order, blocks, rescues and always lists included."""
+    """Every include_role and import_role of a task list, in order, blocks, rescues and always lists included."""
     if isinstance(node, list):
         for item in node:
             yield from _includes(item)
     elif isinstance(node, dict):
-        if "ansible.builtin.include_role" in node:
-            yield node["ansible.builtin.include_role"]
+        for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+            if key in node:
+                yield node[key]
         for key in ("tasks", "block", "rescue", "always"):
             if key in node:
                 yield from _includes(node[key])
