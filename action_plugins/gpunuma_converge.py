@@ -79,9 +79,12 @@ class ActionModule(ActionBase):
     def inputs(self, task_vars, templar):
         """``{name: digest}`` of this host's inputs, each templated by ``templar`` (bound to ``task_vars``)."""
         values = {}
+        defaults = self.role_defaults()
         for name in sorted(task_vars):
             if not name.startswith(PREFIXES) or name in RUN_CONTROL:
                 continue
+            if name in defaults and task_vars[name] == defaults[name]:
+                continue  # a role's default, left as it is: the code's digest covers it
             try:
                 values[name] = templar.template(task_vars[name])
             except Exception as exc:  # an input that does not template: its text, and the run reports it
@@ -96,6 +99,19 @@ class ActionModule(ActionBase):
             extra = {}
         values["extra_vars"] = sorted(name for name in extra if name.startswith(PREFIXES))
         return converge.input_digests(values, code_digest())
+
+    def role_defaults(self):
+        """``{name: raw value}`` of the defaults of the roles the play imports (an imported role's defaults are
+        the play's variables, at the lowest precedence): a variable still at its default is no input of the
+        user's."""
+        try:
+            roles = self._task.get_play().get_roles()
+        except AttributeError:  # no play (the plugin driven by tests)
+            return {}
+        out = {}
+        for role in roles:
+            out.update(role.get_default_vars())
+        return out
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
