@@ -296,3 +296,47 @@ def test_file_state_refuses_a_file_swapped_for_a_link_after_the_type_check(tmp_p
     monkeypatch.setattr(converge.os, "lstat", lstat_then_swap)
     state = converge.file_state(str(unit))
     assert "error" in state and "sha256" not in state
+
+
+class _Role:
+    DEFAULTS = {"memlock_limit": "unlimited", "numa_binding_profile": "{{ gpunuma_profile | default('strict') }}"}
+
+    def get_default_vars(self):
+        return dict(self.DEFAULTS)
+
+
+class _PlayTask:
+    def __init__(self, roles):
+        self.roles = roles
+
+    def get_play(self):
+        task = self
+
+        class Play:
+            def get_roles(self):
+                return task.roles
+        return Play()
+
+
+class _Templar:
+    def template(self, value):
+        return value
+
+
+def _inputs(roles, task_vars):
+    plugin = action.ActionModule.__new__(action.ActionModule)
+    plugin._task, plugin._loader = _PlayTask(roles), None
+    return plugin.inputs(task_vars, _Templar())
+
+
+def test_a_variable_left_at_an_imported_roles_default_is_no_input_and_one_the_user_sets_is():
+    """site.yml imports its roles, so their defaults are the check's variables too: one still at its default is
+    the code's (digested with it), one the inventory sets is the user's, and setting it changes the inputs."""
+    base = dict(_Role.DEFAULTS, gpunuma_profile="strict", inventory_hostname="n1", group_names=["gpu"])
+    at_default = _inputs([_Role()], base)
+    assert "memlock_limit" not in at_default and "numa_binding_profile" not in at_default
+    assert "gpunuma_profile" in at_default
+    set_by_user = _inputs([_Role()], dict(base, memlock_limit="4M"))
+    assert converge.changed_inputs(at_default, set_by_user) == ["memlock_limit"]
+    # With no role of the play the same value is an input like any other.
+    assert "memlock_limit" in _inputs([], base)
