@@ -16,8 +16,10 @@ side by side in one session:
 It prints each wall time and its ratio to the floor, the tasks per host (ok,
 changed, skipped), the round-trips per host (tasks that ran a module on the
 host: not skipped, not delegated to the controller, not controller-only
-actions; a task delegated to its own host is one), and the
-slowest tasks of each run. The ratios are what the fleet-speed targets are
+actions; a task delegated to its own host is one), the CPU-seconds each
+run cost (Ansible on the controller with every process it waited for, and
+the rest of this machine: with local containers, their modules and
+services), and the slowest tasks of each run. The ratios are what the fleet-speed targets are
 stated in; absolute seconds depend on the controller's cores (a 2-core
 controller with N containers on the same machine is CPU-bound long before
 the network is).
@@ -39,6 +41,7 @@ import collections
 import datetime
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -137,10 +140,35 @@ def ansible_env(forks, json_out=True, repo=REPO):
     return env
 
 
-def run_timed(argv, env, repo=REPO):
-    start = time.perf_counter()
+def machine_busy_seconds():
+    """CPU-seconds this machine has spent busy since boot (every CPU: /proc/stat's user, nice, system, irq,
+    softirq and steal), or None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as handle:
+            fields = [int(v) for v in handle.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    busy = sum(fields[:3]) + sum(fields[5:8])
+    return busy / float(os.sysconf("SC_CLK_TCK"))
+
+
+def children_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_timed(argv, env, repo=REPO, cpu=None):
+    """``(wall seconds, CompletedProcess)``. With ``cpu`` (a dict), also what the run cost in CPU-seconds:
+    ``controller`` (the command and every process it waited for: Ansible's workers, ``docker exec`` clients)
+    and ``machine`` (every process of this machine meanwhile: the containers' modules and services too)."""
+    start, busy, own = time.perf_counter(), machine_busy_seconds(), children_cpu_seconds()
     proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True)
-    return time.perf_counter() - start, proc
+    wall = time.perf_counter() - start
+    if cpu is not None:
+        after = machine_busy_seconds()
+        cpu["controller"] = children_cpu_seconds() - own
+        cpu["machine"] = None if busy is None or after is None else after - busy
+    return wall, proc
 
 
 def ping_floor(inventory, forks, repeats, repo=REPO):
@@ -206,10 +234,10 @@ def summarise(report):
     return per_host, slow
 
 
-def site_run(inventory, forks, label, repo=REPO):
+def site_run(inventory, forks, label, repo=REPO, cpu=None):
     bindir = os.path.dirname(sys.executable)
     wall, proc = run_timed([os.path.join(bindir, "ansible-playbook"), "-i", inventory,
-                            os.path.join(repo, "playbooks", "site.yml")], ansible_env(forks, repo=repo), repo)
+                            os.path.join(repo, "playbooks", "site.yml")], ansible_env(forks, repo=repo), repo, cpu)
     try:
         report = json.loads(proc.stdout[proc.stdout.index("{"):])
     except ValueError:
@@ -247,7 +275,27 @@ def check_inotify(parser, hosts):
                      "raise it first: sysctl -w fs.inotify.max_user_instances=%d" % (hosts, needed, have, needed))
 
 
-def print_report(args, forks, boot, floor, names, converge, first, rerun, second):
+def cpu_cells(cpu, wall):
+    """``controller, rest of the machine, busy share`` of one run's CPU-seconds (``run_timed``), as text."""
+    if not cpu or cpu.get("machine") is None:
+        return "-", "-", "-"
+    rest = max(0.0, cpu["machine"] - cpu["controller"])
+    share = cpu["machine"] / (wall * (os.cpu_count() or 1)) if wall else 0.0
+    return "%.1f" % cpu["controller"], "%.1f" % rest, "%.0f %%" % (100 * share)
+
+
+def print_cpu(rows):
+    """Where each run's time went, in CPU-seconds: Ansible on the controller (the command and the processes
+    it waited for) and the rest of this machine (on a fleet of local containers: their modules and services)."""
+    print()
+    print("CPU-seconds (controller: ansible and what it waited for; rest: the rest of this machine, the local "
+          "containers' modules and services included):")
+    print("%-28s %12s %12s %16s" % ("run", "controller", "rest", "busy of wall"))
+    for label, cpu, wall in rows:
+        print("%-28s %12s %12s %16s" % ((label,) + cpu_cells(cpu, wall)))
+
+
+def print_report(args, forks, boot, floor, names, converge, first, rerun, second, cpu=None):
     """Print the side-by-side table and the slowest tasks; return the re-run's changed task results."""
     cpus = os.cpu_count()
     print("gpunuma fleet benchmark: %d systemd containers, forks %d, controller with %s CPUs (%d s to boot)"
@@ -264,6 +312,9 @@ def print_report(args, forks, boot, floor, names, converge, first, rerun, second
         print("%-28s %10.2f %8.1fx %8.1f %8.1f %8.1f %12.1f"
               % (label, wall, wall / floor, means["ok"], means["changed"], means["skipped"],
                  means["round_trips"]))
+    cpu = cpu or {}
+    print_cpu([("site.yml first converge", cpu.get("first"), converge),
+               ("site.yml idempotent re-run", cpu.get("rerun"), rerun)])
     changed = sum(h["changed"] for h in results["site.yml idempotent re-run"][1].values())
     print()
     print("idempotent re-run: %d changed task results over the fleet (must be 0)" % changed)
@@ -286,13 +337,14 @@ def measure(args, forks, repo):
             boot = time.perf_counter() - started
             inventory = write_inventory(work, names)
             floor = ping_floor(inventory, forks, args.ping_repeats, repo)
-            converge, first = site_run(inventory, forks, "first converge", repo)
-            rerun, second = site_run(inventory, forks, "idempotent re-run", repo)
+            first_cpu, second_cpu = {}, {}
+            converge, first = site_run(inventory, forks, "first converge", repo, first_cpu)
+            rerun, second = site_run(inventory, forks, "idempotent re-run", repo, second_cpu)
         finally:
             if not args.keep:
                 remove_containers(names)
     return {"boot": boot, "floor": floor, "names": names, "converge": converge, "first": first,
-            "rerun": rerun, "second": second}
+            "rerun": rerun, "second": second, "cpu": {"first": first_cpu, "rerun": second_cpu}}
 
 
 def round_order(rounds):
@@ -352,6 +404,13 @@ def print_comparison(args, forks, repos, samples):
             sum(m["ok"] + m["changed"] + m["skipped"] for m in first) / len(first),
             sum(m["round_trips"] for m in first) / len(first)))
         print("%-12s %-10s x floor (medians), first converge / re-run: %s" % ("", "", ratios))
+        measured = [run["cpu"]["first"] for run in runs if (run.get("cpu") or {}).get("first", {}).get("machine")
+                    is not None]
+        if measured:
+            controller = spread([c["controller"] for c in measured])[0]
+            rest = spread([max(0.0, c["machine"] - c["controller"]) for c in measured])[0]
+            print("%-12s %-10s first converge CPU-seconds (medians): controller %.1f, rest of this machine %.1f"
+                  % ("", "", controller, rest))
     print()
     print("rule: " + RULE)
     for index, label in enumerate(("first converge", "idempotent re-run")):
@@ -387,7 +446,7 @@ def main():
     if not args.baseline:
         run = measure(args, forks, REPO)
         changed = print_report(args, forks, run["boot"], run["floor"], run["names"], run["converge"], run["first"],
-                               run["rerun"], run["second"])
+                               run["rerun"], run["second"], run["cpu"])
         return 1 if changed else 0
 
     repos = {"this": REPO, "baseline": os.path.abspath(args.baseline)}

@@ -3,6 +3,7 @@ of its verdict, and the side-by-side table (from recorded JSON-callback reports,
 
 import importlib.util
 import os
+import sys
 
 import pytest
 
@@ -94,3 +95,31 @@ def test_round_trips_count_a_task_delegated_to_its_own_host():
     per_host, _slow = fleet_bench.summarise(report)
     assert per_host["n1"]["round_trips"] == 3
     assert per_host["n1"]["skipped"] == 1 and per_host["n1"]["changed"] == 1
+
+
+def test_a_run_says_what_it_cost_in_cpu_on_the_controller_and_on_the_machine():
+    """A command that burns about 0.4 CPU-seconds: counted as the controller's (a process the benchmark waited
+    for), and the machine was busy at least that long meanwhile."""
+    cpu = {}
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
+    wall, proc = fleet_bench.run_timed([sys.executable, "-c", burn], dict(os.environ), REPO_ROOT, cpu)
+    assert proc.returncode == 0
+    assert 0.35 <= cpu["controller"] <= wall + 0.2, cpu
+    assert cpu["machine"] >= 0.3, cpu
+    controller, rest, share = fleet_bench.cpu_cells(cpu, wall)
+    assert float(controller) == round(cpu["controller"], 1) and share.endswith("%")
+    assert fleet_bench.cpu_cells({}, 1.0) == ("-", "-", "-")
+
+
+def test_the_comparison_prints_the_first_converges_cpu_when_measured(capsys):
+    class Args:
+        hosts, rounds = 1, 2
+
+    first = [("gpunuma_converge", "ok")]
+    runs = [dict(_measured(3.0, 50.0 + i, 5.0, first), cpu={"first": {"controller": 50.0 + i, "machine": 80.0 + i}})
+            for i in range(2)]
+    fleet_bench.print_comparison(Args, 1, {"this": REPO_ROOT, "baseline": REPO_ROOT},
+                                 {"this": runs, "baseline": [_measured(3.0, 52.0, 5.0, first)] * 2})
+    out = capsys.readouterr().out
+    assert "first converge CPU-seconds (medians): controller 50.5, rest of this machine 30.0" in out
+    assert out.count("CPU-seconds (medians)") == 1  # the baseline measured none: no line for it
