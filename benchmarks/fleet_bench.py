@@ -275,13 +275,20 @@ def check_inotify(parser, hosts):
                      "raise it first: sysctl -w fs.inotify.max_user_instances=%d" % (hosts, needed, have, needed))
 
 
+def cpu_split(cpu):
+    """``(controller, rest of the machine)`` CPU-seconds of one run (``run_timed``), or None when not measured."""
+    if not cpu or cpu.get("machine") is None:
+        return None
+    return cpu["controller"], max(0.0, cpu["machine"] - cpu["controller"])
+
+
 def cpu_cells(cpu, wall):
     """``controller, rest of the machine, busy share`` of one run's CPU-seconds (``run_timed``), as text."""
-    if not cpu or cpu.get("machine") is None:
+    split = cpu_split(cpu)
+    if split is None:
         return "-", "-", "-"
-    rest = max(0.0, cpu["machine"] - cpu["controller"])
     share = cpu["machine"] / (wall * (os.cpu_count() or 1)) if wall else 0.0
-    return "%.1f" % cpu["controller"], "%.1f" % rest, "%.0f %%" % (100 * share)
+    return "%.1f" % split[0], "%.1f" % split[1], "%.0f %%" % (100 * share)
 
 
 def print_cpu(rows):
@@ -404,13 +411,10 @@ def print_comparison(args, forks, repos, samples):
             sum(m["ok"] + m["changed"] + m["skipped"] for m in first) / len(first),
             sum(m["round_trips"] for m in first) / len(first)))
         print("%-12s %-10s x floor (medians), first converge / re-run: %s" % ("", "", ratios))
-        measured = [run["cpu"]["first"] for run in runs if (run.get("cpu") or {}).get("first", {}).get("machine")
-                    is not None]
-        if measured:
-            controller = spread([c["controller"] for c in measured])[0]
-            rest = spread([max(0.0, c["machine"] - c["controller"]) for c in measured])[0]
+        splits = [split for split in (cpu_split((run.get("cpu") or {}).get("first")) for run in runs) if split]
+        if splits:
             print("%-12s %-10s first converge CPU-seconds (medians): controller %.1f, rest of this machine %.1f"
-                  % ("", "", controller, rest))
+                  % ("", "", spread([c for c, _rest in splits])[0], spread([r for _c, r in splits])[0]))
     print()
     print("rule: " + RULE)
     for index, label in enumerate(("first converge", "idempotent re-run")):

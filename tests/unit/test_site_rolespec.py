@@ -1,7 +1,7 @@
-"""site.yml includes or imports some role entry points with rolespec_validate: false. Each may skip Ansible's argument-spec
-check only when site.yml checked every one of that entry point's variables before: a `validate` entry point of the
-role (which checks the main entry point's variables with role_inputs, never looser than the spec) or an include of
-an entry point with the same variables that Ansible did check, in an earlier task."""
+"""site.yml includes or imports some role entry points with rolespec_validate: false. Each may skip Ansible's
+argument-spec check only when site.yml checked every one of that entry point's variables before: a `validate`
+entry point of the role (which checks the main entry point's variables with role_inputs, never looser than the
+spec) or an include of an entry point with the same variables that Ansible did check, in an earlier task."""
 
 import os
 
