@@ -38,7 +38,7 @@ RUN_CONTROL = ("gpunuma_target", "gpunuma_serial", "gpunuma_max_fail_percentage"
                converge.JOURNAL_WRITES, "gpunuma_converge_inputs")
 # The code a run executes, relative to this plugin's project or collection root.
 CODE = ("roles", "library", "module_utils", "filter_plugins", "action_plugins", "policies", "playbooks", "plugins")
-FACT = "gpunuma_converge_inputs"
+FACT = converge.INPUTS_FACT
 display = Display()
 
 
@@ -57,18 +57,6 @@ def code_digest():
     if root not in _CODE_DIGEST:
         _CODE_DIGEST[root] = converge.code_digest(root, [n for n in CODE if os.path.exists(os.path.join(root, n))])
     return _CODE_DIGEST[root]
-
-
-def skip_reason(task_vars):
-    """Why this host's run is never cut short by a record (None when it can be)."""
-    if str(task_vars.get("gpunuma_converge_check", True)).lower() in ("false", "no", "0", "off"):
-        return "gpunuma_converge_check is false"
-    if "kubernetes" in (task_vars.get("group_names") or []) or \
-            str(task_vars.get("gpunuma_kubelet", False)).lower() in ("true", "yes", "1", "on"):
-        return "the kubelet role runs on this host (its reads and restarts are not journaled)"
-    if "gpunuma_rollback_action" in task_vars:
-        return "a rollback always runs whole"
-    return None
 
 
 class ActionModule(ActionBase):
@@ -121,10 +109,9 @@ class ActionModule(ActionBase):
         path = args.get("path") or converge.DEFAULT_PATH
         if state not in ("checked", "recorded"):
             return dict(result, failed=True, msg="state must be checked or recorded, got %r" % state)
-        why = skip_reason(task_vars)
         if state == "checked":
-            return self.check(result, task_vars, path, why)
-        return self.record(result, task_vars, path, why)
+            return self.check(result, task_vars, path, converge.skip_reason(task_vars))
+        return self.record(result, task_vars, path)
 
     def check(self, result, task_vars, path, why):
         result = self.checked(result, task_vars, path, why)
@@ -166,19 +153,11 @@ class ActionModule(ActionBase):
             result["msg"] = "the node is as the last converge left it; nothing to do"
         return result
 
-    def record(self, result, task_vars, path, why):
+    def record(self, result, task_vars, path):
         result.update(changed=False, recorded=False, gpunuma_round_trips=0)
-        inputs = task_vars.get(FACT)
-        reads = task_vars.get(converge.JOURNAL_READS) or []
-        why = why or ("the run did not start with the converge check" if not isinstance(inputs, dict) else None) \
-            or converge.not_replayable(reads)
-        module_args = {"state": "absent", "path": path}
+        controller = dict((p, converge.file_state(p)) for p in self._task.args.get("controller_files") or [])
+        module_args, why = converge.record_request(task_vars, path, self._task.args.get("facts"), controller)
         release_lock = self._task.args.get("release_lock")
-        if not why:
-            controller = dict((p, converge.file_state(p)) for p in self._task.args.get("controller_files") or [])
-            module_args = {"state": "recorded", "path": path, "inputs": inputs, "reads": reads,
-                           "writes": task_vars.get(converge.JOURNAL_WRITES) or [],
-                           "facts": self._task.args.get("facts") or {}, "controller": controller}
         if release_lock:
             module_args["release_lock"] = release_lock
         answer = self._execute_module(module_name="gpunuma_converge", module_args=module_args, task_vars=task_vars)

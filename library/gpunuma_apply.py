@@ -191,6 +191,48 @@ options:
       reason: {description: "Why, recorded in the history.", type: str}
       user: {description: "Who, recorded in the history.", type: str}
       history_limit: {description: Switches kept in the history., type: int, default: 50}
+  record:
+    description:
+      - Keep the converge record (docs/architecture.md, "The converge record") in this step, once every unit
+        settled and O(after_success) is written, as C(gpunuma_converge) with C(state=recorded) keeps it - the
+        provisioning run's record in its apply round trip (site.yml). Nothing in check mode; no record (the old one
+        removed) when a unit is not active, a stale unit is left or restarts are pending. RV(converge_record) says
+        which.
+      - The action (action_plugins/gpunuma_apply.py) fills O(record.state), O(record.inputs), O(record.reads),
+        O(record.writes) and O(record.controller) from the run (the host's converge check, the run's journal and
+        this step's own writes, O(record.controller_files) and O(controller_copies)); a host whose run is never cut
+        short by a record (kubelet hosts, rollbacks, C(gpunuma_converge_check=false)) gets C(state=absent).
+    type: dict
+    suboptions:
+      state: {description: C(recorded) keeps the record; C(absent) removes it., type: str, choices: [recorded, absent], default: recorded}
+      path: {description: The record., type: path, default: /var/lib/gpunuma/converged.json}
+      facts: {description: "The facts a run that ends at the check sets: the applied plan, the profile.", type: dict, default: {}}
+      controller_files:
+        description: Controller copies whose state the record keeps (the action reads them).
+        type: list
+        elements: str
+        default: []
+      release_lock:
+        description: Give the run's lease (O(lock.token)) back once the record is kept - the run's last step on the
+          node. RV(lock_released) says whether it was.
+        type: bool
+        default: false
+      inputs: {description: The digest of each input of the run (set by the action)., type: dict, default: {}}
+      reads: {description: The run's reads of the node (set by the action)., type: list, elements: dict, default: []}
+      writes: {description: What the run's writes own (set by the action)., type: list, elements: dict, default: []}
+      controller: {description: The controller copies' states (set by the action)., type: dict, default: {}}
+  controller_copies:
+    description:
+      - Files of the controller written by the action once the node applied (the controller's copy of the applied
+        plan), atomically, as C(gpunuma_copy) writes them; the module itself ignores them. Check mode writes none
+        and reports what would change (shown with C(--diff)).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path: {description: Absolute path on the controller., type: str, required: true}
+      content: {description: The whole text of the file., type: str, required: true}
+      mode: {description: Octal mode., type: str, default: "0644"}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpunuma_attributes.diff
@@ -214,6 +256,19 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+converge_record:
+  description: O(record) - C(recorded) (whether a record was kept), C(reasons) (why not), C(why) (why the run keeps
+    none, set by the action).
+  returned: when O(record) is given, not in check mode
+  type: dict
+lock_released:
+  description: Whether O(record.release_lock) gave the run's lease back.
+  returned: when O(record) is given, not in check mode
+  type: bool
+controller_copies:
+  description: Per O(controller_copies) file - C(path) and C(changed).
+  returned: when O(controller_copies) is given
+  type: list
 account:
   description: The O(account) (name), and whether it was created (C(created), C(changed)); in check mode, would be.
   returned: when O(account) is given
@@ -270,6 +325,7 @@ from ansible.module_utils.gpunuma.node.apply_files import ApplyError, normalise_
 from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles
 from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib
+from ansible.module_utils.gpunuma.operate.converge_node import RECORD_OPTIONS, recorded
 
 
 class Controller:
@@ -405,6 +461,16 @@ ARGUMENT_SPEC = dict(
     )),
     after_success=dict(type="list", elements="dict", default=[], options=dict(
         (k, v) for k, v in FILE_OPTIONS.items() if k not in ("validate", "restart"))),
+    record=dict(type="dict", options=dict(
+        RECORD_OPTIONS,
+        controller_files=dict(type="list", elements="str", default=[]),
+        release_lock=dict(type="bool", default=False),
+    )),
+    controller_copies=dict(type="list", elements="dict", default=[], options=dict(
+        path=dict(type="str", required=True),
+        content=dict(type="str", required=True),
+        mode=dict(type="str", default="0644"),
+    )),
     state_record=dict(type="dict", options=dict(
         path=dict(type="path", default=statelib.DEFAULT_PATH),
         plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
@@ -416,6 +482,19 @@ ARGUMENT_SPEC = dict(
         history_limit=dict(type="int", default=statelib.DEFAULT_HISTORY_LIMIT),
     )),
 )
+
+
+def _release_after_record(module, result):
+    """O(record.release_lock): the run's lease given back once its record is kept (the flock is free again)."""
+    spec, lock = module.params["record"] or {}, module.params.get("lock") or {}
+    if "converge_record" not in result:
+        return
+    result["lock_released"] = False
+    if spec.get("release_lock") and lock.get("token"):
+        try:
+            result["lock_released"] = locklib.release(lock.get("path") or locklib.DEFAULT_PATH, lock["token"])
+        except (locklib.LockError, OSError):
+            pass  # the run's own release step gives it back
 
 
 def main():
@@ -447,6 +526,9 @@ def main():
                                after_success=after, pending_path=params["pending_file"],
                                backups_keep=params["backups_keep"], secret_absent=params["secret_absent"],
                                account=params["account"])
+            if params["record"] and not result.get("failed") and not module.check_mode:
+                # Still under the lock: the node read for the record is the node this step left.
+                result["converge_record"] = recorded(module, params["record"])
     except locklib.LockError as exc:
         module.fail_json(msg=str(exc), changed=False)
     except ApplyError as exc:
@@ -458,6 +540,7 @@ def main():
         _controller_gone(module, controller, result.get("msg", ""))
     else:
         _keep_corrupt_state(module, params["state_record"], result)
+        _release_after_record(module, result)
     if not module._diff:
         result.pop("diff", None)
     if result.get("failed"):

@@ -112,57 +112,13 @@ lock_released:
 """
 
 import base64
-import json
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import atomic
-from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.discovery.module_run import discover_with
-from ansible.module_utils.gpunuma.node.apply_files import ApplyError, find_stale
-from ansible.module_utils.gpunuma.node.probe import module_runner, node_read_params, probe_with, read_file, unit_states
+from ansible.module_utils.gpunuma.node.probe import read_file
 from ansible.module_utils.gpunuma.operate import converge
 from ansible.module_utils.gpunuma.operate import lock as locklib
-
-
-def readers(module):
-    """``{reader module: callable(args)}``: each read-only module's answer, computed as that module computes it."""
-
-    def topology(args):
-        try:
-            result = discover_with(module, args)
-        except GpunumaError as exc:
-            raise converge.ConvergeError(str(exc))
-        out = {"topology": result["topology"]}
-        if args.get("read_files"):
-            out["files"] = dict((name, read_file(path)) for name, path in args["read_files"].items())
-        if args.get("node_info") is not None:
-            node_info = node_read_params(args["node_info"])
-            if isinstance(node_info, str):
-                raise converge.ConvergeError(node_info)
-            out["gpunuma_node"] = probe_with(module, node_info)
-        return out
-
-    def state(args):
-        # gpunuma_state's read answers from these two files alone.
-        return {"state": converge.file_state(args.get("path") or "/etc/gpunuma/state.json"),
-                "plan": converge.file_state(args.get("plan_path") or "/etc/gpunuma/plan.json")}
-
-    return {"gpunuma_node_info": lambda args: probe_with(module, args), "gpu_topology_info": topology,
-            "gpunuma_state": state}
-
-
-def view_now(module, reads, own):
-    runner = module_runner(module)
-
-    def stale(spec):
-        try:
-            return find_stale(spec, set(spec.get("keep_units") or []), set(spec.get("keep_dropins") or []))
-        except ApplyError as exc:
-            return ["(%s)" % exc], []
-
-    return converge.node_view(reads, own, readers(module), lambda units: unit_states(runner, units), stale)
+from ansible.module_utils.gpunuma.operate.converge_node import RECORD_OPTIONS, recorded, view_now
 
 
 def checked(module):
@@ -195,50 +151,11 @@ def checked(module):
     return out
 
 
-def recorded(module):
-    p = module.params
-    try:
-        own = converge.owned(p["writes"])
-        view, problems = view_now(module, p["reads"], own)
-        record = converge.build_record(p["inputs"], p["reads"], own, view, p["facts"], p["controller"])
-    except converge.ConvergeError as exc:
-        module.fail_json(msg="gpunuma_converge: %s" % exc)
-    if problems:
-        remove(module, p["path"])
-        return {"recorded": False, "reasons": problems}
-    text = json.dumps(record, indent=1, sort_keys=True) + "\n"
-    current = read_file(p["path"])
-    if current.get("content") is not None and base64.b64decode(current["content"]).decode("utf-8", "replace") == text:
-        return {"recorded": True, "reasons": []}
-    if not module.check_mode:
-        try:
-            directory = os.path.dirname(p["path"])
-            if not os.path.isdir(directory):
-                os.makedirs(directory, 0o755)
-            atomic.write_atomic(p["path"], text, 0o600, prefix=".converged.json.")
-        except OSError as exc:
-            module.fail_json(msg="%s cannot be written: %s" % (p["path"], exc.strerror or exc))
-    return {"recorded": True, "reasons": []}
-
-
-def remove(module, path):
-    if os.path.lexists(path) and not module.check_mode:
-        try:
-            os.unlink(path)
-        except OSError as exc:
-            module.fail_json(msg="%s cannot be removed: %s" % (path, exc.strerror or exc))
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            RECORD_OPTIONS,
             state=dict(type="str", choices=["checked", "recorded", "absent"], default="checked"),
-            path=dict(type="path", default=converge.DEFAULT_PATH),
-            inputs=dict(type="dict", default={}),
-            reads=dict(type="list", elements="dict", default=[]),
-            writes=dict(type="list", elements="dict", default=[]),
-            facts=dict(type="dict", default={}),
-            controller=dict(type="dict", default={}),
             lock_path=dict(type="path", default=locklib.DEFAULT_PATH),
             release_lock=dict(type="dict", options=dict(
                 path=dict(type="path", default=locklib.DEFAULT_PATH),
@@ -247,13 +164,9 @@ def main():
         ),
         supports_check_mode=True,
     )
-    state = module.params["state"]
-    if state == "checked":
+    if module.params["state"] == "checked":
         module.exit_json(changed=False, **checked(module))
-    if state == "absent":
-        remove(module, module.params["path"])
-        module.exit_json(changed=False, recorded=False, reasons=[], lock_released=release(module))
-    out = recorded(module)
+    out = recorded(module, module.params)
     module.exit_json(changed=False, lock_released=release(module), **out)
 
 

@@ -224,8 +224,8 @@ def test_a_read_that_cannot_be_asked_again_keeps_the_run_from_being_recorded(act
     ({"gpunuma_rollback_action": "down"}, "rollback"),
 ])
 def test_hosts_whose_run_is_never_cut_short(task_vars, why):
-    assert why in action.skip_reason(task_vars)
-    assert action.skip_reason({"group_names": ["gpu"], "gpunuma_kubelet": False}) is None
+    assert why in converge.skip_reason(task_vars)
+    assert converge.skip_reason({"group_names": ["gpu"], "gpunuma_kubelet": False}) is None
 
 
 def test_the_code_digest_follows_every_file(tmp_path):
@@ -340,3 +340,54 @@ def test_a_variable_left_at_an_imported_roles_default_is_no_input_and_one_the_us
     assert converge.changed_inputs(at_default, set_by_user) == ["memlock_limit"]
     # With no role of the play the same value is an input like any other.
     assert "memlock_limit" in _inputs([], base)
+
+
+def test_record_request_carries_the_runs_journal_and_the_steps_own_writes():
+    reads = [{"module": "gpunuma_node_info", "args": {"a": 1}}]
+    earlier = [converge.write_summary({"files": [{"path": "/etc/a"}]})]
+    task_vars = {converge.INPUTS_FACT: {"x": "sha256:1"}, converge.JOURNAL_READS: reads,
+                 converge.JOURNAL_WRITES: earlier, "group_names": ["gpu"]}
+    own = converge.write_summary(APPLY_ARGS)
+    request, why = converge.record_request(task_vars, "/r.json", {"gpunuma_plan": {}}, {"/c": None}, [own])
+    assert why is None
+    assert request == {"state": "recorded", "path": "/r.json", "inputs": {"x": "sha256:1"}, "reads": reads,
+                       "writes": earlier + [own], "facts": {"gpunuma_plan": {}}, "controller": {"/c": None}}
+    # The journal itself is not changed.
+    assert task_vars[converge.JOURNAL_WRITES] == earlier
+
+
+@pytest.mark.parametrize("task_vars, why", [
+    ({converge.INPUTS_FACT: {}, "gpunuma_rollback_action": "down"}, "rollback"),
+    ({converge.INPUTS_FACT: {}, "group_names": ["kubernetes"]}, "kubelet role"),
+    ({}, "did not start with the converge check"),
+    ({converge.INPUTS_FACT: {}, converge.JOURNAL_READS: [{"module": "gpu_topology_info",
+                                                           "not_replayable": "it records an NVML dump"}]},
+     "NVML dump"),
+])
+def test_a_run_that_keeps_no_record_removes_the_old_one(task_vars, why):
+    request, reason = converge.record_request(task_vars, "/r.json", {}, {})
+    assert why in reason
+    assert request == {"state": "absent", "path": "/r.json"}
+
+
+_apply_spec = importlib.util.spec_from_file_location(
+    "gpunuma_apply_action", os.path.join(REPO_ROOT, "action_plugins", "gpunuma_apply.py"))
+apply_action = importlib.util.module_from_spec(_apply_spec)
+_apply_spec.loader.exec_module(apply_action)
+
+
+@pytest.mark.parametrize("before", [None, "old text\n", "same text\n"])
+def test_the_record_holds_the_state_a_controller_copy_has_once_written(tmp_path, before):
+    from ansible.module_utils.gpunuma.node.apply_files import normalise_files, plan_files
+    from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles
+    path = tmp_path / "host.plan.json"
+    if before is not None:
+        path.write_text(before)
+        path.chmod(0o600)
+    fs = NodeFiles()
+    decision = plan_files(normalise_files([{"path": str(path), "content": "same text\n", "mode": "0644",
+                                            "backup": False}]), fs)[0]
+    expected = apply_action.state_after(decision)
+    if decision["changed"]:
+        fs.write(decision)
+    assert converge.file_state(str(path)) == expected

@@ -305,6 +305,41 @@ def journaled(task_vars, module, args, result, delegated_to=None):
     return {JOURNAL_READS: list(task_vars.get(JOURNAL_READS) or []) + [entry]}
 
 
+INPUTS_FACT = "gpunuma_converge_inputs"
+
+
+def _false(value):
+    return str(value).lower() in ("false", "no", "0", "off")
+
+
+def skip_reason(task_vars):
+    """Why this host's run is never cut short by a record (None when it can be)."""
+    if _false(task_vars.get("gpunuma_converge_check", True)):
+        return "gpunuma_converge_check is false"
+    if "kubernetes" in (task_vars.get("group_names") or []) or \
+            str(task_vars.get("gpunuma_kubelet", False)).lower() in ("true", "yes", "1", "on"):
+        return "the kubelet role runs on this host (its reads and restarts are not journaled)"
+    if "gpunuma_rollback_action" in task_vars:
+        return "a rollback always runs whole"
+    return None
+
+
+def record_request(task_vars, path, facts, controller, writes=()):
+    """``(request, why)``: the node's record request for this host's run (converge_node.RECORD_OPTIONS), from the
+    inputs its converge check digested and the run's journal, with ``writes`` (a step's own, not yet journaled)
+    added. ``why`` says why no record is kept; the request then removes the node's record."""
+    inputs = task_vars.get(INPUTS_FACT)
+    reads = task_vars.get(JOURNAL_READS) or []
+    why = skip_reason(task_vars) \
+        or ("the run did not start with the converge check" if not isinstance(inputs, dict) else None) \
+        or not_replayable(reads)
+    if why:
+        return {"state": "absent", "path": path}, why
+    return {"state": "recorded", "path": path, "inputs": inputs, "reads": reads,
+            "writes": list(task_vars.get(JOURNAL_WRITES) or []) + list(writes), "facts": facts or {},
+            "controller": controller or {}}, None
+
+
 def not_replayable(reads):
     """Why the journal's reads cannot be asked again (None when they all can)."""
     for entry in reads or []:
