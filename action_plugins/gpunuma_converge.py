@@ -28,6 +28,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
         ansible.module_utils.__path__.append(_path)
 
 from ansible.module_utils.gpunuma.operate import converge  # noqa: E402
+from ansible.module_utils.gpunuma.operate import topology_store  # noqa: E402
 
 # The variables a run decides from: every variable of gpunuma's roles and playbooks.
 PREFIXES = ("gpunuma_", "gpu_topology_", "numa_binding_", "memlock_", "autonuma_", "kubelet_", "policy_gate_",
@@ -88,6 +89,18 @@ class ActionModule(ActionBase):
         values["extra_vars"] = sorted(name for name in extra if name.startswith(PREFIXES))
         return converge.input_digests(values, code_digest())
 
+    @staticmethod
+    def missing_plan_copy(task_vars, templar):
+        """The path of the host's controller copy of its applied plan when there is none (a node this controller
+        never converged, or one whose copy is gone), else None; None as well when the path cannot be told (the
+        run's input check names what is wrong)."""
+        try:
+            directory = templar.template(task_vars["gpu_topology_controller_dir"])
+            path = topology_store.controller_files(task_vars["inventory_hostname"], directory)["plan"]
+        except Exception:  # any input problem: the node is asked as usual, the input checks report it
+            return None
+        return None if os.path.lexists(path) else path
+
     def role_defaults(self):
         """``{name: raw value}`` of the defaults of the roles the play imports (an imported role's defaults are
         the play's variables, at the lowest precedence): a variable still at its default is no input of the
@@ -132,6 +145,11 @@ class ActionModule(ActionBase):
         templar = self._templar.copy_with_new_env(available_variables=task_vars)
         inputs = self.inputs(task_vars, templar)
         result["ansible_facts"] = {FACT: inputs}
+        missing = self.missing_plan_copy(task_vars, templar)
+        if missing:
+            # Every record holds the state of this copy: without it no record can match, so the node is not asked.
+            return dict(result, reasons=["no controller copy of the host's applied plan (%s): not converged from "
+                                         "this controller" % missing])
         module_args = {"state": "checked", "path": path, "inputs": inputs,
                        "lock_path": templar.template(task_vars.get("gpunuma_lock_path") or "/run/gpunuma/lock")}
         answer = self._execute_module(module_name="gpunuma_converge", module_args=module_args, task_vars=task_vars)

@@ -294,11 +294,7 @@ def _gpu_topology_stem_problem(host):
     return None
 
 
-def gpu_topology_controller_files(host, directory):
-    """``{stem, topology, pending, plan}``: the controller files of ``host`` in ``directory``."""
-    stem = gpunuma_host_file(host)
-    base = directory.rstrip("/") + "/" + stem
-    return {"stem": stem, "topology": base + ".json", "pending": base + ".pending.json", "plan": base + ".plan.json"}
+gpu_topology_controller_files = _filter(topology_store.controller_files)
 
 
 # The role's one decision over the persisted inventories.

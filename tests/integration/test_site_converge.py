@@ -1,7 +1,8 @@
 """site.yml's converge step on a systemd container: a node that is what the last run left ends its run at the
 first step; every kind of drift a full run would mend still gets the full run, which mends it.
 
-1. First run: no record, the whole provisioning, then the record (0600) is written.
+1. First run: no controller copy of the plan, so the node is not asked; the whole provisioning, then the record
+   (0600) and the copy are written by the apply step.
 2. Second run: converged at the first step, changed=0, one task with a round trip on the host. Another run's
    lease on the node makes it not converged (the whole run then waits for the lease as usual).
 3. Drift, several at once: a unit file edited by hand, another instance stopped, a stale gpunuma unit (with
@@ -11,7 +12,7 @@ first step; every kind of drift a full run would mend still gets the full run, w
    nothing on the node changes (the hand edit and the record stay as they are).
 5. An input changed (memlock_limit): the check names it; the full run writes the new limit; then converged.
 6. A command-line -e of a gpunuma variable is an input of its own (the profile's source depends on it).
-7. The controller's plan copy removed and the record damaged: both named; the full run writes both again.
+7. The controller's plan copy removed, the record removed, then damaged: each named; the full run writes them again.
 8. -v prints the verdict, never the inputs' digests.
 """
 
@@ -92,9 +93,18 @@ def test_converge_record_ends_a_converged_run_and_every_drift_gets_the_full_run(
 
     rc, check, counts, out = _site(inventory)
     assert rc == 0, out
-    assert check["converged"] is False and check["reasons"] == ["no converge record on the node (%s)" % RECORD]
+    plan_copy = tmp_path / "topology" / ("%s.plan.json" % node.name)
+    # A node this controller never converged: no record can match, so the check does not ask the node.
+    assert check["converged"] is False and check["reasons"] == [
+        "no controller copy of the host's applied plan (%s): not converged from this controller" % plan_copy]
+    assert check["gpunuma_round_trips"] == 0, check
     assert counts["changed"] > 0
+    # The record and the controller copy are kept by the instances' apply step, which gave the lease back.
+    applied = counts["ran"]["numa_binding : Install the units and start the instances"]
+    assert applied["converge_record"] == {"recorded": True, "reasons": [], "why": None}, applied
+    assert applied["lock_released"] is True and "Give the node lock back" not in counts["ran"]
     assert node.sh("stat -c %a " + RECORD).strip() == "600"
+    assert json.loads(plan_copy.read_text())["instances"], plan_copy.read_text()
     # One node read in the validation play, with the discovery (docs/roles.md, "One node read"): the memlock,
     # autonuma, numa_binding and gpunuma_state roles' parts come in its round trip and none of them reads the node
     # itself; the topology inventory is written by the instances' apply step.
@@ -182,13 +192,16 @@ def test_converge_record_ends_a_converged_run_and_every_drift_gets_the_full_run(
     rc, check, counts, out = _site(inventory)
     assert any("extra_vars" in r for r in check["reasons"]), check["reasons"]
 
-    # 7. The controller's plan copy gone, the record damaged: each named, both written again.
-    plan_copy = tmp_path / "topology" / ("%s.plan.json" % node.name)
+    # 7. The controller's plan copy gone, the record gone, then damaged: each named, each written again.
     assert plan_copy.exists()
     plan_copy.unlink()
     rc, check, counts, out = _site(inventory)
-    assert any("plan.json differs" in r for r in check["reasons"]), check["reasons"]
+    assert any("no controller copy of the host's applied plan" in r for r in check["reasons"]), check["reasons"]
     assert plan_copy.exists()
+    node.sh("rm " + RECORD)
+    rc, check, counts, out = _site(inventory)
+    assert rc == 0, out
+    assert check["reasons"] == ["no converge record on the node (%s)" % RECORD] and check["gpunuma_round_trips"] == 1
     node.sh("echo '{' > " + RECORD)
     rc, check, counts, out = _site(inventory)
     assert rc == 0, out

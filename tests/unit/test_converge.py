@@ -391,3 +391,35 @@ def test_the_record_holds_the_state_a_controller_copy_has_once_written(tmp_path,
     if decision["changed"]:
         fs.write(decision)
     assert converge.file_state(str(path)) == expected
+
+
+def test_a_host_without_the_controller_copy_of_its_plan_is_not_converged_without_asking_the_node(tmp_path):
+    """Every record holds the state of the host's plan copy, so without the copy no record can match."""
+    task_vars = {"gpu_topology_controller_dir": str(tmp_path), "inventory_hostname": "gpu-a01"}
+    missing = action.ActionModule.missing_plan_copy(task_vars, _Templar())
+    assert missing == str(tmp_path / "gpu-a01.plan.json")
+    (tmp_path / "gpu-a01.plan.json").write_text("{}\n")
+    assert action.ActionModule.missing_plan_copy(task_vars, _Templar()) is None
+    # A directory that cannot be told (a bad input, named by the run's input check): the node is asked.
+    assert action.ActionModule.missing_plan_copy({"inventory_hostname": "gpu-a01"}, _Templar()) is None
+    assert action.ActionModule.missing_plan_copy(dict(task_vars, gpu_topology_controller_dir=7), _Templar()) is None
+
+    class Plugin(action.ActionModule):
+        def __init__(self):
+            self._task, self._loader, self._templar = _PlayTask([]), None, self
+            self.asked = 0
+
+        def copy_with_new_env(self, available_variables):
+            return _Templar()
+
+        def _execute_module(self, **kwargs):
+            self.asked += 1
+            return {"converged": False, "reasons": ["no converge record on the node (/r)"]}
+
+    plugin = Plugin()
+    vars_ = dict(task_vars, group_names=["gpu"], gpu_topology_controller_dir=str(tmp_path / "elsewhere"))
+    result = plugin.checked({}, vars_, "/r", None)
+    assert result["converged"] is False and plugin.asked == 0 and result["gpunuma_round_trips"] == 0
+    assert "no controller copy of the host's applied plan" in result["reasons"][0]
+    result = plugin.checked({}, task_vars, "/r", None)
+    assert plugin.asked == 1 and result["reasons"] == ["no converge record on the node (/r)"]

@@ -12,7 +12,15 @@ returns what to write, what to say and why to stop; the role only carries it out
 from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common import schemas
-from ansible.module_utils.gpunuma.operate.role_inputs import read_state_file
+from ansible.module_utils.gpunuma.operate.role_inputs import host_file_stem, read_state_file
+
+
+def controller_files(host, directory):
+    """``{stem, topology, pending, plan}``: the controller files of inventory host ``host`` in ``directory`` (one
+    documented mapping of the host name, role_inputs.host_file_stem; docs/roles.md)."""
+    stem = host_file_stem(host)
+    base = directory.rstrip("/") + "/" + stem
+    return {"stem": stem, "topology": base + ".json", "pending": base + ".pending.json", "plan": base + ".plan.json"}
 
 
 def read_topology(content, path, where, encoding="base64"):
