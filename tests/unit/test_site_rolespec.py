@@ -1,7 +1,8 @@
 """site.yml includes or imports some role entry points with rolespec_validate: false. Each may skip Ansible's
-argument-spec check only when site.yml checked every one of that entry point's variables before: a `validate`
-entry point of the role (which checks the main entry point's variables with role_inputs, never looser than the
-spec) or an include of an entry point with the same variables that Ansible did check, in an earlier task."""
+argument-spec check only when site.yml checked every one of that entry point's variables before: a gpunuma_inputs
+step naming the role, or a `validate` entry point of the role (each checks the main entry point's variables with
+role_inputs, never looser than the spec), or an include of an entry point with the same variables that Ansible did
+check, in an earlier task."""
 
 import os
 
@@ -22,6 +23,9 @@ def _includes(node):
         for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
             if key in node:
                 yield node[key]
+        if "gpunuma_inputs" in node:
+            for role in node["gpunuma_inputs"]["roles"]:
+                yield {"name": role, "tasks_from": "validate", "step": "gpunuma_inputs"}
         for key in ("tasks", "block", "rescue", "always"):
             if key in node:
                 yield from _includes(node[key])
@@ -49,4 +53,5 @@ def test_every_unvalidated_include_was_checked_before():
             checked |= {(role, name) for name in _options(role, entry)}
     # The test sees the includes it is about (a renamed key would make it pass on nothing).
     assert ("numa_binding", "main") in skipped and ("numa_binding", "plan") in skipped
-    assert ("gpunuma_state", "with_apply") in skipped and ("autonuma", "validate") in skipped
+    assert ("gpunuma_state", "with_apply") in skipped and ("gpunuma_state", "resolve") in skipped
+    assert ("policy_gate", "main") in skipped

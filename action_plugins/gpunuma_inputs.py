@@ -1,0 +1,148 @@
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpunuma_inputs: the input check of gpunuma's roles, on the controller, in one step (no round trip).
+
+For each role named, the variables of its main entry point (meta/argument_specs.yml) are templated and checked by
+that role's own rule (the ``gpunuma.fleet.<role>_input_problems`` filter, or the argument spec's rules alone for a
+role with no rule of its own), naming the variable the user set and what is allowed. A role whose inputs are good
+adds what it needs of the node to the run's node read (its ``__<role>_read_request`` variable, merged into
+``gpunuma_node_read_requests``; docs/roles.md, "One node read"). Each role's problems are set as the fact its
+playbooks read; the step fails when any role has a problem, one line a role, and sets nothing then.
+
+The roles' own input checks are this step with their role alone; site.yml runs it once for every role of the run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ansible.module_utils
+import yaml
+from ansible import constants as C
+from ansible.plugins.action import ActionBase
+from ansible.utils.vars import merge_hash
+
+# Controller-side plugins do not get the configured module_utils path on
+# ansible.module_utils (only modules shipped to a node do); add it so the
+# core is imported exactly as modules import it.
+for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
+    if _path not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(_path)
+
+from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
+
+# role -> (its filter, the fact its problems are kept in, the names of its arguments after options and values).
+CHECKS = {
+    "memlock": ("memlock_input_problems", "__memlock_input_problems", ()),
+    "autonuma": ("autonuma_input_problems", "__autonuma_input_problems", ()),
+    # The discovery names the host's controller files after it: the host name is checked too.
+    "gpu_topology": ("gpu_topology_input_problems", "gpu_topology_input_problems", ("no_aliases", "host")),
+    # The profile is a file of numa_binding_profiles_dir; the user's gpunuma_* variables are named.
+    "numa_binding": ("numa_binding_input_problems", "numa_binding_input_problems", ("aliases", "profiles_dir")),
+    "gpunuma_state": (None, "__gpunuma_state_input_problems", ()),
+    "policy_gate": (None, "__policy_gate_input_problems", ()),
+}
+SPEC_CACHE = {}
+
+
+def _root():
+    here = os.path.dirname(os.path.abspath(__file__))
+    # action_plugins/ in a checkout, plugins/action/ in the collection.
+    return os.path.dirname(os.path.dirname(here)) if os.path.basename(os.path.dirname(here)) == "plugins" \
+        else os.path.dirname(here)
+
+
+def main_options(role_dir):
+    """The options of the role's main entry point (its argument spec, read once a process)."""
+    path = os.path.join(role_dir, "meta", "argument_specs.yml")
+    if path not in SPEC_CACHE:
+        with open(path, encoding="utf-8") as handle:
+            SPEC_CACHE[path] = yaml.safe_load(handle)["argument_specs"]["main"].get("options") or {}
+    return SPEC_CACHE[path]
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("roles",))
+    _supports_check_mode = True
+
+    def role_dir(self, name):
+        """The role's directory: the play's own role of that name, else this project's or collection's."""
+        try:
+            roles = self._task.get_play().get_roles()
+        except AttributeError:  # no play (the plugin driven by tests)
+            roles = []
+        for role in roles:
+            if role.get_name().rsplit(".", 1)[-1] == name:
+                return role._role_path
+        return os.path.join(_root(), "roles", name)
+
+    def value(self, templar, task_vars, name, default=None):
+        if name not in task_vars:
+            return default
+        return templar.template(task_vars[name])
+
+    def problems(self, name, templar, task_vars):
+        """The role's problems (each a sentence naming a variable), and its read request ({} when it has none)."""
+        filter_name, _fact, extra = CHECKS[name]
+        role_dir = self.role_dir(name)
+        options = main_options(role_dir)
+        # The role's defaults name its own directory (role_path), as they do within the role.
+        task_vars = dict(task_vars, role_path=role_dir, role_name=name)
+        templar = templar.copy_with_new_env(available_variables=task_vars)
+        values, problems = {}, []
+        for option in options:
+            try:
+                values[option] = self.value(templar, task_vars, option)
+            except Exception as exc:  # a value that does not template: named as the check names any bad value
+                problems.append("%s: cannot be worked out: %s" % (option, exc))
+                values[option] = role_inputs.UNDEFINED
+        args = []
+        for kind in extra:
+            if kind == "aliases":
+                args.append(dict((alias, self.value(templar, task_vars, alias, role_inputs.UNDEFINED))
+                                 for alias in role_inputs.aliases_of(options)))
+            elif kind == "no_aliases":
+                args.append({})
+            elif kind == "host":
+                args.append(task_vars.get("inventory_hostname"))
+            elif kind == "profiles_dir":
+                args.append(values.get("numa_binding_profiles_dir"))
+        if filter_name is None:
+            problems += role_inputs.input_problems(options, values)
+        else:
+            check = self._shared_loader_obj.filter_loader.get("gpunuma.fleet." + filter_name)
+            problems += check.j2_function(options, values, *args)
+        if problems:
+            return problems, {}
+        try:
+            request = self.value(templar, task_vars, "__%s_read_request" % name, {})
+        except Exception as exc:
+            return ["cannot work out what to read of the node: %s" % exc], {}
+        return [], request or {}
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        names = self._task.args.get("roles") or []
+        unknown = [n for n in names if n not in CHECKS]
+        if not isinstance(names, list) or unknown:
+            return dict(result, failed=True, msg="roles: %r is not allowed; allowed: a list of %s"
+                        % (unknown or names, ", ".join(sorted(CHECKS))))
+        templar = self._templar.copy_with_new_env(available_variables=task_vars)
+        host = task_vars.get("inventory_hostname")
+        requests = self.value(templar, task_vars, "gpunuma_node_read_requests", {}) or {}
+        facts, lines = {}, []
+        for name in names:
+            problems, request = self.problems(name, templar, task_vars)
+            facts[CHECKS[name][1]] = problems
+            if problems:
+                lines.append("%s: %s" % (host, "; ".join(problems)))
+            elif request:
+                requests = merge_hash(requests, request, recursive=True, list_merge="append_rp")
+        result["changed"] = False
+        if lines:
+            return dict(result, failed=True, msg="\n".join(lines), input_problems=facts)
+        facts["gpunuma_node_read_requests"] = requests
+        return dict(result, ansible_facts=facts)
