@@ -78,6 +78,13 @@ class ActionModule(ActionBase):
                 return role._role_path
         return os.path.join(_root(), "roles", name)
 
+    def role_file(self, role_dir, part):
+        """The role's ``defaults/main.yml`` or ``vars/main.yml`` (templates trusted as the role's own; {} when none)."""
+        path = os.path.join(role_dir, part, "main.yml")
+        if not os.path.isfile(path):
+            return {}
+        return self._loader.load_from_file(path, trusted_as_template=True) or {}
+
     def value(self, templar, task_vars, name, default=None):
         if name not in task_vars:
             return default
@@ -88,8 +95,10 @@ class ActionModule(ActionBase):
         filter_name, _fact, extra = CHECKS[name]
         role_dir = self.role_dir(name)
         options = main_options(role_dir)
-        # The role's defaults name its own directory (role_path), as they do within the role.
-        task_vars = dict(task_vars, role_path=role_dir, role_name=name)
+        # The role's defaults and vars, as a play that imports the role has them (the play's own values win);
+        # they name its own directory (role_path), as they do within the role.
+        task_vars = dict(self.role_file(role_dir, "defaults"), **dict(self.role_file(role_dir, "vars"), **task_vars))
+        task_vars.update(role_path=role_dir, role_name=name)
         templar = templar.copy_with_new_env(available_variables=task_vars)
         values, problems = {}, []
         for option in options:
@@ -109,11 +118,14 @@ class ActionModule(ActionBase):
                 args.append(task_vars.get("inventory_hostname"))
             elif kind == "profiles_dir":
                 args.append(values.get("numa_binding_profiles_dir"))
-        if filter_name is None:
-            problems += role_inputs.input_problems(options, values)
-        else:
-            check = self._shared_loader_obj.filter_loader.get("gpunuma.fleet." + filter_name)
-            problems += check.j2_function(options, values, *args)
+        try:
+            if filter_name is None:
+                problems += role_inputs.input_problems(options, values)
+            else:
+                check = self._shared_loader_obj.filter_loader.get("gpunuma.fleet." + filter_name)
+                problems += check.j2_function(options, values, *args)
+        except Exception as exc:  # a rule that cannot judge these values: the host stops, naming the role
+            problems.append("the %s input check failed: %s" % (name, exc))
         if problems:
             return problems, {}
         try:
