@@ -54,7 +54,7 @@ def test_every_roles_problems_in_one_step_naming_the_users_variable(tmp_path):
     assert proc.returncode != 0
 
     check = results["bad"]["Check the inputs"]
-    assert check["failed"] is True and "ansible_facts" not in check
+    assert check["failed"] is True and "ansible_facts" not in check and check["gpunuma_round_trips"] == 0
     lines = check["msg"].splitlines()
     # One line a role with problems, in the order asked, each naming the host.
     assert [line.split(": ", 2)[1] for line in lines] == [
