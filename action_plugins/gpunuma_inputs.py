@@ -41,7 +41,8 @@ CHECKS = {
     # The profile is a file of numa_binding_profiles_dir; the user's gpunuma_* variables are named.
     "numa_binding": ("numa_binding_input_problems", "numa_binding_input_problems", ("aliases", "profiles_dir")),
     "gpunuma_state": (None, "__gpunuma_state_input_problems", ()),
-    "policy_gate": (None, "__policy_gate_input_problems", ()),
+    # Waivers and the like come from the user's gpunuma_policy_* variables: named as such.
+    "policy_gate": (None, "__policy_gate_input_problems", ("aliases",)),
 }
 SPEC_CACHE = {}
 
@@ -120,7 +121,7 @@ class ActionModule(ActionBase):
                 args.append(values.get("numa_binding_profiles_dir"))
         try:
             if filter_name is None:
-                problems += role_inputs.input_problems(options, values)
+                problems += role_inputs.input_problems(options, values, *args)
             else:
                 check = self._shared_loader_obj.filter_loader.get("gpunuma.fleet." + filter_name)
                 problems += check.j2_function(options, values, *args)

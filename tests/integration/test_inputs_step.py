@@ -59,10 +59,11 @@ def test_every_roles_problems_in_one_step_naming_the_users_variable(tmp_path):
     # One line a role with problems, in the order asked, each naming the host.
     assert [line.split(": ", 2)[1] for line in lines] == [
         "memlock_limit", "autonuma_numa_balancing", "gpunuma_profile", "gpunuma_state_history_limit",
-        "policy_gate_waivers"], lines
+        "gpunuma_policy_waivers"], lines
     assert all(line.startswith("bad: ") for line in lines)
     # The user's variable is named (gpunuma_profile, not the role's numa_binding_profile), with what is allowed.
     assert "'fastest'" in lines[2] and "numa_binding_profile" not in lines[2] and "strict" in lines[2]
+    assert "policy_gate_waivers" not in lines[4] and "a YAML list" in lines[4], lines[4]
     assert check["input_problems"]["gpu_topology_input_problems"] == []
     assert check["input_problems"]["numa_binding_input_problems"] and "requests" not in json.dumps(check["input_problems"])
     assert "Show the run's node read requests" not in results["bad"]
