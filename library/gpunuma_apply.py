@@ -396,12 +396,9 @@ def _controller_gone(module, controller, msg):
     if not controller.signal and "the controller went away" not in msg:
         return
     module.log("gpunuma_apply: %s" % msg)
-    token = (module.params.get("lock") or {}).get("token")
-    if token and not module.check_mode:
-        try:
-            locklib.release((module.params.get("lock") or {}).get("path") or locklib.DEFAULT_PATH, token)
-        except (locklib.LockError, OSError):
-            pass
+    lock = module.params.get("lock") or {}
+    if lock.get("token") and not module.check_mode:
+        locklib.release_quietly(lock.get("path"), lock["token"])
 
 
 FILE_OPTIONS = dict(
@@ -491,10 +488,7 @@ def _release_after_record(module, result):
         return
     result["lock_released"] = False
     if spec.get("release_lock") and lock.get("token"):
-        try:
-            result["lock_released"] = locklib.release(lock.get("path") or locklib.DEFAULT_PATH, lock["token"])
-        except (locklib.LockError, OSError):
-            pass  # the run's own release step gives it back
+        result["lock_released"] = locklib.release_quietly(lock.get("path"), lock["token"])
 
 
 def main():

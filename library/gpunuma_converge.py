@@ -176,10 +176,7 @@ def release(module):
     spec = module.params["release_lock"]
     if not spec or module.check_mode:
         return False
-    try:
-        return locklib.release(spec["path"], spec["token"])
-    except (locklib.LockError, OSError):
-        return False
+    return locklib.release_quietly(spec["path"], spec["token"])
 
 
 if __name__ == "__main__":

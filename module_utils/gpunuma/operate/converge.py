@@ -308,13 +308,9 @@ def journaled(task_vars, module, args, result, delegated_to=None):
 INPUTS_FACT = "gpunuma_converge_inputs"
 
 
-def _false(value):
-    return str(value).lower() in ("false", "no", "0", "off")
-
-
 def skip_reason(task_vars):
     """Why this host's run is never cut short by a record (None when it can be)."""
-    if _false(task_vars.get("gpunuma_converge_check", True)):
+    if str(task_vars.get("gpunuma_converge_check", True)).lower() in ("false", "no", "0", "off"):
         return "gpunuma_converge_check is false"
     if "kubernetes" in (task_vars.get("group_names") or []) or \
             str(task_vars.get("gpunuma_kubelet", False)).lower() in ("true", "yes", "1", "on"):

@@ -221,6 +221,16 @@ def release(path, token, now=time.time, sleep=time.sleep):
         return True
 
 
+def release_quietly(path, token):
+    """:func:`release` for a step that gives a run's lease back on that run's behalf (after its record, or when its
+    controller went away): whether it was given back; a failure is no error (the run's own release step, or the
+    lease's expiry, gives it back)."""
+    try:
+        return release(path or DEFAULT_PATH, token)
+    except (LockError, OSError):
+        return False
+
+
 def peek(path, now=time.time):
     """The current lease (None when free or stale), without taking anything: for check mode."""
     try:
