@@ -27,6 +27,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
+from ansible.module_utils.gpunuma.common import layout  # noqa: E402
 from ansible.module_utils.gpunuma.operate import converge  # noqa: E402
 from ansible.module_utils.gpunuma.operate import topology_store  # noqa: E402
 
@@ -43,18 +44,11 @@ FACT = converge.INPUTS_FACT
 display = Display()
 
 
-def _root():
-    here = os.path.dirname(os.path.abspath(__file__))
-    # action_plugins/ in a checkout, plugins/action/ in the collection.
-    return os.path.dirname(os.path.dirname(here)) if os.path.basename(os.path.dirname(here)) == "plugins" \
-        else os.path.dirname(here)
-
-
 _CODE_DIGEST = {}
 
 
 def code_digest():
-    root = _root()
+    root = layout.plugin_root(__file__)
     if root not in _CODE_DIGEST:
         _CODE_DIGEST[root] = converge.code_digest(root, [n for n in CODE if os.path.exists(os.path.join(root, n))])
     return _CODE_DIGEST[root]

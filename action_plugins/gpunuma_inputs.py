@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 
 import ansible.module_utils
-import yaml
 from ansible import constants as C
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
@@ -30,6 +29,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
+from ansible.module_utils.gpunuma.common import layout  # noqa: E402
 from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
 
 # role -> (its filter, the fact its problems are kept in, the names of its arguments after options and values).
@@ -44,23 +44,6 @@ CHECKS = {
     # Waivers and the like come from the user's gpunuma_policy_* variables: named as such.
     "policy_gate": (None, "__policy_gate_input_problems", ("aliases",)),
 }
-SPEC_CACHE = {}
-
-
-def _root():
-    here = os.path.dirname(os.path.abspath(__file__))
-    # action_plugins/ in a checkout, plugins/action/ in the collection.
-    return os.path.dirname(os.path.dirname(here)) if os.path.basename(os.path.dirname(here)) == "plugins" \
-        else os.path.dirname(here)
-
-
-def main_options(role_dir):
-    """The options of the role's main entry point (its argument spec, read once a process)."""
-    path = os.path.join(role_dir, "meta", "argument_specs.yml")
-    if path not in SPEC_CACHE:
-        with open(path, encoding="utf-8") as handle:
-            SPEC_CACHE[path] = yaml.safe_load(handle)["argument_specs"]["main"].get("options") or {}
-    return SPEC_CACHE[path]
 
 
 class ActionModule(ActionBase):
@@ -69,22 +52,29 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
 
     def role_dir(self, name):
-        """The role's directory: the play's own role of that name, else this project's or collection's."""
+        """``(directory, imported)``: the play's own role of that name (its defaults and vars are the play's
+        variables), else this project's or collection's."""
         try:
             roles = self._task.get_play().get_roles()
         except AttributeError:  # no play (the plugin driven by tests)
             roles = []
         for role in roles:
             if role.get_name().rsplit(".", 1)[-1] == name:
-                return role._role_path
-        return os.path.join(_root(), "roles", name)
+                return role._role_path, True
+        return os.path.join(layout.plugin_root(__file__), "roles", name), False
 
-    def role_file(self, role_dir, part):
-        """The role's ``defaults/main.yml`` or ``vars/main.yml`` (templates trusted as the role's own; {} when none)."""
-        path = os.path.join(role_dir, part, "main.yml")
+    def role_file(self, role_dir, part, trusted=True, name="main.yml"):
+        """The role's ``<part>/<name>`` through Ansible's loader (parsed once a run), templates trusted as the
+        role's own; {} when there is none."""
+        path = os.path.join(role_dir, part, name)
         if not os.path.isfile(path):
             return {}
-        return self._loader.load_from_file(path, trusted_as_template=True) or {}
+        return self._loader.load_from_file(path, trusted_as_template=trusted) or {}
+
+    def main_options(self, role_dir):
+        """The options of the role's main entry point (its argument spec)."""
+        spec = self.role_file(role_dir, "meta", trusted=False, name="argument_specs.yml")
+        return spec["argument_specs"]["main"].get("options") or {}
 
     def value(self, templar, task_vars, name, default=None):
         if name not in task_vars:
@@ -94,12 +84,13 @@ class ActionModule(ActionBase):
     def problems(self, name, templar, task_vars):
         """The role's problems (each a sentence naming a variable), and its read request ({} when it has none)."""
         filter_name, _fact, extra = CHECKS[name]
-        role_dir = self.role_dir(name)
-        options = main_options(role_dir)
-        # The role's defaults and vars, as a play that imports the role has them (the play's own values win);
-        # they name its own directory (role_path), as they do within the role.
-        task_vars = dict(self.role_file(role_dir, "defaults"), **dict(self.role_file(role_dir, "vars"), **task_vars))
-        task_vars.update(role_path=role_dir, role_name=name)
+        role_dir, imported = self.role_dir(name)
+        options = self.main_options(role_dir)
+        # A role the play does not import: its defaults and vars, as a play that imports it has them (the play's
+        # own values win). Either way they name its own directory (role_path), as they do within the role.
+        if not imported:
+            task_vars = dict(self.role_file(role_dir, "defaults"), **dict(self.role_file(role_dir, "vars"), **task_vars))
+        task_vars = dict(task_vars, role_path=role_dir, role_name=name)
         templar = templar.copy_with_new_env(available_variables=task_vars)
         values, problems = {}, []
         for option in options:

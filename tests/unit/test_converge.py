@@ -238,8 +238,11 @@ def test_the_code_digest_follows_every_file(tmp_path):
     assert converge.code_digest(str(tmp_path), ["roles"]) == first
     (tmp_path / "roles" / "r" / "other.yml").write_text("")
     assert converge.code_digest(str(tmp_path), ["roles"]) != first
-    # The plugin's root is the checkout (action_plugins/..).
-    assert action._root() == REPO_ROOT
+    # The plugin's root is the checkout (action_plugins/..), or the collection (plugins/action/../..).
+    from ansible.module_utils.gpunuma.common import layout
+    assert layout.plugin_root(action.__file__) == REPO_ROOT
+    assert layout.plugin_root("/c/ansible_collections/gpunuma/fleet/plugins/action/x.py") == \
+        "/c/ansible_collections/gpunuma/fleet"
 
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
