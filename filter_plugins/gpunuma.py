@@ -35,6 +35,7 @@ from ansible.module_utils.gpunuma.node import limits  # noqa: E402
 from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
 from ansible.module_utils.gpunuma.operate import topology_store  # noqa: E402
 from ansible.module_utils.gpunuma.plan import node_plan  # noqa: E402
+from ansible.module_utils.gpunuma.node import accounts as accountslib  # noqa: E402
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib  # noqa: E402
 from ansible.module_utils.gpunuma.node import housekeeping as housekeepinglib  # noqa: E402
 from ansible.module_utils.gpunuma.node import programs as programslib  # noqa: E402
@@ -549,6 +550,16 @@ def numa_binding_program_problems(plan, states, host, start=True):
     return programslib.program_problems(plan, states, host, start)
 
 
+def numa_binding_missing_accounts(plan, accounts):
+    """The accounts the plan's instances run as that the node lacks (node/accounts.missing_accounts)."""
+    return accountslib.missing_accounts(plan, accounts)
+
+
+def numa_binding_account_problems(plan, accounts, host, start, create_user):
+    """Why the instances cannot start as the accounts they name (node/accounts.missing_account_problems)."""
+    return accountslib.missing_account_problems(plan, accounts, host, start, create_user)
+
+
 def numa_binding_housekeeping(plan, unit_dir, confine, irqbalance_ban, slice_name, cpuset_available,
                               irqbalance_loaded, irqbalance_default, host, header="", irq_pin=False, topology=None,
                               irqbalance_active=False):
@@ -688,6 +699,8 @@ FILTERS = (
     "numa_binding_env_files",
     "numa_binding_stale_env_files",
     "numa_binding_program_problems",
+    "numa_binding_missing_accounts",
+    "numa_binding_account_problems",
     "numa_binding_housekeeping",
     "numa_binding_node_reads",
     "numa_binding_irqbalance_texts",

@@ -174,7 +174,7 @@ options:
         (module_utils/gpunuma/plan/node_plan.py). Given, the module plans for that node at once - its
         C(files.plan) is read as the applied plan (a damaged one stops the host naming it; O(applied_plan) must then
         not be given), C(commands.mempolicy) says whether the node allows memory policies, and C(units),
-        C(inspect) and C(programs) are checked - and every problem fails the module, one per line.
+        C(inspect), C(programs) and C(accounts) are checked - and every problem fails the module, one per line.
       - Where the node refuses set_mempolicy and O(on_mempolicy_denied) is C(fallback), the plan is the same
         profile's CPU-only variant (memory policy default) with a warning.
     type: raw
@@ -195,9 +195,16 @@ options:
     type: bool
     default: false
   start:
-    description: With O(node) - whether the instances will be started (their programs are then checked).
+    description: With O(node) - whether the instances will be started (their programs and accounts are then checked).
     type: bool
     default: true
+  create_user:
+    description:
+      - With O(node) and O(start) - the run creates the dedicated C(gpunuma) account where the node lacks it
+        (C(numa_binding_create_user)), so only another missing account is a problem. An instance whose account the
+        node lacks (C(node.accounts)) stops the host here, before anything is written on any host.
+    type: bool
+    default: false
   mempolicy_argv:
     description: With O(node) - the memory policy probe that was run, named in its problem.
     type: list
@@ -392,6 +399,7 @@ ARGUMENT_SPEC = dict(
     on_mempolicy_denied=dict(type="str", choices=["fail", "fallback"], default="fail"),
     allow_dropin_hazards=dict(type="bool", default=False),
     start=dict(type="bool", default=True),
+    create_user=dict(type="bool", default=False),
     mempolicy_argv=dict(type="list", elements="str", default=["numactl", "--localalloc", "true"]),
 )
 
@@ -445,7 +453,8 @@ def _plan_for_node(module, topology, profile, options):
     node = params["node"] if isinstance(params["node"], dict) else {}
     host = params["host"] or topology.get("hostname") or "this node"
     options.update(on_mempolicy_denied=params["on_mempolicy_denied"],
-                   allow_dropin_hazards=params["allow_dropin_hazards"], start=params["start"])
+                   allow_dropin_hazards=params["allow_dropin_hazards"], start=params["start"],
+                   create_user=params["create_user"])
     out = node_plan.plan_for_node(topology, profile, params["instances"], node, host, params["plan_path"], options,
                                   params["mempolicy_argv"])
     if out["plan"] is None:

@@ -6,7 +6,8 @@ One run: the good node, and every bad case as an inventory host of its own
 whose connection reaches the second container (ansible_host), so each
 message can be checked per host and both nodes are checked untouched once.
 A case caught on the controller never reaches a node; one caught by the
-planner (a GPU or CPUs the node lacks) reads the node first."""
+planner (a GPU or CPUs the node lacks, an account it lacks) reads the node
+first."""
 
 import pytest
 import yaml
@@ -38,6 +39,9 @@ CASES = {
     "command-not-list": ({"gpunuma_instances": [{"name": "w", "numa_node": 0, "command": "/bin/sleep infinity"}]},
                          ["gpunuma_instances[0].command", "list"]),
     "memlock-lots": ({"memlock_limit": "lots"}, ["memlock_limit", "lots", "allowed"]),
+    # Caught by the planning step from the run's node read (the account is checked before any host changes).
+    "missing-account": ({"gpunuma_instances": [dict(GOOD[0], user="svc-llm")]},
+                        ["no account svc-llm on the node", "instances worker run as it"]),
 }
 
 

@@ -75,3 +75,48 @@ def test_useradd_never_gets_a_name_it_could_read_as_an_option(name):
     if accounts.account_problem(spec) is None:
         argv = accounts.useradd_argv(spec)
         assert argv[-2:] == ["--", name] and not name.startswith("-") and name == name.strip()
+
+
+# The accounts a plan's instances run as against the accounts a node has (missing_accounts,
+# missing_account_problems: the planning step's check and the given-plan check of the numa_binding role).
+NAMES = st.sampled_from(["gpunuma", "root", "svc-llm", "svc-emb", None])
+
+
+def _plan(users):
+    return {"instances": [{"name": "i%d" % n, "user": user} for n, user in enumerate(users)]}
+
+
+@given(users=st.lists(NAMES, max_size=6), present=st.sets(st.sampled_from(["gpunuma", "root", "svc-llm", "svc-emb"])))
+def test_missing_accounts_are_the_named_accounts_the_node_lacks_in_plan_order(users, present):
+    node = {"users": {name: {"exists": name in present} for name in ("gpunuma", "root", "svc-llm", "svc-emb")}}
+    missing = accounts.missing_accounts(_plan(users), node)
+    assert missing == list(dict.fromkeys(u for u in users if u is not None and u not in present))
+
+
+@given(users=st.lists(NAMES, max_size=6), present=st.sets(st.sampled_from(["gpunuma", "root", "svc-llm", "svc-emb"])),
+       create=st.booleans(), start=st.booleans())
+def test_an_account_problem_is_exactly_a_missing_account_this_run_does_not_create(users, present, create, start):
+    node = {"users": {name: {"exists": True} for name in present}}
+    problems = accounts.missing_account_problems(_plan(users), node, "gpu-a01", start, create)
+    blocking = [u for u in users if u is not None and u not in present and not (create and u == "gpunuma")]
+    assert bool(problems) == (start and bool(blocking))
+    if problems:
+        (line,) = problems
+        assert line.startswith("gpu-a01: no account ") and all(u in line for u in blocking)
+        # Every instance that runs as a missing account is named.
+        named = [i["name"] for i in _plan(users)["instances"] if i["user"] in accounts.missing_accounts(_plan(users), node)]
+        assert "instances %s run as it" % ", ".join(named) in line
+
+
+def test_the_fix_names_the_variable_that_creates_the_dedicated_account():
+    plan = _plan(["gpunuma"])
+    (line,) = accounts.missing_account_problems(plan, {"users": {}}, "gpu-a01", True, False)
+    assert "numa_binding_create_user: true" in line
+    assert accounts.missing_account_problems(plan, {"users": {}}, "gpu-a01", True, True) == []
+    (other,) = accounts.missing_account_problems(_plan(["svc-llm"]), {"users": {}}, "gpu-a01", True, True)
+    assert "leave `user` out to run as the gpunuma account" in other
+
+
+def test_accounts_not_read_are_no_problem():
+    """A node read without the accounts section (a planning step whose read did not ask) checks nothing."""
+    assert accounts.missing_account_problems(_plan(["svc-llm"]), None, "gpu-a01", True, False) == []

@@ -1118,11 +1118,37 @@ def test_bad_account_input_changes_nothing(node):
 
 
 def test_new_instances_are_enabled_in_one_call(node):
-    """Each `systemctl enable` reloads systemd: the new units of a step are enabled together."""
+    """The new units of a step are enabled together, before the step's one reload (enable's own is left out), and
+    their states are read in one call."""
     fake = FakeSystemd({})
     names = ["gpunuma-llm%d.service" % i for i in range(3)]
     result = apply_run(fake, [node.entry(n, unit_text(n)) for n in names], units=dict(UNITS, services=names))
     enables = [c for c in fake.calls if c[:2] == ["systemctl", "enable"]]
-    assert enables == [["systemctl", "enable", "--"] + names]
+    assert enables == [["systemctl", "enable", "--no-reload", "--"] + names]
+    verbs = [c[1] for c in fake.calls if c[0] == "systemctl" and c[1] != "show"]
+    assert verbs[:2] == ["enable", "daemon-reload"] and fake.reloads() == 1
+    states = [c for c in fake.calls if c[:2] == ["systemctl", "show"] and "UnitFileState" in c[2]]
+    assert states == [["systemctl", "show", "--property=ActiveState,UnitFileState", "--"] + names]
     assert result["enabled"] == names and sorted(result["started"]) == names
     assert all(fake.units[n]["UnitFileState"] == "enabled" for n in names)
+
+
+def test_a_unit_enabled_again_is_reloaded_for(node):
+    """A unit whose file is as wanted but that someone disabled is enabled again, and systemd reloads so it sees
+    it (nothing else would reload: no file changed)."""
+    name = "gpunuma-llm0.service"
+    first = FakeSystemd({})
+    apply_run(first, [node.entry(name, unit_text(name))], units=dict(UNITS, services=[name]))
+    fake = FakeSystemd({name: running(enabled="disabled")})
+    result = apply_run(fake, [node.entry(name, unit_text(name))], units=dict(UNITS, services=[name]))
+    assert result["enabled"] == [name] and result["changed"] and result["started"] == []
+    assert [c[1] for c in fake.mutating()] == ["enable", "daemon-reload"]
+
+
+def test_without_the_run_reload_enable_reloads_itself(node):
+    """units.daemon_reload false: the run makes no reload of its own, so enable makes its own."""
+    name = "gpunuma-llm0.service"
+    fake = FakeSystemd({})
+    apply_run(fake, [node.entry(name, unit_text(name))], units=dict(UNITS, services=[name], daemon_reload=False))
+    assert [c for c in fake.calls if c[:2] == ["systemctl", "enable"]] == [["systemctl", "enable", "--", name]]
+    assert fake.reloads() == 0

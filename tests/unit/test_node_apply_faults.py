@@ -231,8 +231,9 @@ class Systemd:
         verb = argv[1]
         if verb == "show":
             props = argv[2].split("=", 1)[1].split(",")
-            st = self.state(argv[4])
-            return 0, "".join("%s=%s\n" % (p, st.get(p, "")) for p in props), ""
+            assert argv[3] == "--"
+            return 0, "\n".join("".join("%s=%s\n" % (p, self.state(u).get(p, "")) for p in props)
+                                for u in argv[4:]), ""
         self.steps("systemctl " + " ".join(argv[1:]))
         if verb == "daemon-reload":
             return 0, "", ""

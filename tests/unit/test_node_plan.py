@@ -73,3 +73,18 @@ def test_a_dropin_unit_that_cannot_be_bound():
             "inspect": {"vllm.service": {"container_launchers": ["docker run"]}}}
     assert "launches a container" in run(node, instances=instances)["problems"][0]
     assert run(node, instances=instances, allow_dropin_hazards=True)["plan"] is not None
+
+
+def test_an_instance_whose_account_the_node_lacks_stops_the_plan():
+    """The planning step checks the accounts the node read holds (before anything is written on any host)."""
+    instances = [dict(INSTANCES[0], user="svc-llm")]
+    node = dict(probe(0), accounts={"users": {"svc-llm": {"exists": False}}, "groups": {}})
+    out = run(node, instances)
+    assert out["plan"] is None and out["problems"] == [
+        "gpu-a01: no account svc-llm on the node, and instances llm run as it: create it, name an existing account "
+        "in the instance's `user`, or leave `user` out to run as the gpunuma account"]
+    node["accounts"]["users"]["svc-llm"]["exists"] = True
+    assert run(node, instances)["plan"] is not None
+    # Not started: nothing runs as the account yet.
+    node["accounts"]["users"]["svc-llm"]["exists"] = False
+    assert run(node, instances, start=False)["plan"] is not None

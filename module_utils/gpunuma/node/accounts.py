@@ -82,3 +82,31 @@ def _exists(name):
     except KeyError:
         return False
     return True
+
+
+# The account gpunuma creates (numa_binding_create_user) for instances that name none.
+DEDICATED = "gpunuma"
+
+
+def missing_accounts(plan, accounts):
+    """The accounts the plan's instances run as that the node lacks, in the plan's order. ``accounts``:
+    ``gpunuma_node_info``'s ``accounts`` (``{"users": {name: {"exists": bool}}}``)."""
+    users = (accounts or {}).get("users") or {}
+    named = [i.get("user") for i in plan.get("instances") or []]
+    return [u for u in dict.fromkeys(named) if isinstance(u, str) and not (users.get(u) or {}).get("exists")]
+
+
+def missing_account_problems(plan, accounts, host, start, create_user):
+    """Why the plan's instances cannot start as planned: an account they run as that the node lacks and this run does
+    not create (``create_user`` creates the dedicated one). Nothing when no instance starts (``start`` false) or the
+    node's accounts were not read (``accounts`` None)."""
+    if not start or accounts is None:
+        return []
+    missing = missing_accounts(plan, accounts)
+    if not [u for u in missing if not (create_user and u == DEDICATED)]:
+        return []
+    names = [i["name"] for i in plan.get("instances") or [] if i.get("user") in missing]
+    how = ("or set numa_binding_create_user: true (creates %s)" % DEDICATED if DEDICATED in missing
+           else "or leave `user` out to run as the %s account" % DEDICATED)
+    return ["%s: no account %s on the node, and instances %s run as it: create it, name an existing account in the "
+            "instance's `user`, %s" % (host, ", ".join(missing), ", ".join(names), how)]

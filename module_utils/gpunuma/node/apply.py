@@ -9,10 +9,12 @@ applied plan) and hands the whole set to ``gpunuma_apply``, which:
    directory, then rename), keeping a backup of the file it replaces, and
    removes the files no longer wanted (prune: only files carrying gpunuma's
    marker line);
-3. reloads systemd once when a unit or drop-in changed, restarts only the
-   units whose file changed (drop-in targets only when running), enables and
-   starts the instance units, waits ``settle_seconds`` and checks that every
-   unit it started is still active with the same invocation;
+3. enables the instance units that are not (``systemctl enable
+   --no-reload``), reloads systemd once when a unit or drop-in changed or a
+   unit was enabled, restarts only the units whose file changed (drop-in
+   targets only when running), starts the instance units, waits
+   ``settle_seconds`` and checks that every unit it started is still active
+   with the same invocation;
 4. on a failure rolls the failed units' files back (previous file from the
    backup, or removed when new), reloads, restarts the restored units, and
    reports each failed unit's state and journal;
@@ -246,6 +248,7 @@ class Apply(UnitSteps):
                                                     set(prune.get("keep_dropins") or []))
         self._write_all_or_nothing(decisions, pending_path, pending, stale_dropins)
         removed = self._remove_stale(prune, stale_units, stale_dropins, absent, secret_absent)
+        self._enable(units)
         self._reload(decisions, units, pending, removed)
 
         self._live = []
@@ -332,8 +335,9 @@ class Apply(UnitSteps):
     def _reload(self, decisions, units, pending, removed):
         """systemctl daemon-reload when a unit file, a drop-in or a slice's include changed or went."""
         # Any unit file or drop-in, a slice's included (AllowedCPUs= applies on the reload), or a file with a unit.
+        # And after an enable (_enable: `systemctl enable --no-reload`), so systemd sees the unit enabled.
         unit_files_changed = any(d["changed"] and (d["unit"] or is_systemd_path(d["path"])) for d in decisions)
-        if (unit_files_changed or pending or any(is_systemd_path(p) for p in removed)) \
+        if (unit_files_changed or pending or any(is_systemd_path(p) for p in removed) or self.result["enabled"]) \
                 and units.get("daemon_reload", True):
             self.result["daemon_reload"] = True
             if not self.check_mode:

@@ -8,6 +8,7 @@ import os
 import pwd
 import stat
 
+from ansible.module_utils.gpunuma.node import systemctl
 from ansible.module_utils.gpunuma.node.apply_files import ApplyError, os_error_text
 
 ACTIVE_STATES = ("active", "activating", "reloading")
@@ -28,13 +29,7 @@ def _http_get(url, timeout):
 
 
 def _show(runner, unit, props):
-    rc, out, _unused = runner(["systemctl", "show", "--property=" + ",".join(props), "--", unit])
-    values = {}
-    for line in (out or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key] = value
-    return values
+    return systemctl.show(runner, [unit], props)[2].get(unit, {})
 
 
 def _journal(runner, unit, lines):
@@ -107,21 +102,28 @@ class UnitSteps:
             restart.append(unit)
         return restart
 
+    def _enable(self, units):
+        """Before the reload: read the services' states (one call) and enable those that are not, without the reload
+        ``systemctl enable`` makes of its own (``--no-reload``): the run's one ``daemon-reload`` follows (node/apply.py
+        forces it when a unit was enabled). A new unit file is loaded from disk when asked about, and writing a unit's
+        file leaves its enablement as it was, so the states read before the reload are the states after it."""
+        services = list(units.get("services") or []) if units.get("start", False) else []
+        self._service_states = systemctl.show(self.runner, services, ["ActiveState", "UnitFileState"])[2]
+        self.result["enabled"] = [u for u in services if (self._service_states.get(u) or {}).get("UnitFileState")
+                                  not in ("enabled", "enabled-runtime", "static", "alias")]
+        if self.result["enabled"] and not self.check_mode:
+            # Without the run's reload (units.daemon_reload false), enable's own reload.
+            quiet = ["--no-reload"] if units.get("daemon_reload", True) else []
+            self._systemctl("enable", *(quiet + ["--"] + self.result["enabled"]))
+
     def _start(self, decisions, units, unbound, pending=()):
         services = list(units.get("services") or [])
         self._still_pending = []
         restart = self._to_restart(decisions, services, unbound, pending)
         self.result["restarted"] = list(restart)
-        start = []
-        for unit in services:
-            props = _show(self.runner, unit, ["ActiveState", "UnitFileState"])
-            if props.get("UnitFileState") not in ("enabled", "enabled-runtime", "static", "alias"):
-                self.result["enabled"].append(unit)
-            if unit not in restart and props.get("ActiveState") not in ACTIVE_STATES:
-                start.append(unit)
-        if self.result["enabled"] and not self.check_mode:
-            # One call for all of them: each `systemctl enable` reloads systemd once.
-            self._systemctl("enable", "--", *self.result["enabled"])
+        # States read before the reload (_enable): a reload changes no unit's ActiveState.
+        start = [u for u in services if u not in restart
+                 and (self._service_states.get(u) or {}).get("ActiveState") not in ACTIVE_STATES]
         self.result["started"] = list(start)
         if restart or start or self.result["enabled"]:
             self.result["changed"] = True

@@ -22,6 +22,7 @@ import re
 from ansible.module_utils.gpunuma.node.programs import program_states
 from ansible.module_utils.gpunuma.discovery.sysfs import read_bounded
 from ansible.module_utils.gpunuma.node import autonuma
+from ansible.module_utils.gpunuma.node import systemctl
 
 MAX_NODE_FILE = 16 * 1024 * 1024
 MAX_CONFIG_FILE = 1024 * 1024
@@ -42,20 +43,9 @@ def read_file(path, limit=MAX_NODE_FILE):
 def unit_states(runner, units, props=("LoadState", "ActiveState", "UnitFileState", "MainPID")):
     """{unit: {prop: value}} from one ``systemctl show`` call for all units."""
     units = list(dict.fromkeys(units or []))
-    if not units:
-        return {}
-    rc, out, err = runner(["systemctl", "show", "--property=" + ",".join(props), "--"] + units)
-    if rc is None or (rc != 0 and not out):
+    rc, err, states = systemctl.show(runner, units, props)
+    if units and (rc is None or (rc != 0 and not states)):
         return {u: {"LoadState": "unknown", "error": (err or "systemctl failed").strip()} for u in units}
-    blocks = re.split(r"\n\s*\n", out.strip("\n")) if out.strip() else []
-    states = {}
-    for unit, block in zip(units, blocks):
-        values = {}
-        for line in block.splitlines():
-            key, sep, value = line.partition("=")
-            if sep:
-                values[key] = value
-        states[unit] = values
     for unit in units:
         states.setdefault(unit, {"LoadState": "unknown"})
     return states

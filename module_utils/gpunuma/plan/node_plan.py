@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common import schemas
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.node import accounts as accountslib
 from ansible.module_utils.gpunuma.node import programs as programslib
 from ansible.module_utils.gpunuma.operate.role_inputs import read_state_file
 from ansible.module_utils.gpunuma.plan.planner import build_plan
@@ -118,12 +119,13 @@ def plan_for_node(topology, profile, instances, node, host, plan_path, options, 
 
     ``node``: ``gpunuma_node_info``'s result (``files.plan``, ``commands.mempolicy``, ``units``, ``inspect``,
     ``programs``); ``options``: :func:`build_plan`'s keyword options plus ``on_mempolicy_denied`` (fail |
-    fallback), ``allow_dropin_hazards`` and ``start``.
+    fallback), ``allow_dropin_hazards``, ``start`` and ``create_user`` (node/accounts.missing_account_problems).
     """
     options = dict(options)
     on_denied = options.pop("on_mempolicy_denied", "fail")
     allow_hazards = options.pop("allow_dropin_hazards", False)
     start = options.pop("start", True)
+    create_user = options.pop("create_user", False)
     node = node or {}
     out = {"plan": None, "applied": None, "problems": [], "notices": [], "mempolicy": "not-probed"}
     plan_file = (node.get("files") or {}).get("plan") or {}
@@ -160,6 +162,7 @@ def plan_for_node(topology, profile, instances, node, host, plan_path, options, 
     if not allow_hazards:
         problems += dropin_hazards(plan, node.get("inspect"), host)
     problems += programslib.program_problems(plan, node.get("programs"), host, start)
+    problems += accountslib.missing_account_problems(plan, node.get("accounts"), host, start, create_user)
     if problems:
         out["problems"].extend(problems)
         return out
