@@ -161,8 +161,9 @@ def test_the_effective_profile_follows_its_order(rollback, cli, read, expected):
 
 
 def test_the_role_and_the_filter_use_the_one_rule():
-    """roles/gpunuma_state/tasks/resolve.yml picks the profile through the filter of the rule, not a Jinja copy."""
-    with open(os.path.join(REPO_ROOT, "roles", "gpunuma_state", "tasks", "resolve.yml"), encoding="utf-8") as handle:
+    """roles/gpunuma_state/tasks/effective.yml (resolve.yml's choice) picks the profile through the filter of the rule,
+    not a Jinja copy."""
+    with open(os.path.join(REPO_ROOT, "roles", "gpunuma_state", "tasks", "effective.yml"), encoding="utf-8") as handle:
         text = handle.read()
     assert "gpunuma.fleet.gpunuma_effective_profile(" in text
     # No second copy of the order: the pinned state and the rollback target are read only by the rule.
