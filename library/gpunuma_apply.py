@@ -60,16 +60,26 @@ options:
         description:
           - What a change of this file does to O(files[].unit) - C(changed) restarts it (an instance service of
             O(units.services) even when it was stopped, any other unit only when it runs), C(if-running) restarts
-            it only when it runs (a service gpunuma does not own, such as irqbalance), C(never) restarts nothing.
+            it only when it runs (a service gpunuma does not own, such as irqbalance), C(never) restarts nothing,
+            C(stop) stops it before the first write when it runs and starts it once every file is written and every
+            O(absent) path removed (a service that must not run while its files change, such as the kubelet, which
+            refuses a checkpoint recorded under another policy).
+          - A unit in mode C(stop) that does not stay up O(units.settle_seconds) or answer O(units.readiness) is
+            stopped, its files are put back (written ones from their backup, removed ones recreated, its
+            O(units.state_files) as they were), and it is started again and checked again; the run fails saying
+            whether it is healthy again and quoting its journal. A unit that was not running is not started.
           - systemd is reloaded whenever a unit file or drop-in changes, whatever the mode (a slice's
             C(AllowedCPUs=) applies on the reload).
         type: str
-        choices: [changed, if-running, never]
+        choices: [changed, if-running, never, stop]
         default: changed
   absent:
     description:
-      - Paths that must not exist, each a path or a mapping of C(path) and C(unit); that unit (a service gpunuma
-        does not own whose drop-in goes, such as irqbalance) is restarted, when it runs, once the path is removed.
+      - Paths that must not exist, each a path or a mapping of C(path), C(unit) and C(restart); that unit (a
+        service gpunuma does not own whose drop-in goes, such as irqbalance) is restarted, when it runs, once the
+        path is removed (C(restart=if-running), the default), or, with C(restart=stop), stopped before the path
+        goes and started after, as O(files[].restart=stop) (a checkpoint the kubelet must not read under a new
+        policy).
     type: list
     elements: raw
     default: []
@@ -101,6 +111,16 @@ options:
             did not stay up (and is rolled back).
         type: dict
         default: {}
+      state_files:
+        description:
+          - Per unit in restart mode C(stop), the files it writes itself (the kubelet's checkpoints), read before it
+            stops and put back as they were (or removed when there were none) when it does not come back.
+        type: dict
+        default: {}
+      backup_dir:
+        description: Copies of the O(units.state_files) are kept here (mode 0700 when created) while a unit in
+          restart mode C(stop) changes; a copy of a file now absent is removed.
+        type: path
       restart_batch:
         description: Changed running units restart this many at a time, each batch settled before the next; a
           failed batch stops the rest (their new files are put back).
@@ -113,6 +133,13 @@ options:
         (when running), so a run that died between a write and its restart is finished by the next one.
     type: path
     default: /var/lib/gpunuma/pending-restarts.json
+  stopped_file:
+    description:
+      - The units in restart mode C(stop) this step stopped, listed (JSON) before the stop and cleared once they
+        started again; a later run starts the units it still lists (a run that died between the stop and the
+        start).
+    type: path
+    default: /var/lib/gpunuma/stopped-for-change.json
   backups_keep:
     description:
       - After a successful run, only the newest this many backups of each file in O(files) and O(after_success)
@@ -286,9 +313,25 @@ restarted:
   returned: always
   type: list
 started:
-  description: Instance units started because they were not running.
+  description: Instance units started because they were not running, and units in restart mode C(stop) started
+    again after their change.
   returned: always
   type: list
+stopped_for_change:
+  description: Units in restart mode C(stop) stopped before their files changed (in check mode, would be).
+  returned: when a unit in restart mode C(stop) was running and its files change
+  type: list
+  elements: str
+not_started:
+  description: Units in restart mode C(stop) whose files changed while they were not running; left stopped.
+  returned: always
+  type: list
+  elements: str
+back_healthy:
+  description: After a unit in restart mode C(stop) did not come back, whether it is healthy again on its previous
+    files.
+  returned: when a unit in restart mode C(stop) did not come back
+  type: bool
 failed_units:
   description: Units that did not stay up after the change.
   returned: always
@@ -411,7 +454,7 @@ FILE_OPTIONS = dict(
     dir_mode=dict(type="str", default="0755"),
     validate=dict(type="list", elements="str"),
     unit=dict(type="str"),
-    restart=dict(type="str", choices=["changed", "if-running", "never"], default="changed"),
+    restart=dict(type="str", choices=["changed", "if-running", "never", "stop"], default="changed"),
 )
 
 
@@ -436,7 +479,10 @@ ARGUMENT_SPEC = dict(
         journal_lines=dict(type="int", default=20),
         restart_batch=dict(type="int", default=1),
         readiness=dict(type="dict", default={}),
+        state_files=dict(type="dict", default={}),
+        backup_dir=dict(type="path"),
     )),
+    stopped_file=dict(type="path", default="/var/lib/gpunuma/stopped-for-change.json"),
     pending_file=dict(type="path", default="/var/lib/gpunuma/pending-restarts.json"),
     backups_keep=dict(type="int", default=5),
     # A file of files, but its content never printed, and private by default.
@@ -519,7 +565,7 @@ def main():
             result = apply.run(files, absent=params["absent"], prune=params["prune"], units=params["units"],
                                after_success=after, pending_path=params["pending_file"],
                                backups_keep=params["backups_keep"], secret_absent=params["secret_absent"],
-                               account=params["account"])
+                               account=params["account"], stopped_path=params["stopped_file"])
             if params["record"] and not result.get("failed") and not module.check_mode:
                 # Still under the lock: the node read for the record is the node this step left.
                 result["converge_record"] = recorded(module, params["record"])

@@ -77,9 +77,23 @@ from ansible.module_utils.gpunuma.node.apply_files import (
 # The unit steps (start, batches, settle, readiness, rollback), re-exported with their helpers.
 from ansible.module_utils.gpunuma.node.apply_units import (  # noqa: F401  # pylint: disable=unused-import
     ACTIVE_STATES, SETPRIV, UnitSteps, _http_get, readiness_argv)
+from ansible.module_utils.gpunuma.node.apply_stop import StopSteps
 
 
-class Apply(UnitSteps):
+def _check_stop_units(decisions, units):
+    """A file in restart mode ``stop`` names the unit to stop, never an instance unit (those restart in batches)."""
+    services = set(units.get("services") or [])
+    for d in decisions:
+        if d["restart"] != "stop":
+            continue
+        if not d["unit"]:
+            raise ApplyError("%s: restart mode stop needs the unit to stop (files[].unit)" % d["path"])
+        if d["unit"] in services:
+            raise ApplyError("%s: restart mode stop is for a service gpunuma does not own; %s is an instance unit "
+                             "(units.services), restarted in batches" % (d["path"], d["unit"]))
+
+
+class Apply(UnitSteps, StopSteps):
     """One reconciliation. fs writes files (atomic, backups); runner runs commands."""
 
     def __init__(self, fs, runner, sleep, check_mode=False, http_get=None, alive=None):
@@ -93,7 +107,7 @@ class Apply(UnitSteps):
         self.check_mode = check_mode
         self.http_get = http_get or _http_get
         self.result = {"changed": False, "files": [], "removed": [], "restarted": [], "started": [],
-                       "enabled": [], "stopped": [], "failed_units": [], "rolled_back": [], "diff": [],
+                       "enabled": [], "stopped": [], "not_started": [], "failed_units": [], "rolled_back": [], "diff": [],
                        "pruned_backups": []}
 
     # ------------------------------------------------------------- files
@@ -218,12 +232,13 @@ class Apply(UnitSteps):
             self.fs.write(decision)
 
     def run(self, files, absent=(), prune=None, units=None, after_success=(), pending_path=None, backups_keep=5,
-            secret_absent=(), account=None):
+            secret_absent=(), account=None, stopped_path=None):
         """Reconcile; on success keep only the newest ``backups_keep`` backups of each file (0: keep all).
 
         ``secret_absent``: files holding secrets that must go, with every backup of them. ``account``: the account
-        the units run as, created when missing (node/accounts.py) before any file is validated or written."""
-        units, (absent, removal_units) = units or {}, normalise_absent(absent)
+        the units run as, created when missing (node/accounts.py) before any file is validated or written.
+        ``stopped_path``: the list of units stopped for a change in restart mode ``stop`` (node/apply_stop.py)."""
+        units, (absent, removal_units, self._absent_stops) = units or {}, normalise_absent(absent)
         if isinstance(backups_keep, bool) or not isinstance(backups_keep, int) or backups_keep < 0:
             raise ApplyError("backups_keep: %r is not allowed; allowed: 0 (keep every backup) or the number of "
                              "backups kept per file" % (backups_keep,))
@@ -231,6 +246,8 @@ class Apply(UnitSteps):
         after = normalise_files(after_success, "after_success")
         # Planned now: a target that cannot be read stops the run before anything changes.
         after_decisions = plan_files(after, self.fs)
+        stops = self._stops_wanted(decisions, self._absent_stops)
+        _check_stop_units(decisions, units)
         self._ensure_account(account)
         self._validate(decisions)
         if not units.get("start", False):
@@ -246,25 +263,18 @@ class Apply(UnitSteps):
         if prune:
             stale_units, stale_dropins = find_stale(prune, set(prune.get("keep_units") or []),
                                                     set(prune.get("keep_dropins") or []))
-        self._write_all_or_nothing(decisions, pending_path, pending, stale_dropins)
-        removed = self._remove_stale(prune, stale_units, stale_dropins, absent, secret_absent)
-        self._enable(units)
-        self._reload(decisions, units, pending, removed)
-
-        self._live = []
-        # Services gpunuma does not own whose drop-in went: restarted when running, to read their settings again.
-        lost = [removal_units[os.path.normpath(p)] for p in removed if os.path.normpath(p) in removal_units]
-        if not units.get("start", False):
-            # Without units to start, only what asked for it restarts: a removed drop-in's unit, and the unit of a
-            # changed file in mode if-running (a service gpunuma does not own, such as containerd).
-            self._restart_running(lost + [d["unit"] for d in decisions
-                                          if d["content_changed"] and d["unit"] and d["restart"] == "if-running"])
-        if units.get("start", False):
-            ok = self._start(decisions, units, stale_dropins + lost, pending)
-            if pending_path:
-                self._write_pending(pending_path, self._still_pending)
-            if not ok:
-                return self.result
+        try:
+            self._stop_before_write(stops, units, stopped_path)
+            self._write_all_or_nothing(decisions, pending_path, pending, stale_dropins)
+            removed = self._remove_stale(prune, stale_units, stale_dropins, absent, secret_absent)
+            self._enable(units)
+            self._reload(decisions, units, pending, removed)
+        except (ApplyError, OSError) as exc:
+            raise self._start_after_error(decisions, exc)
+        if not self._start_after_write(decisions, units, stopped_path):
+            return self.result
+        if not self._restart_and_start(decisions, units, removal_units, removed, stale_dropins, pending, pending_path):
+            return self.result
         try:
             self._write(after_decisions)
         except OSError as exc:
@@ -278,6 +288,22 @@ class Apply(UnitSteps):
             return self.result
         self._tidy(list(files) + after, backups_keep, secret_absent, prune, stale_dropins)
         return self.result
+
+    def _restart_and_start(self, decisions, units, removal_units, removed, stale_dropins, pending, pending_path):
+        """The restarts the written files ask for and, with units.start, the instance units; False when one failed."""
+        self._live = []
+        # Services gpunuma does not own whose drop-in went: restarted when running, to read their settings again.
+        lost = [removal_units[os.path.normpath(p)] for p in removed if os.path.normpath(p) in removal_units]
+        if not units.get("start", False):
+            # Without units to start, only what asked for it restarts: a removed drop-in's unit, and the unit of a
+            # changed file in mode if-running (a service gpunuma does not own, such as containerd).
+            self._restart_running(lost + [d["unit"] for d in decisions
+                                          if d["content_changed"] and d["unit"] and d["restart"] == "if-running"])
+            return True
+        ok = self._start(decisions, units, stale_dropins + lost, pending)
+        if pending_path:
+            self._write_pending(pending_path, self._still_pending)
+        return ok
 
     def _ensure_account(self, account):
         if not account:

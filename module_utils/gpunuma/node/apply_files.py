@@ -105,13 +105,15 @@ def normalise_files(files, field="files"):
     return out
 
 
-RESTART_MODES = ("changed", "if-running", "never")
+RESTART_MODES = ("changed", "if-running", "never", "stop")
+ABSENT_RESTART_MODES = ("if-running", "stop")
 
 
 def _restart_mode(value, where):
     """A file's restart mode: ``changed`` (default: the unit restarts when the file changed; an instance
     service listed in units.services even when stopped), ``if-running`` (only a running unit restarts),
-    ``never`` (written, systemd reloaded, nothing restarted)."""
+    ``never`` (written, systemd reloaded, nothing restarted), ``stop`` (a running unit stops before the first
+    write and starts once every file is written, put back when it does not come back: node/apply_stop.py)."""
     if value is None:
         return "changed"
     if value not in RESTART_MODES:
@@ -120,27 +122,35 @@ def _restart_mode(value, where):
 
 
 def normalise_absent(absent, field="absent"):
-    """``absent`` entries as ``(paths, {path: unit})``: a path, or ``{path, unit}`` whose unit restarts, when
-    running, once the path is removed (a drop-in of a service gpunuma does not own, e.g. irqbalance)."""
-    paths, units = [], {}
+    """``absent`` entries as ``(paths, {path: unit}, {path: unit})``: a path, or ``{path, unit, restart}``. With
+    ``restart: if-running`` (the default) the unit restarts, when running, once the path is removed (a drop-in of
+    a service gpunuma does not own, e.g. irqbalance); with ``restart: stop`` the unit is stopped before the path
+    goes and started after (node/apply_stop.py; a checkpoint the kubelet must not read under a new policy)."""
+    paths, units, stops = [], {}, {}
     for index, entry in enumerate(absent or []):
         where = "%s[%d]" % (field, index)
-        unit = None
+        unit, restart = None, "if-running"
         if isinstance(entry, dict):
-            unknown = sorted(set(entry) - {"path", "unit"})
+            unknown = sorted(set(entry) - {"path", "unit", "restart"})
             if unknown:
-                raise ApplyError("%s: %s not allowed; allowed: path, unit" % (where, ", ".join(unknown)))
+                raise ApplyError("%s: %s not allowed; allowed: path, unit, restart" % (where, ", ".join(unknown)))
             path, unit = entry.get("path"), entry.get("unit")
             if unit is not None and (not isinstance(unit, str) or not unit.endswith(UNIT_SUFFIXES)):
                 raise ApplyError("%s.unit must be a systemd unit name, got %r" % (where, unit))
+            restart = entry.get("restart") or "if-running"
+            if restart not in ABSENT_RESTART_MODES:
+                raise ApplyError("%s.restart: %r is not allowed; allowed: %s" % (
+                    where, restart, ", ".join(ABSENT_RESTART_MODES)))
+            if restart == "stop" and not unit:
+                raise ApplyError("%s.restart: stop needs the unit to stop (%s.unit)" % (where, where))
         else:
             path = entry
         if not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
             raise ApplyError("%s must be an absolute path, got %r" % (where, path))
         paths.append(path)
         if unit:
-            units[os.path.normpath(path)] = unit
-    return paths, units
+            (stops if restart == "stop" else units)[os.path.normpath(path)] = unit
+    return paths, units, stops
 
 
 def os_error_text(exc):

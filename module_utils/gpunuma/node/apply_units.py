@@ -191,9 +191,7 @@ class UnitSteps:
                     problems.append(os_error_text(exc))
         for path, (data, st) in sorted(self._removed.items()):
             try:
-                self.fs.write({"path": path, "data": data, "before": None, "backup": False,
-                               "mode": stat.S_IMODE(st.st_mode), "owner": None, "group": None, "dir_mode": None})
-                os.chown(path, st.st_uid, st.st_gid)
+                self._recreate(path, data, st)
             except OSError as exc:
                 problems.append(os_error_text(exc))
         self._systemctl("daemon-reload")
@@ -211,6 +209,13 @@ class UnitSteps:
             "%d recreated; restarted again: %s)%s" % (
                 why, len(put), len(self._removed), ", ".join(dict.fromkeys(self._live)) or "none",
                 ("; could not put back: " + "; ".join(problems)) if problems else "")
+
+    def _recreate(self, path, data, st, dir_mode=None):
+        """Write ``data`` to ``path`` with the mode and owner of ``st`` (a file this run removed or replaced, as it
+        was; a new directory gets ``dir_mode``)."""
+        self.fs.write({"path": path, "data": data, "before": None, "backup": False, "mode": stat.S_IMODE(st.st_mode),
+                       "owner": None, "group": None, "dir_mode": dir_mode})
+        os.chown(path, st.st_uid, st.st_gid)
 
     def _settle(self, batch, verb, units):
         """(Re)start batch, wait settle_seconds, and return (failed units, their states)."""
