@@ -44,6 +44,7 @@ from ansible.module_utils.gpunuma.common import seal as seallib  # noqa: E402
 from ansible.module_utils.gpunuma.common import secrets as secretslib  # noqa: E402
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.kubelet import guard as kubeletguard  # noqa: E402
+from ansible.module_utils.gpunuma.kubelet import change as kubeletchange  # noqa: E402
 from ansible.module_utils.gpunuma.kubelet import dra as kubeletdra  # noqa: E402
 from ansible.module_utils.gpunuma.kubelet import resource_slices as resourceslices  # noqa: E402
 from ansible.module_utils.gpunuma.plan.planner import systemd_environment_assignment, systemd_exec_line  # noqa: E402
@@ -422,6 +423,12 @@ def kubelet_topology_guard_files(plan, enabled, script_text, python, libexec_dir
                                     header)
 
 
+@_filter
+def kubelet_topology_change(plan, guard, config_path, state_dir, service):
+    """The kubelet change (when the plan needs one) and the check's files as one gpunuma_apply request."""
+    return kubeletchange.change_request(plan or {}, guard, config_path, state_dir, service)
+
+
 # ================================================================ memlock
 # The memlock limit as systemd writes it, and the ceiling PID 1 puts on it
 # (gpunuma.limits).
@@ -707,6 +714,7 @@ FILTERS = (
     "gpunuma_audit_resource_slices",
     "kubelet_topology_dra_mode",
     "kubelet_topology_guard_files",
+    "kubelet_topology_change",
 )
 
 

@@ -99,9 +99,11 @@ def test_unknown_profile_names_the_presets(tmp_path):
 def test_check_mode_reports_the_change_and_writes_nothing(tmp_path):
     proc, config = _run(tmp_path, KUBEADM, check=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "would write" in proc.stdout
+    # The apply step's check mode: the same decisions, reported as a change, nothing written or stopped.
     assert "changed=1" in proc.stdout
     assert config.read_text() == KUBEADM
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "inventory.yml", "play.yml", "state"]
+    assert (tmp_path / "state" / "cpu_manager_state").exists()
 
 
 def test_matching_node_is_not_touched(tmp_path):

@@ -1,0 +1,39 @@
+"""The node's half of a kubelet change, as one ``gpunuma_apply`` request.
+
+The kubelet refuses to start on a CPU or Memory Manager checkpoint recorded
+under another policy, so a policy change is: stop the kubelet, remove the
+stale checkpoints, write the config, start it (kubernetes.io, "Changing the
+CPU Manager Policy"; docs/kubelet.md). ``change_request`` turns the plan of
+:func:`kubelet.plan.plan_kubelet` and the Memory Manager checkpoint check's
+files (kubelet/guard.py) into the request that does it in restart mode
+``stop`` (node/apply_stop.py): the config and the stale checkpoints carry the
+kubelet unit in that mode, every checkpoint the kubelet keeps is a state file
+put back as it was when the kubelet does not come back, and the check's files
+go with the kubelet (written without a restart; put back with the config).
+Where the plan needs no transition, only the check's files are asked for.
+"""
+
+from __future__ import annotations
+
+from ansible.module_utils.gpunuma.kubelet.dra import DRA_STATE_FILE
+from ansible.module_utils.gpunuma.kubelet.plan import CPU_STATE_FILE, MEMORY_STATE_FILE
+
+# Every checkpoint the kubelet keeps that a failed change must not lose: the two a policy change can invalidate,
+# and the DRA manager's, which none does.
+CHECKPOINTS = (CPU_STATE_FILE, MEMORY_STATE_FILE, DRA_STATE_FILE)
+
+
+def change_request(plan, guard, config_path, state_dir, service):
+    """``{"files", "absent", "state_files"}`` for gpunuma_apply: the kubelet's change (when the plan needs one) and
+    the checkpoint check's files (``guard``: guard.guard_files)."""
+    change = bool(plan.get("transition_needed"))
+    files, absent = [], []
+    if change:
+        files.append({"path": config_path, "content": plan["config_text"], "owner": "root", "group": "root",
+                      "mode": "0644", "unit": service, "restart": "stop"})
+        absent.extend({"path": path, "unit": service, "restart": "stop"} for path in plan["remove_checkpoints"])
+    # The check runs at the kubelet's next start; a change the kubelet refuses puts its files back too.
+    files.extend(dict(entry, unit=service, restart="never") for entry in guard["files"])
+    absent.extend({"path": path, "unit": service, "restart": "stop"} if change else path for path in guard["absent"])
+    state = ["%s/%s" % (state_dir.rstrip("/"), name) for name in CHECKPOINTS]
+    return {"files": files, "absent": absent, "state_files": {service: state} if change else {}}
