@@ -1,0 +1,96 @@
+"""site.yml on a Kubernetes node (a systemd container running the STAND-IN kubelet of molecule/kubelet): the
+validation play plans the kubelet settings once, the apply play applies that plan in one gpunuma_apply step
+(restart mode stop) - the stand-in stopped, its stale CPU checkpoint removed, the config written, started and
+healthy - and a re-run neither writes nor restarts."""
+
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from ansible_run import BINDIR, ansible_env
+from conftest import REPO_ROOT
+from containers import Node, needs_docker
+
+pytestmark = [pytest.mark.container, needs_docker]
+
+CONFIG = "/etc/kubernetes/kubelet/config.json"
+STARTS = "/var/lib/kubelet-standin/starts"
+UNIT = """[Unit]
+Description=STAND-IN kubelet for gpunuma tests (not the kubelet; molecule/kubelet/files/kubelet-standin.py)
+
+[Service]
+Environment=STANDIN_NUMA_NODES=0
+ExecStart=/usr/local/bin/kubelet-standin --config %s --root-dir /var/lib/kubelet
+Restart=no
+
+[Install]
+WantedBy=multi-user.target
+""" % CONFIG
+FRESH_CONFIG = {"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                "cgroupDriver": "systemd", "healthzBindAddress": "127.0.0.1", "healthzPort": 10248}
+
+
+def _put(node, path, text, mode="0644"):
+    node.sh("mkdir -p %s && cat > %s <<'GPUNUMA_EOF'\n%sGPUNUMA_EOF\nchmod %s %s" % (
+        os.path.dirname(path), path, text if text.endswith("\n") else text + "\n", mode, path))
+
+
+@pytest.fixture(scope="module")
+def node():
+    created = Node()
+    with open(os.path.join(REPO_ROOT, "molecule", "kubelet", "files", "kubelet-standin.py"), encoding="utf-8") as f:
+        _put(created, "/usr/local/bin/kubelet-standin", f.read(), "0755")
+    _put(created, "/etc/systemd/system/kubelet.service", UNIT)
+    _put(created, CONFIG, json.dumps(FRESH_CONFIG, indent=2))
+    _put(created, "/var/lib/kubelet/cpu_manager_state", '{"policyName": "none", "checksum": 0}')
+    created.sh("systemctl daemon-reload && systemctl enable --now kubelet.service")
+    yield created
+    created.remove()
+
+
+def _site(tmp_path, node):
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {node.name: {
+        "ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3",
+        "gpu_topology_controller_dir": str(tmp_path / "topology"), "gpunuma_profile": "preferred",
+        "autonuma_numa_balancing": None, "gpunuma_kubelet": True,
+        "gpunuma_instances": [{"name": "worker", "numa_node": 0, "share_cpus": True,
+                               "command": ["/bin/sleep", "infinity"]}],
+        "kubelet_topology_config_path": CONFIG, "kubelet_topology_kubelet_version": "1.31",
+        "kubelet_topology_health_retries": 8, "kubelet_topology_health_delay": 1}}}}))
+    proc = subprocess.run([os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), "playbooks/site.yml"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+                          env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
+    data = json.loads(proc.stdout[proc.stdout.index("{"):])
+    ran = [(play["play"]["name"], task["task"]["name"], result) for play in data["plays"] for task in play["tasks"]
+           for host, result in task["hosts"].items() if host == node.name and not result.get("skipped")]
+    return proc, ran
+
+
+def test_site_applies_the_kubelet_plan_of_its_validation_play(node, tmp_path):
+    proc, ran = _site(tmp_path, node)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    # Planned once, in the validation play; the apply play changes the node to that plan.
+    planned = [play for play, task, _result in ran if task == "kubelet_topology : Plan the kubelet settings"]
+    assert len(planned) == 1 and planned[0].startswith("Validate"), [(p, t) for p, t, _r in ran]
+    (applied,) = [result for _play, task, result in ran
+                  if task == "kubelet_topology : Write the kubelet settings, the kubelet stopped for a change and started after"]
+    assert applied["changed"] and applied["stopped_for_change"] == ["kubelet.service"], applied
+    assert applied["started"] == ["kubelet.service"] and applied["removed"] == ["/var/lib/kubelet/cpu_manager_state"]
+    config = json.loads(node.sh("cat %s" % CONFIG))
+    assert config["cpuManagerPolicy"] == "static" and config["reservedSystemCPUs"], config
+    # The stand-in accepted it: healthy, and its checkpoint rewritten under the new policy.
+    assert json.loads(node.sh("cat /var/lib/kubelet/cpu_manager_state"))["policyName"] == "static"
+    assert node.sh("systemctl is-active kubelet.service").strip() == "active"
+    assert len(node.sh("cat %s" % STARTS).splitlines()) == 2  # the fixture's start and the change's
+    # The checkpoints as they were before the stop (the stand-in keeps no DRA manager state).
+    assert node.sh("ls /var/lib/gpunuma/kubelet-backup").split() == ["cpu_manager_state", "memory_manager_state"]
+    assert json.loads(node.sh("cat /var/lib/gpunuma/kubelet-backup/cpu_manager_state"))["policyName"] == "none"
+    # A re-run: nothing written, the kubelet not restarted.
+    proc, ran = _site(tmp_path, node)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert not [task for _play, task, result in ran if result.get("changed")], ran
+    assert len(node.sh("cat %s" % STARTS).splitlines()) == 2
