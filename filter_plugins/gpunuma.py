@@ -557,9 +557,14 @@ def numa_binding_program_problems(plan, states, host, start=True):
     return programslib.program_problems(plan, states, host, start)
 
 
-def numa_binding_missing_accounts(plan, accounts):
-    """The accounts the plan's instances run as that the node lacks (node/accounts.missing_accounts)."""
-    return accountslib.missing_accounts(plan, accounts)
+def numa_binding_account_to_create(plan, accounts, start, create_user, groups=()):
+    """The dedicated account this run creates, or None (node/accounts.account_to_create)."""
+    return accountslib.account_to_create(plan, accounts, bool(start), bool(create_user), groups)
+
+
+def numa_binding_account_reads(instances):
+    """The accounts the node read asks about (node/accounts.users_to_read)."""
+    return accountslib.users_to_read(instances)
 
 
 def numa_binding_account_problems(plan, accounts, host, start, create_user):
@@ -706,8 +711,9 @@ FILTERS = (
     "numa_binding_env_files",
     "numa_binding_stale_env_files",
     "numa_binding_program_problems",
-    "numa_binding_missing_accounts",
     "numa_binding_account_problems",
+    "numa_binding_account_to_create",
+    "numa_binding_account_reads",
     "numa_binding_housekeeping",
     "numa_binding_node_reads",
     "numa_binding_irqbalance_texts",

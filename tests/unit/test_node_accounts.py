@@ -120,3 +120,29 @@ def test_the_fix_names_the_variable_that_creates_the_dedicated_account():
 def test_accounts_not_read_are_no_problem():
     """A node read without the accounts section (a planning step whose read did not ask) checks nothing."""
     assert accounts.missing_account_problems(_plan(["svc-llm"]), None, "gpu-a01", True, False) == []
+
+
+@given(users=st.lists(NAMES, max_size=6), present=st.sets(st.sampled_from(["gpunuma", "root", "svc-llm", "svc-emb"])),
+       create=st.booleans(), start=st.booleans(),
+       groups=st.lists(st.sampled_from(["video", "render", "kfd"]), unique=True, max_size=3),
+       node_groups=st.sets(st.sampled_from(["video", "render", "kfd"])))
+def test_the_dedicated_account_is_created_exactly_when_an_instance_runs_as_it_and_the_node_lacks_it(
+        users, present, create, start, groups, node_groups):
+    node = {"users": {name: {"exists": True} for name in present},
+            "groups": {g: g in node_groups for g in ("video", "render", "kfd")}}
+    spec = accounts.account_to_create(_plan(users), node, start, create, groups)
+    wanted = start and create and "gpunuma" in users and "gpunuma" not in present
+    assert (spec is not None) == wanted
+    if spec:
+        # The device groups asked for that the node has, in the order asked; useradd would accept the spec.
+        assert spec["name"] == "gpunuma" and spec["groups"] == [g for g in groups if g in node_groups]
+        assert accounts.account_problem(spec) is None
+
+
+@given(st.lists(st.one_of(st.fixed_dictionaries({"name": st.just("i")}, optional={"user": NAMES}),
+                          st.integers(), st.text(max_size=3)), max_size=5))
+def test_the_node_read_asks_for_the_dedicated_account_and_every_instance_account_once(instances):
+    names = accounts.users_to_read(instances)
+    named = [i.get("user") for i in instances if isinstance(i, dict) and isinstance(i.get("user"), str)]
+    assert names[0] == "gpunuma" and len(names) == len(set(names)) and set(names) == {"gpunuma", *named}
+    assert accounts.users_to_read("not a list") == ["gpunuma"]

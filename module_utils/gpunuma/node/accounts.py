@@ -86,6 +86,24 @@ def _exists(name):
 
 # The account gpunuma creates (numa_binding_create_user) for instances that name none.
 DEDICATED = "gpunuma"
+DEDICATED_SPEC = {"name": DEDICATED, "comment": "gpunuma inference instances", "shell": "/usr/sbin/nologin",
+                  "home": "/var/lib/gpunuma-instances"}
+
+
+def users_to_read(instances):
+    """The accounts a node read asks about: the dedicated one and every instance's ``user``, once each."""
+    named = [i.get("user") for i in instances if isinstance(i, dict)] if isinstance(instances, (list, tuple)) else []
+    return list(dict.fromkeys([DEDICATED] + [u for u in named if isinstance(u, str)]))
+
+
+def account_to_create(plan, accounts, start, create_user, groups=()):
+    """The dedicated account for ``gpunuma_apply``'s ``account`` option when this run creates it (instances start,
+    ``create_user``, an instance runs as it and the node lacks it), else None; it joins the ``groups`` (the GPU device
+    nodes' groups, numa_binding_user_groups) the node has."""
+    if not (start and create_user) or DEDICATED not in missing_accounts(plan, accounts):
+        return None
+    present = (accounts or {}).get("groups") or {}
+    return dict(DEDICATED_SPEC, groups=[g for g in groups or () if present.get(g)])
 
 
 def missing_accounts(plan, accounts):

@@ -77,20 +77,7 @@ from ansible.module_utils.gpunuma.node.apply_files import (
 # The unit steps (start, batches, settle, readiness, rollback), re-exported with their helpers.
 from ansible.module_utils.gpunuma.node.apply_units import (  # noqa: F401  # pylint: disable=unused-import
     ACTIVE_STATES, SETPRIV, UnitSteps, _http_get, readiness_argv)
-from ansible.module_utils.gpunuma.node.apply_stop import StopSteps
-
-
-def _check_stop_units(decisions, units):
-    """A file in restart mode ``stop`` names the unit to stop, never an instance unit (those restart in batches)."""
-    services = set(units.get("services") or [])
-    for d in decisions:
-        if d["restart"] != "stop":
-            continue
-        if not d["unit"]:
-            raise ApplyError("%s: restart mode stop needs the unit to stop (files[].unit)" % d["path"])
-        if d["unit"] in services:
-            raise ApplyError("%s: restart mode stop is for a service gpunuma does not own; %s is an instance unit "
-                             "(units.services), restarted in batches" % (d["path"], d["unit"]))
+from ansible.module_utils.gpunuma.node.apply_stop import StopSteps, check_stop_units
 
 
 class Apply(UnitSteps, StopSteps):
@@ -247,7 +234,7 @@ class Apply(UnitSteps, StopSteps):
         # Planned now: a target that cannot be read stops the run before anything changes.
         after_decisions = plan_files(after, self.fs)
         stops = self._stops_wanted(decisions, self._absent_stops)
-        _check_stop_units(decisions, units)
+        check_stop_units(decisions, units)
         self._ensure_account(account)
         self._validate(decisions)
         if not units.get("start", False):

@@ -38,6 +38,19 @@ from ansible.module_utils.gpunuma.node.apply_files import ApplyError, normalise_
 from ansible.module_utils.gpunuma.node.apply_units import ACTIVE_STATES, _journal, _show
 
 
+def check_stop_units(decisions, units):
+    """A file in restart mode ``stop`` names the unit to stop, never an instance unit (those restart in batches)."""
+    services = set(units.get("services") or [])
+    for d in decisions:
+        if d["restart"] != "stop":
+            continue
+        if not d["unit"]:
+            raise ApplyError("%s: restart mode stop needs the unit to stop (files[].unit)" % d["path"])
+        if d["unit"] in services:
+            raise ApplyError("%s: restart mode stop is for a service gpunuma does not own; %s is an instance unit "
+                             "(units.services), restarted in batches" % (d["path"], d["unit"]))
+
+
 class StopSteps:
     """The ``stop`` restart mode, a mixin of :class:`node.apply.Apply` (its state: runner, fs, result, check mode)."""
 
