@@ -44,6 +44,9 @@ CHECKS = {
     # Waivers and the like come from the user's gpunuma_policy_* variables: named as such.
     "policy_gate": (None, "__policy_gate_input_problems", ("aliases",)),
 }
+# Roles whose inputs their own planning step checks, once the discovery it needs has run (kubelet_topology_plan):
+# here only their read request joins the run's node read.
+READ_ONLY = ("kubelet_topology",)
 
 
 class ActionModule(ActionBase):
@@ -76,6 +79,16 @@ class ActionModule(ActionBase):
         spec = self.role_file(role_dir, "meta", trusted=False, name="argument_specs.yml")
         return spec["argument_specs"]["main"].get("options") or {}
 
+    def role_scope(self, name, templar, task_vars):
+        """``(role directory, templar, variables)`` as within the role: a role the play does not import gets its
+        defaults and vars, as a play that imports it has them (the play's own values win); either way they name its
+        own directory (role_path)."""
+        role_dir, imported = self.role_dir(name)
+        if not imported:
+            task_vars = dict(self.role_file(role_dir, "defaults"), **dict(self.role_file(role_dir, "vars"), **task_vars))
+        task_vars = dict(task_vars, role_path=role_dir, role_name=name)
+        return role_dir, templar.copy_with_new_env(available_variables=task_vars), task_vars
+
     def value(self, templar, task_vars, name, default=None):
         if name not in task_vars:
             return default
@@ -84,14 +97,8 @@ class ActionModule(ActionBase):
     def problems(self, name, templar, task_vars):
         """The role's problems (each a sentence naming a variable), and its read request ({} when it has none)."""
         filter_name, _fact, extra = CHECKS[name]
-        role_dir, imported = self.role_dir(name)
+        role_dir, templar, task_vars = self.role_scope(name, templar, task_vars)
         options = self.main_options(role_dir)
-        # A role the play does not import: its defaults and vars, as a play that imports it has them (the play's
-        # own values win). Either way they name its own directory (role_path), as they do within the role.
-        if not imported:
-            task_vars = dict(self.role_file(role_dir, "defaults"), **dict(self.role_file(role_dir, "vars"), **task_vars))
-        task_vars = dict(task_vars, role_path=role_dir, role_name=name)
-        templar = templar.copy_with_new_env(available_variables=task_vars)
         values, problems = {}, []
         for option in options:
             try:
@@ -126,23 +133,34 @@ class ActionModule(ActionBase):
             return ["cannot work out what to read of the node: %s" % exc], {}
         return [], request or {}
 
+    def read_request(self, name, templar, task_vars):
+        """([], the role's read request), or ([why], {}) when it cannot be worked out."""
+        _role_dir, templar, task_vars = self.role_scope(name, templar, task_vars)
+        try:
+            return [], self.value(templar, task_vars, "__%s_read_request" % name, {}) or {}
+        except Exception as exc:
+            return ["%s: cannot work out what to read of the node: %s" % (name, exc)], {}
+
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         # The host is never contacted (the fleet benchmark counts round trips by it, as gpunuma_converge's).
         result["gpunuma_round_trips"] = 0
         names = self._task.args.get("roles") or []
-        unknown = [n for n in names if n not in CHECKS]
+        unknown = [n for n in names if n not in CHECKS and n not in READ_ONLY]
         if not isinstance(names, list) or unknown:
             return dict(result, failed=True, msg="roles: %r is not allowed; allowed: a list of %s"
-                        % (unknown or names, ", ".join(sorted(CHECKS))))
+                        % (unknown or names, ", ".join(sorted(CHECKS) + list(READ_ONLY))))
         templar = self._templar.copy_with_new_env(available_variables=task_vars)
         host = task_vars.get("inventory_hostname")
         requests = self.value(templar, task_vars, "gpunuma_node_read_requests", {}) or {}
         facts, lines = {}, []
         for name in names:
-            problems, request = self.problems(name, templar, task_vars)
-            facts[CHECKS[name][1]] = problems
+            if name in READ_ONLY:
+                problems, request = self.read_request(name, templar, task_vars)
+            else:
+                problems, request = self.problems(name, templar, task_vars)
+                facts[CHECKS[name][1]] = problems
             if problems:
                 lines.append("%s: %s" % (host, "; ".join(problems)))
             elif request:

@@ -23,6 +23,10 @@ options:
     description: Paths whose existence is reported (C(paths.<path>) true or false).
     type: list
     elements: str
+  globs:
+    description: Shell patterns, as a mapping of a name to a pattern; returns C(globs.<name>), the sorted paths that
+      match (any file type, at most 4096).
+    type: dict
   units:
     description: Units whose LoadState, ActiveState, UnitFileState and MainPID are read with one systemctl call.
     type: list
@@ -91,7 +95,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 gpunuma_node:
-  description: The sections asked for (files, paths, units, commands, pid1, autonuma, accounts, programs).
+  description: The sections asked for (files, paths, globs, units, commands, pid1, autonuma, accounts, programs).
   returned: always
   type: dict
 """

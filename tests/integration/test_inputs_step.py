@@ -90,4 +90,27 @@ def test_a_role_the_step_does_not_know_is_refused(tmp_path):
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=ansible_env())
     assert proc.returncode != 0
     assert "roles: ['kubelet'] is not allowed; allowed: a list of autonuma, gpu_topology, gpunuma_state, memlock, " \
-           "numa_binding, policy_gate" in proc.stdout, proc.stdout[-2000:]
+           "numa_binding, policy_gate, kubelet_topology" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_kubelet_nodes_reads_join_the_node_read_and_its_inputs_wait_for_its_plan(tmp_path):
+    """kubelet_topology's inputs need the discovery (its plan checks them); the step adds only its reads."""
+    playbook = tmp_path / "p.yml"
+    playbook.write_text(PLAYBOOK.replace(json.dumps(ROLES), json.dumps(["memlock", "kubelet_topology"])))
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"k": {
+        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+        "kubelet_topology_config_path": "/etc/kubernetes/kubelet/config.json", "kubelet_topology_dra": "auto"}}}}))
+    proc = subprocess.run([os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), str(playbook)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    data = json.loads(proc.stdout[proc.stdout.index("{"):])
+    check, shown = (task["hosts"]["k"] for task in data["plays"][0]["tasks"])
+    assert "__kubelet_topology_input_problems" not in check["ansible_facts"]
+    requests = shown["gpunuma_node_read_requests"]
+    assert requests["files"]["kubelet_config"] == "/etc/kubernetes/kubelet/config.json"
+    assert requests["files"]["kubelet_dra_manager_state"] == "/var/lib/kubelet/dra_manager_state"
+    assert requests["globs"] == {"kubelet_dra_registrations": "/var/lib/kubelet/plugins_registry/*-reg.sock"}
+    # memlock's part is there too.
+    assert requests["pid1_proc_dir"] == "/proc/1"

@@ -1,8 +1,10 @@
 """site.yml on a Kubernetes node (a systemd container running the STAND-IN kubelet of molecule/kubelet): the
-validation play plans the kubelet settings once, the apply play applies that plan in one gpunuma_apply step
-(restart mode stop) - the stand-in stopped, its stale CPU checkpoint removed, the config written, started and
-healthy - and a re-run neither writes nor restarts."""
+validation play plans the kubelet settings once, from the run's one node read, the apply play applies that plan in
+one gpunuma_apply step (restart mode stop) - the stand-in stopped, its stale CPU checkpoint removed, the config
+written, started and healthy - and a re-run ends at the converge check; a hand edit of the config is found by the
+check and changed back."""
 
+import base64
 import json
 import os
 import subprocess
@@ -76,6 +78,12 @@ def test_site_applies_the_kubelet_plan_of_its_validation_play(node, tmp_path):
     # Planned once, in the validation play; the apply play changes the node to that plan.
     planned = [play for play, task, _result in ran if task == "kubelet_topology : Plan the kubelet settings"]
     assert len(planned) == 1 and planned[0].startswith("Validate"), [(p, t) for p, t, _r in ran]
+    # Its config and checkpoints came with the run's one node read (the discovery's round trip), not a read of
+    # its own.
+    assert not [t for _p, t, _r in ran if t == "kubelet_topology : Read the kubelet config and checkpoints"]
+    (discovery,) = [r for _p, t, r in ran if t == "gpu_topology : Discover the topology"]
+    assert json.loads(base64.b64decode(discovery["gpunuma_node"]["files"]["kubelet_config"]["content"])) == FRESH_CONFIG
+    assert discovery["gpunuma_node"]["files"]["kubelet_cpu_manager_state"]["exists"] is True
     (applied,) = [result for _play, task, result in ran
                   if task == "kubelet_topology : Write the kubelet settings, the kubelet stopped for a change and started after"]
     assert applied["changed"] and applied["stopped_for_change"] == ["kubelet.service"], applied
@@ -89,8 +97,24 @@ def test_site_applies_the_kubelet_plan_of_its_validation_play(node, tmp_path):
     # The checkpoints as they were before the stop (the stand-in keeps no DRA manager state).
     assert node.sh("ls /var/lib/gpunuma/kubelet-backup").split() == ["cpu_manager_state", "memory_manager_state"]
     assert json.loads(node.sh("cat /var/lib/gpunuma/kubelet-backup/cpu_manager_state"))["policyName"] == "none"
-    # A re-run: nothing written, the kubelet not restarted.
+    # A re-run ends at the converge check (the kubelet's reads and writes are in the record): nothing written,
+    # the kubelet not restarted.
     proc, ran = _site(tmp_path, node)
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert not [task for _play, task, result in ran if result.get("changed")], ran
+    (check,) = [r for _p, t, r in ran if t == "Check the node against its converge record"][:1]
+    assert check["converged"] is True, check.get("reasons")
+    assert not [t for _p, t, _r in ran if t.startswith("kubelet_topology")]
     assert len(node.sh("cat %s" % STARTS).splitlines()) == 2
+    # Drift: the CPU Manager policy edited by hand on the node. The check names the read that differs, the full
+    # run changes it back (the stand-in restarted once more), and the run after ends at the check again.
+    node.sh("sed -i 's/\"static\"/\"none\"/' %s" % CONFIG)
+    proc, ran = _site(tmp_path, node)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    (check,) = [r for _p, t, r in ran if t == "Check the node against its converge record"][:1]
+    assert check["converged"] is False and CONFIG + " differs from what gpunuma wrote" in check["reasons"], check
+    assert json.loads(node.sh("cat %s" % CONFIG))["cpuManagerPolicy"] == "static"
+    assert len(node.sh("cat %s" % STARTS).splitlines()) == 3
+    proc, ran = _site(tmp_path, node)
+    (check,) = [r for _p, t, r in ran if t == "Check the node against its converge record"][:1]
+    assert check["converged"] is True, check.get("reasons")

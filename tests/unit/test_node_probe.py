@@ -395,3 +395,21 @@ def test_node_read_params_name_the_bad_option(options, words):
     assert isinstance(problem, str)
     for word in words:
         assert word in problem, problem
+
+
+def test_globs_list_the_matching_paths_of_any_type_sorted(tmp_path):
+    """The kubelet's DRA plugin registrations are sockets (<driver>-reg.sock): listed as any other file."""
+    import socket
+
+    registry = tmp_path / "plugins_registry"
+    registry.mkdir()
+    (registry / "gpu.nvidia.com-reg.sock").write_text("")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(registry / "dra.cpu-reg.sock"))
+    (registry / "other.sock").write_text("")
+    try:
+        out = node_probe.probe(None, globs={"regs": str(registry / "*-reg.sock"), "none": str(tmp_path / "missing/*")})
+    finally:
+        sock.close()
+    assert out == {"globs": {"regs": [str(registry / "dra.cpu-reg.sock"), str(registry / "gpu.nvidia.com-reg.sock")],
+                             "none": []}}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import errno
 import fnmatch
+import glob
 import os
 import re
 
@@ -257,8 +258,11 @@ def account_states(users=(), groups=()):
 
 
 def probe(runner, files=None, paths=None, units=None, commands=None, pid1_proc_dir=None, autonuma=None,
-          inspect=None, accounts=None, programs=None):
+          inspect=None, accounts=None, programs=None, globs=None):
     out = {}
+    if globs:
+        # Sorted paths matching each pattern, of any file type (the kubelet's plugin registrations are sockets).
+        out["globs"] = {name: sorted(glob.glob(pattern))[:MAX_SCAN_FILES] for name, pattern in globs.items()}
     if programs:
         out["programs"] = program_states(programs)
     if accounts:
@@ -297,6 +301,7 @@ def module_runner(module):
 NODE_INFO_OPTIONS = dict(
     files=dict(type="dict"),
     paths=dict(type="list", elements="str"),
+    globs=dict(type="dict"),
     units=dict(type="list", elements="str"),
     inspect_units=dict(type="list", elements="str"),
     commands=dict(type="dict"),
@@ -347,4 +352,4 @@ def probe_with(module, params):
     return probe(module_runner(module), files=params.get("files"), paths=params.get("paths"), units=params.get("units"),
                  commands=params.get("commands"), pid1_proc_dir=params.get("pid1_proc_dir"),
                  autonuma=params.get("autonuma"), inspect=params.get("inspect_units"), accounts=params.get("accounts"),
-                 programs=params.get("programs"))
+                 programs=params.get("programs"), globs=params.get("globs"))

@@ -153,9 +153,12 @@ def write_summary(args):
     record = args.get("state_record")
     if isinstance(record, dict):
         files.append(record.get("path") or "/etc/gpunuma/state.json")
-    absent = [a.get("path") if isinstance(a, dict) else a for a in (args.get("absent") or [])]
-    absent += list(args.get("secret_absent") or [])
     units = args.get("units") if isinstance(args.get("units"), dict) else {}
+    # A file a unit writes itself (units.state_files: the kubelet's checkpoints), removed for its restart, is not
+    # kept absent: the unit writes it again when it starts.
+    state = set(p for paths in (units.get("state_files") or {}).values() for p in (paths or []))
+    absent = [a.get("path") if isinstance(a, dict) else a for a in (args.get("absent") or [])]
+    absent = [a for a in absent if a not in state] + list(args.get("secret_absent") or [])
     services = list(units.get("services") or []) if units.get("start") else []
     prune = args.get("prune") if isinstance(args.get("prune"), dict) else None
     return {"files": [f for f in files if isinstance(f, str)], "absent": [a for a in absent if isinstance(a, str)],
@@ -312,9 +315,6 @@ def skip_reason(task_vars):
     """Why this host's run is never cut short by a record (None when it can be)."""
     if str(task_vars.get("gpunuma_converge_check", True)).lower() in ("false", "no", "0", "off"):
         return "gpunuma_converge_check is false"
-    if "kubernetes" in (task_vars.get("group_names") or []) or \
-            str(task_vars.get("gpunuma_kubelet", False)).lower() in ("true", "yes", "1", "on"):
-        return "the kubelet role runs on this host (its reads and restarts are not journaled)"
     if "gpunuma_rollback_action" in task_vars:
         return "a rollback always runs whole"
     return None
