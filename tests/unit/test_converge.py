@@ -80,6 +80,10 @@ def test_a_checkpoint_removed_for_a_restart_is_not_kept_absent():
     summary = converge.write_summary(args)
     assert summary["files"] == ["/var/lib/kubelet/config.yaml"]
     assert summary["absent"] == ["/etc/systemd/system/kubelet.service.d/50-gpunuma-memory-checkpoint.conf"]
+    # A unit stopped for a change and never started again (a run that died between) keeps the node from being
+    # converged, as a pending restart does.
+    own = converge.owned([summary, converge.write_summary(dict(args, stopped_file="/run/x/stopped.json"))])
+    assert own["pending"] == sorted([converge.DEFAULT_PENDING, converge.DEFAULT_STOPPED, "/run/x/stopped.json"])
 
 
 def test_write_summary_takes_paths_and_never_content():

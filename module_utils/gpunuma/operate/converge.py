@@ -38,6 +38,8 @@ __metaclass__ = type
 SCHEMA = schemas.CONVERGED
 DEFAULT_PATH = "/var/lib/gpunuma/converged.json"
 DEFAULT_PENDING = "/var/lib/gpunuma/pending-restarts.json"
+# gpunuma_apply's list of units it stopped for a change (restart mode stop) and has not started again.
+DEFAULT_STOPPED = "/var/lib/gpunuma/stopped-for-change.json"
 # The read-only modules whose answers a run decides from; a run that read the node otherwise is not recorded.
 READERS = ("gpunuma_node_info", "gpu_topology_info", "gpunuma_state")
 _VOLATILE_KEYS = frozenset(("memory_free_bytes",))
@@ -163,7 +165,7 @@ def write_summary(args):
     prune = args.get("prune") if isinstance(args.get("prune"), dict) else None
     return {"files": [f for f in files if isinstance(f, str)], "absent": [a for a in absent if isinstance(a, str)],
             "services": [s for s in services if isinstance(s, str)], "prune": prune,
-            "pending": args.get("pending_file") or DEFAULT_PENDING}
+            "pending": args.get("pending_file") or DEFAULT_PENDING, "stopped": args.get("stopped_file") or DEFAULT_STOPPED}
 
 
 def owned(writes):
@@ -176,6 +178,8 @@ def owned(writes):
         if entry.get("prune") and entry["prune"] not in prunes:
             prunes.append(entry["prune"])
         pending.add(entry.get("pending") or DEFAULT_PENDING)
+        # A unit stopped for a change and not started again is a restart still to make.
+        pending.add(entry.get("stopped") or DEFAULT_STOPPED)
     return {"files": sorted(files), "absent": sorted(absent - files), "services": sorted(services),
             "prune": prunes, "pending": sorted(pending)}
 
