@@ -226,3 +226,13 @@ def test_bad_stop_requests_are_refused_before_anything_changes(node, files, abse
         apply.run(normalise_files(files), absent=absent, units=units)
     assert words in str(caught.value)
     assert fake.mutating() == []
+
+
+def test_a_config_that_is_a_link_is_refused_before_the_unit_stops(node):
+    (node / "config.yaml").rename(node / "real.yaml")
+    os.symlink("real.yaml", node / "config.yaml")
+    fake = Kubelet(node)
+    with pytest.raises(ApplyError) as caught:
+        _run(node, fake, GOOD)
+    assert "config.yaml: it is a symbolic link (to real.yaml)" in str(caught.value)
+    assert fake.mutating() == [] and (node / "real.yaml").read_text() == OLD
