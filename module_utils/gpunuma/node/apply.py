@@ -194,26 +194,35 @@ class Apply(UnitSteps, StopSteps):
                     self.fs.remove(path)
 
     def _read_pending(self, path):
+        return self._read_unit_list(path, "list of pending restarts")
+
+    def _write_pending(self, path, pending):
+        self._write_unit_list(path, pending, "pending")
+
+    def _read_unit_list(self, path, what):
+        """The unit names gpunuma kept in ``path`` (a JSON list; [] when there is none); ApplyError naming ``what``
+        when the file is not one."""
         data = read_file(path)
         if data is None:
             return []
         try:
-            pending = bounded.loads_json(data.decode("utf-8"))
+            units = bounded.loads_json(data.decode("utf-8"))
         except ValueError:
-            pending = None
-        if not isinstance(pending, list) or not all(isinstance(u, str) for u in pending):
-            raise ApplyError("%s is not gpunuma's list of pending restarts; move it aside and run again" % path)
-        return pending
+            units = None
+        if not isinstance(units, list) or not all(isinstance(u, str) for u in units):
+            raise ApplyError("%s is not gpunuma's %s; move it aside and run again" % (path, what))
+        return units
 
-    def _write_pending(self, path, pending):
+    def _write_unit_list(self, path, units, field):
+        """Keep ``units`` in ``path`` (atomically), or remove it when there are none; nothing in check mode."""
         if self.check_mode:
             return
-        if not pending:
+        if not units:
             if read_file(path) is not None:
                 self.fs.remove(path)
             return
-        entry = normalise_files([{"path": path, "content": json.dumps(sorted(set(pending))) + "\n",
-                                  "mode": "0644", "backup": False}], "pending")
+        entry = normalise_files([{"path": path, "content": json.dumps(sorted(set(units))) + "\n",
+                                  "mode": "0644", "backup": False}], field)
         [decision] = plan_files(entry, self.fs)
         if decision["changed"]:
             self.fs.write(decision)

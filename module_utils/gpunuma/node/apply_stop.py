@@ -30,11 +30,9 @@ reports the stop and the start and touches nothing.
 
 from __future__ import annotations
 
-import json
 import os
 
-from ansible.module_utils.gpunuma.common import bounded
-from ansible.module_utils.gpunuma.node.apply_files import ApplyError, normalise_files, plan_files, read_file
+from ansible.module_utils.gpunuma.node.apply_files import ApplyError, read_file
 from ansible.module_utils.gpunuma.node.apply_units import ACTIVE_STATES, _journal, _show
 
 
@@ -61,30 +59,11 @@ class StopSteps:
         return list(dict.fromkeys(wanted))
 
     def _read_stopped(self, path):
-        data = read_file(path) if path else None
-        if data is None:
-            return []
-        try:
-            units = bounded.loads_json(data.decode("utf-8"))
-        except ValueError:
-            units = None
-        if not isinstance(units, list) or not all(isinstance(u, str) for u in units):
-            raise ApplyError("%s is not gpunuma's list of units stopped for a change; move it aside and run again"
-                             % path)
-        return units
+        return self._read_unit_list(path, "list of units stopped for a change") if path else []
 
     def _write_stopped(self, path, units):
-        if self.check_mode or not path:
-            return
-        if not units:
-            if read_file(path) is not None:
-                self.fs.remove(path)
-            return
-        entry = normalise_files([{"path": path, "content": json.dumps(sorted(set(units))) + "\n", "mode": "0644",
-                                  "backup": False}], "stopped_file")
-        [decision] = plan_files(entry, self.fs)
-        if decision["changed"]:
-            self.fs.write(decision)
+        if path:
+            self._write_unit_list(path, units, "stopped_file")
 
     def _stop_before_write(self, wanted, units, stopped_path):
         """Stop each running unit of ``wanted`` once its state files are read (and copied to units.backup_dir)."""
