@@ -32,6 +32,15 @@ each run's floor, tasks and round-trips a host of the first converge, and a
 verdict for each run by a stated rule (``RULE``: measurable only when the
 ranges do not overlap; fewer than 2 rounds give no verdict).
 
+With ``--kubelet`` every container is a Kubernetes node as well: it runs
+the STAND-IN kubelet of the molecule scenario ``kubelet``
+(molecule/kubelet/files/kubelet-standin.py, a small program that checks a
+KubeletConfiguration and its checkpoints the way the kubelet documents it
+and serves healthz; not the kubelet) under ``kubelet.service``, with a fresh
+config, and the inventory sets ``gpunuma_kubelet: true``: the first converge
+then includes each node's kubelet change (stop, stale checkpoint removed,
+config written, start, healthz), the re-run its check.
+
 Requires root (or a user in the docker group), a running Docker engine and
 the base image. Containers are removed at the end unless --keep.
 """
@@ -83,6 +92,46 @@ gpunuma_instances:
 """
 
 
+KUBELET_CONFIG = "/etc/kubernetes/kubelet/config.json"
+KUBELET_UNIT = """[Unit]
+Description=STAND-IN kubelet for gpunuma benchmarks (not the kubelet; molecule/kubelet/files/kubelet-standin.py)
+
+[Service]
+Environment=STANDIN_NUMA_NODES=0
+ExecStart=/usr/local/bin/kubelet-standin --config %s --root-dir /var/lib/kubelet
+Restart=no
+
+[Install]
+WantedBy=multi-user.target
+""" % KUBELET_CONFIG
+KUBELET_VARS = """\
+gpunuma_kubelet: true
+kubelet_topology_config_path: %s
+kubelet_topology_kubelet_version: "1.31"
+kubelet_topology_health_retries: 15
+kubelet_topology_health_delay: 1
+""" % KUBELET_CONFIG
+
+
+KUBELET_NOTE = " (Kubernetes nodes: the STAND-IN kubelet)"
+
+
+def start_kubelets(names):
+    """Each container a fresh Kubernetes node: the stand-in kubelet running on a config without NUMA policies."""
+    standin = os.path.join(REPO, "molecule", "kubelet", "files", "kubelet-standin.py")
+    config = json.dumps({"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                         "cgroupDriver": "systemd", "healthzBindAddress": "127.0.0.1", "healthzPort": 10248})
+    script = ("install -D -m 0755 /dev/stdin /usr/local/bin/kubelet-standin && mkdir -p %s /var/lib/kubelet && "
+              "printf '%%s\\n' '%s' > %s && printf '%%s' '%s' > /etc/systemd/system/kubelet.service && "
+              "printf '%%s' '{\"policyName\": \"none\", \"checksum\": 0}' > /var/lib/kubelet/cpu_manager_state && "
+              "systemctl daemon-reload && systemctl enable --now kubelet.service"
+              % (os.path.dirname(KUBELET_CONFIG), config, KUBELET_CONFIG, KUBELET_UNIT))
+    for name in names:
+        with open(standin, "rb") as handle:
+            subprocess.run(["docker", "exec", "-i", name, "sh", "-c", script], stdin=handle, check=True,
+                           capture_output=True)
+
+
 def start_containers(count, prefix):
     names = ["%s-%02d" % (prefix, i) for i in range(count)]
     for name in names:
@@ -109,7 +158,7 @@ def remove_containers(names):
         subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
 
 
-def write_inventory(work, names):
+def write_inventory(work, names, kubelet=False):
     inv = os.path.join(work, "inventory")
     os.makedirs(os.path.join(inv, "host_vars"))
     with open(os.path.join(inv, "hosts.yml"), "w") as handle:
@@ -122,6 +171,8 @@ def write_inventory(work, names):
     with open(os.path.join(inv, "group_vars", "bench.yml"), "w") as handle:
         handle.write(HOST_VARS)
         handle.write("gpu_topology_controller_dir: %s\n" % os.path.join(work, "topology"))
+        if kubelet:
+            handle.write(KUBELET_VARS)
     return os.path.join(inv, "hosts.yml")
 
 
@@ -305,8 +356,8 @@ def print_cpu(rows):
 def print_report(args, forks, boot, floor, names, converge, first, rerun, second, cpu=None):
     """Print the side-by-side table and the slowest tasks; return the re-run's changed task results."""
     cpus = os.cpu_count()
-    print("gpunuma fleet benchmark: %d systemd containers, forks %d, controller with %s CPUs (%d s to boot)"
-          % (args.hosts, forks, cpus, boot))
+    print("gpunuma fleet benchmark: %d systemd containers%s, forks %d, controller with %s CPUs (%d s to boot)"
+          % (args.hosts, KUBELET_NOTE if getattr(args, "kubelet", False) else "", forks, cpus, boot))
     print()
     print("%-28s %10s %9s %8s %8s %8s %12s" % ("run", "wall s", "x floor", "ok", "changed", "skipped", "round-trips"))
     print("%-28s %10.2f %9s %8s %8s %8s %12s" % ("ping (floor)", floor, "1.0x", "-", "-", "-", "1"))
@@ -341,8 +392,10 @@ def measure(args, forks, repo):
         try:
             started = time.perf_counter()
             names = start_containers(args.hosts, prefix)
+            if args.kubelet:
+                start_kubelets(names)
             boot = time.perf_counter() - started
-            inventory = write_inventory(work, names)
+            inventory = write_inventory(work, names, args.kubelet)
             floor = ping_floor(inventory, forks, args.ping_repeats, repo)
             first_cpu, second_cpu = {}, {}
             converge, first = site_run(inventory, forks, "first converge", repo, first_cpu)
@@ -390,8 +443,8 @@ def _revision(repo):
 
 def print_comparison(args, forks, repos, samples):
     """Both revisions side by side (medians and ranges over the rounds), and the verdict of each run by RULE."""
-    print("gpunuma fleet benchmark: %d systemd containers, forks %d, controller with %s CPUs, %d rounds"
-          % (args.hosts, forks, os.cpu_count(), args.rounds))
+    print("gpunuma fleet benchmark: %d systemd containers%s, forks %d, controller with %s CPUs, %d rounds"
+          % (args.hosts, KUBELET_NOTE if getattr(args, "kubelet", False) else "", forks, os.cpu_count(), args.rounds))
     print()
     header = ("revision", "", "floor s", "first converge s", "re-run s", "tasks", "round-trips")
     print("%-12s %-10s %-22s %-22s %-22s %7s %12s" % header)
@@ -431,6 +484,8 @@ def main():
     parser.add_argument("--ping-repeats", type=int, default=3, help="ping runs; the median is the floor")
     parser.add_argument("--slowest", type=int, default=8, help="slowest tasks listed per run")
     parser.add_argument("--keep", action="store_true", help="leave the containers running")
+    parser.add_argument("--kubelet", action="store_true",
+                        help="every container a Kubernetes node running the STAND-IN kubelet (gpunuma_kubelet)")
     parser.add_argument("--baseline", metavar="CHECKOUT",
                         help="another checkout of gpunuma (e.g. a git worktree of the last release): its site.yml "
                              "runs in turns with this one's, each on a fleet of its own, and both are printed "

@@ -6,6 +6,7 @@ import os
 import sys
 
 import pytest
+import yaml
 
 from conftest import REPO_ROOT
 
@@ -123,3 +124,15 @@ def test_the_comparison_prints_the_first_converges_cpu_when_measured(capsys):
     out = capsys.readouterr().out
     assert "first converge CPU-seconds (medians): controller 50.5, rest of this machine 30.0" in out
     assert out.count("CPU-seconds (medians)") == 1  # the baseline measured none: no line for it
+
+
+def test_kubelet_fleets_are_kubernetes_nodes_running_the_stand_in(tmp_path):
+    plain = fleet_bench.write_inventory(str(tmp_path / "plain"), ["n-00"])
+    kube = fleet_bench.write_inventory(str(tmp_path / "kube"), ["n-00"], kubelet=True)
+    read = lambda path: yaml.safe_load(open(os.path.join(os.path.dirname(path), "group_vars", "bench.yml")))
+    assert "gpunuma_kubelet" not in read(plain)
+    kube_vars = read(kube)
+    assert kube_vars["gpunuma_kubelet"] is True
+    assert kube_vars["kubelet_topology_config_path"] in fleet_bench.KUBELET_UNIT
+    # The unit says what runs: the stand-in, never presented as the kubelet.
+    assert "STAND-IN" in fleet_bench.KUBELET_UNIT and "kubelet-standin" in fleet_bench.KUBELET_UNIT
