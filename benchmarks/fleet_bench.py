@@ -116,11 +116,16 @@ kubelet_topology_health_delay: 1
 KUBELET_NOTE = " (Kubernetes nodes: the STAND-IN kubelet)"
 
 
+# A fresh node's config: no NUMA policy (the kubelet's defaults), its healthz where the role asks.
+FRESH_KUBELET_CONFIG = {"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                        "cgroupDriver": "systemd", "healthzBindAddress": "127.0.0.1", "healthzPort": 10248}
+
+
 def start_kubelets(names):
-    """Each container a fresh Kubernetes node: the stand-in kubelet running on a config without NUMA policies."""
+    """Each container a fresh Kubernetes node: the stand-in kubelet running on a config without NUMA policies
+    (also tests/integration/test_site_kubelet.py's node)."""
     standin = os.path.join(REPO, "molecule", "kubelet", "files", "kubelet-standin.py")
-    config = json.dumps({"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                         "cgroupDriver": "systemd", "healthzBindAddress": "127.0.0.1", "healthzPort": 10248})
+    config = json.dumps(FRESH_KUBELET_CONFIG)
     script = ("install -D -m 0755 /dev/stdin /usr/local/bin/kubelet-standin && mkdir -p %s /var/lib/kubelet && "
               "printf '%%s\\n' '%s' > %s && printf '%%s' '%s' > /etc/systemd/system/kubelet.service && "
               "printf '%%s' '{\"policyName\": \"none\", \"checksum\": 0}' > /var/lib/kubelet/cpu_manager_state && "

@@ -5,6 +5,7 @@ written, started and healthy - and a re-run ends at the converge check; a hand e
 check and changed back."""
 
 import base64
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,51 +19,35 @@ from containers import Node, needs_docker
 
 pytestmark = [pytest.mark.container, needs_docker]
 
-CONFIG = "/etc/kubernetes/kubelet/config.json"
+# The stand-in node of the fleet benchmark (benchmarks/fleet_bench.py --kubelet): one place says what it is.
+_spec = importlib.util.spec_from_file_location("fleet_bench", os.path.join(REPO_ROOT, "benchmarks", "fleet_bench.py"))
+fleet_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fleet_bench)
+CONFIG = fleet_bench.KUBELET_CONFIG
+FRESH_CONFIG = fleet_bench.FRESH_KUBELET_CONFIG
 STARTS = "/var/lib/kubelet-standin/starts"
-UNIT = """[Unit]
-Description=STAND-IN kubelet for gpunuma tests (not the kubelet; molecule/kubelet/files/kubelet-standin.py)
-
-[Service]
-Environment=STANDIN_NUMA_NODES=0
-ExecStart=/usr/local/bin/kubelet-standin --config %s --root-dir /var/lib/kubelet
-Restart=no
-
-[Install]
-WantedBy=multi-user.target
-""" % CONFIG
-FRESH_CONFIG = {"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                "cgroupDriver": "systemd", "healthzBindAddress": "127.0.0.1", "healthzPort": 10248}
-
-
-def _put(node, path, text, mode="0644"):
-    node.sh("mkdir -p %s && cat > %s <<'GPUNUMA_EOF'\n%sGPUNUMA_EOF\nchmod %s %s" % (
-        os.path.dirname(path), path, text if text.endswith("\n") else text + "\n", mode, path))
 
 
 @pytest.fixture(scope="module")
 def node():
     created = Node()
-    with open(os.path.join(REPO_ROOT, "molecule", "kubelet", "files", "kubelet-standin.py"), encoding="utf-8") as f:
-        _put(created, "/usr/local/bin/kubelet-standin", f.read(), "0755")
-    _put(created, "/etc/systemd/system/kubelet.service", UNIT)
-    _put(created, CONFIG, json.dumps(FRESH_CONFIG, indent=2))
-    _put(created, "/var/lib/kubelet/cpu_manager_state", '{"policyName": "none", "checksum": 0}')
-    created.sh("systemctl daemon-reload && systemctl enable --now kubelet.service")
+    try:
+        fleet_bench.start_kubelets([created.name])
+    except Exception:
+        created.remove()
+        raise
     yield created
     created.remove()
 
 
 def _site(tmp_path, node):
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {node.name: {
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {node.name: dict({
         "ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3",
         "gpu_topology_controller_dir": str(tmp_path / "topology"), "gpunuma_profile": "preferred",
-        "autonuma_numa_balancing": None, "gpunuma_kubelet": True,
+        "autonuma_numa_balancing": None,
         "gpunuma_instances": [{"name": "worker", "numa_node": 0, "share_cpus": True,
-                               "command": ["/bin/sleep", "infinity"]}],
-        "kubelet_topology_config_path": CONFIG, "kubelet_topology_kubelet_version": "1.31",
-        "kubelet_topology_health_retries": 8, "kubelet_topology_health_delay": 1}}}}))
+                               "command": ["/bin/sleep", "infinity"]}]}, **yaml.safe_load(fleet_bench.KUBELET_VARS))}}}))
     proc = subprocess.run([os.path.join(BINDIR, "ansible-playbook"), "-i", str(inventory), "playbooks/site.yml"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
                           env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
