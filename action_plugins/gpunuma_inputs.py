@@ -127,19 +127,21 @@ class ActionModule(ActionBase):
             problems.append("the %s input check failed: %s" % (name, exc))
         if problems:
             return problems, {}
-        try:
-            request = self.value(templar, task_vars, "__%s_read_request" % name, {})
-        except Exception as exc:
-            return ["cannot work out what to read of the node: %s" % exc], {}
-        return [], request or {}
+        return self.scoped_request(name, templar, task_vars)
 
-    def read_request(self, name, templar, task_vars):
-        """([], the role's read request), or ([why], {}) when it cannot be worked out."""
-        _role_dir, templar, task_vars = self.role_scope(name, templar, task_vars)
+    def scoped_request(self, name, templar, task_vars):
+        """([], the role's read request, {} when it has none), or ([why], {}); ``templar`` and ``task_vars`` are
+        the role's scope (role_scope)."""
         try:
             return [], self.value(templar, task_vars, "__%s_read_request" % name, {}) or {}
         except Exception as exc:
-            return ["%s: cannot work out what to read of the node: %s" % (name, exc)], {}
+            return ["cannot work out what to read of the node: %s" % exc], {}
+
+    def read_request(self, name, templar, task_vars):
+        """A READ_ONLY role's read request, as scoped_request, the role named in a problem."""
+        _role_dir, templar, task_vars = self.role_scope(name, templar, task_vars)
+        problems, request = self.scoped_request(name, templar, task_vars)
+        return ["%s: %s" % (name, p) for p in problems], request
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)

@@ -68,7 +68,9 @@ class StopSteps:
     def _stop_before_write(self, wanted, units, stopped_path):
         """Stop each running unit of ``wanted`` once its state files are read (and copied to units.backup_dir)."""
         self._stopped, self._state_before, self._stopped_path = [], {}, stopped_path
-        left = self._read_stopped(stopped_path)
+        # What the list held when this run began: a run whose list was empty, and which stops nothing, never
+        # touches it again.
+        self._listed = left = self._read_stopped(stopped_path)
         # Stopped by a run that died before starting them again: started in this run whatever else it does.
         self._resume = [u for u in left if u not in wanted]
         running = []
@@ -111,7 +113,7 @@ class StopSteps:
     def _start_after_error(self, decisions, exc):
         """After a failure between the stop and the start: the stopped units' files as they were (written ones put
         back, removed ones recreated) and the units started again; the error, saying so, to raise."""
-        stopped = getattr(self, "_stopped", [])
+        stopped = self._stopped
         if not stopped:
             return exc
         self._undo_writes([d for d in decisions if d["unit"] in stopped])
@@ -134,7 +136,8 @@ class StopSteps:
         batch = list(self._stopped) + [u for u in self._resume if _show(self.runner, u, ["ActiveState"]).get(
             "ActiveState", "") not in ACTIVE_STATES]
         if not batch:
-            self._write_stopped(stopped_path, [])
+            if self._listed:  # listed units a run left that run again by now
+                self._write_stopped(stopped_path, [])
             return True
         self.result["changed"] = True
         failed, states = self._settle(batch, "start", units)
