@@ -27,7 +27,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
-from ansible.module_utils.gpunuma.common import layout  # noqa: E402
+from ansible.module_utils.gpunuma.common import layout, node_paths  # noqa: E402
 from ansible.module_utils.gpunuma.operate import converge  # noqa: E402
 from ansible.module_utils.gpunuma.operate import topology_store  # noqa: E402
 
@@ -145,7 +145,7 @@ class ActionModule(ActionBase):
             return dict(result, reasons=["no controller copy of the host's applied plan (%s): not converged from "
                                          "this controller" % missing])
         module_args = {"state": "checked", "path": path, "inputs": inputs,
-                       "lock_path": templar.template(task_vars.get("gpunuma_lock_path") or "/run/gpunuma/lock")}
+                       "lock_path": templar.template(task_vars.get("gpunuma_lock_path") or node_paths.LOCK)}
         answer = self._execute_module(module_name="gpunuma_converge", module_args=module_args, task_vars=task_vars)
         result["gpunuma_round_trips"] = 1
         if answer.get("unreachable"):

@@ -361,7 +361,7 @@ problems:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import secrets
+from ansible.module_utils.gpunuma.common import node_paths, secrets
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.inputs import count_or_word
 from ansible.module_utils.gpunuma.plan.planner import build_plan
@@ -395,7 +395,7 @@ ARGUMENT_SPEC = dict(
     secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS), no_log=False),
     node=dict(type="raw"),
     host=dict(type="str"),
-    plan_path=dict(type="str", default="/etc/gpunuma/plan.json"),
+    plan_path=dict(type="str", default=node_paths.PLAN),
     on_mempolicy_denied=dict(type="str", choices=["fail", "fallback"], default="fail"),
     allow_dropin_hazards=dict(type="bool", default=False),
     start=dict(type="bool", default=True),

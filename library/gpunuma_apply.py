@@ -113,8 +113,9 @@ options:
         default: {}
       state_files:
         description:
-          - Per unit in restart mode C(stop), the files it writes itself (the kubelet's checkpoints), read before it
-            stops and put back as they were (or removed when there were none) when it does not come back.
+          - Per unit in restart mode C(stop), the absolute paths of the files it writes itself (the kubelet's
+            checkpoints), read before it stops and put back as they were (or removed when there were none) when it
+            does not come back.
         type: dict
         default: {}
       backup_dir:
@@ -363,6 +364,7 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.node.apply import Apply
 from ansible.module_utils.gpunuma.node.apply_files import ApplyError, normalise_files
 from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles
@@ -482,8 +484,8 @@ ARGUMENT_SPEC = dict(
         state_files=dict(type="dict", default={}),
         backup_dir=dict(type="path"),
     )),
-    stopped_file=dict(type="path", default="/var/lib/gpunuma/stopped-for-change.json"),
-    pending_file=dict(type="path", default="/var/lib/gpunuma/pending-restarts.json"),
+    stopped_file=dict(type="path", default=node_paths.STOPPED_FOR_CHANGE),
+    pending_file=dict(type="path", default=node_paths.PENDING_RESTARTS),
     backups_keep=dict(type="int", default=5),
     # A file of files, but its content never printed, and private by default.
     # Only each entry's content is secret (no_log there); paths, owners and modes are not.
@@ -516,7 +518,7 @@ ARGUMENT_SPEC = dict(
     )),
     state_record=dict(type="dict", options=dict(
         path=dict(type="path", default=statelib.DEFAULT_PATH),
-        plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
+        plan_path=dict(type="path", default=node_paths.PLAN),
         hostname=dict(type="str", required=True),
         profile=dict(type="str", required=True),
         action=dict(type="str", choices=list(statelib.ACTIONS), default="site"),

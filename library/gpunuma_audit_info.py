@@ -104,7 +104,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import bounded, documents, seal
+from ansible.module_utils.gpunuma.common import bounded, documents, node_paths, seal
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib
 from ansible.module_utils.gpunuma.operate import metrics as metricslib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
@@ -203,9 +203,9 @@ def _run_quietly(module, argv):
 
 ARGUMENT_SPEC = dict(
     hostname=dict(type="str", required=True),
-    plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
-    topology_path=dict(type="path", default="/etc/gpunuma/topology.json"),
-    state_path=dict(type="path", default="/etc/gpunuma/state.json"),
+    plan_path=dict(type="path", default=node_paths.PLAN),
+    topology_path=dict(type="path", default=node_paths.TOPOLOGY),
+    state_path=dict(type="path", default=node_paths.STATE),
     unit_dir=dict(type="path", default="/etc/systemd/system"),
     dropin_name=dict(type="str", default="50-gpunuma.conf"),
     proc_root=dict(type="path", default="/proc"),

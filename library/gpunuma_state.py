@@ -102,7 +102,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import atomic
+from ansible.module_utils.gpunuma.common import atomic, node_paths
 from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib
 
@@ -112,7 +112,7 @@ def main():
         argument_spec=dict(
             state=dict(type="str", choices=["read", "record"], default="read"),
             path=dict(type="path", default=statelib.DEFAULT_PATH),
-            plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
+            plan_path=dict(type="path", default=node_paths.PLAN),
             hostname=dict(type="str", required=True),
             profile=dict(type="str"),
             action=dict(type="str", choices=list(statelib.ACTIONS), default="site"),

@@ -200,7 +200,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.common import atomic, documents
+from ansible.module_utils.gpunuma.common import atomic, documents, node_paths
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.operate import state as statelib
 from ansible.module_utils.gpunuma.verify import h2d, h2d_load
@@ -266,7 +266,7 @@ ARGUMENT_SPEC = dict(
     load_memory_node=dict(type="int"),
     load_cpus=dict(type="str"),
     allow_busy=dict(type="bool", default=False),
-    plan_path=dict(type="path", default="/etc/gpunuma/plan.json"),
+    plan_path=dict(type="path", default=node_paths.PLAN),
     output=dict(type="path"),
 )
 

@@ -267,6 +267,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.inputs import count_or_word
 from ansible.module_utils.gpunuma.kubelet.dra import DRA_MODES, DRA_STATE_FILE
@@ -297,7 +298,7 @@ def _checkpoints(module, params):
 ARGUMENT_SPEC = dict(
     module_options(),
     preset=dict(type="dict"),
-    presets_dir=dict(type="path", default="/etc/gpunuma/kubelet"),
+    presets_dir=dict(type="path", default=node_paths.KUBELET_PRESETS_DIR),
     housekeeping_cores_per_node=dict(type="raw", default="auto"),
     housekeeping_cpus=dict(type="str"),
     config=dict(type="str"),

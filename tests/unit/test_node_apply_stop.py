@@ -218,6 +218,15 @@ def test_a_failed_write_after_the_stop_puts_back_and_starts_the_unit(node):
     ([], [{"path": "/var/lib/x", "restart": "stop"}], {}, "absent[0].restart: stop needs the unit to stop"),
     ([], [{"path": "/var/lib/x", "unit": UNIT, "restart": "always"}], {},
      "absent[0].restart: 'always' is not allowed; allowed: if-running, stop"),
+    ([{"path": "/etc/x.conf", "content": "x", "unit": UNIT, "restart": "stop"}], [],
+     {"state_files": {UNIT: ["cpu_manager_state"]}},
+     "units.state_files[kubelet.service]: ['cpu_manager_state'] is not allowed; allowed: a list of absolute paths"),
+    ([{"path": "/etc/x.conf", "content": "x", "unit": UNIT, "restart": "stop"}], [],
+     {"state_files": {UNIT: "/var/lib/kubelet/cpu_manager_state"}}, "units.state_files[kubelet.service]"),
+    ([{"path": "/etc/x.conf", "content": "x", "unit": UNIT, "restart": "stop"}], [],
+     {"state_files": ["/var/lib/kubelet/cpu_manager_state"]}, "units.state_files: a list is not allowed"),
+    ([{"path": "/etc/x.conf", "content": "x", "unit": UNIT, "restart": "stop"}], [],
+     {"backup_dir": "backups"}, "units.backup_dir: 'backups' is not allowed; allowed: an absolute directory"),
 ])
 def test_bad_stop_requests_are_refused_before_anything_changes(node, files, absent, units, words):
     fake = Kubelet(node)

@@ -29,10 +29,11 @@ import os
 import re
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.common import node_paths
 
 DEFAULT_PATTERNS = ("*TOKEN*", "*PASSWORD*", "*PASSWD*", "*SECRET*", "*KEY*", "*CREDENTIAL*")
 REDACTED = "<secret>"
-DEFAULT_ENV_DIR = "/etc/gpunuma/env"
+DEFAULT_ENV_DIR = node_paths.ENV_DIR
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

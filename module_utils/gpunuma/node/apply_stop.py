@@ -37,7 +37,19 @@ from ansible.module_utils.gpunuma.node.apply_units import ACTIVE_STATES, _journa
 
 
 def check_stop_units(decisions, units):
-    """A file in restart mode ``stop`` names the unit to stop, never an instance unit (those restart in batches)."""
+    """A file in restart mode ``stop`` names the unit to stop, never an instance unit (those restart in batches);
+    ``units.state_files`` maps a unit to absolute paths and ``units.backup_dir`` is absolute."""
+    state_files = units.get("state_files") or {}
+    if not isinstance(state_files, dict):
+        raise ApplyError("units.state_files: a %s is not allowed; allowed: a mapping of unit to a list of absolute "
+                         "paths" % type(state_files).__name__)
+    for unit, paths in state_files.items():
+        if not isinstance(paths, list) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
+            raise ApplyError("units.state_files[%s]: %r is not allowed; allowed: a list of absolute paths (the files "
+                             "the unit writes itself)" % (unit, paths))
+    backup_dir = units.get("backup_dir")
+    if backup_dir is not None and not (isinstance(backup_dir, str) and os.path.isabs(backup_dir)):
+        raise ApplyError("units.backup_dir: %r is not allowed; allowed: an absolute directory" % (backup_dir,))
     services = set(units.get("services") or [])
     for d in decisions:
         if d["restart"] != "stop":

@@ -30,16 +30,16 @@ import json
 import os
 import stat
 
-from ansible.module_utils.gpunuma.common import bounded, schemas
+from ansible.module_utils.gpunuma.common import bounded, node_paths, schemas
 from ansible.module_utils.gpunuma.node import limits
 
 __metaclass__ = type
 
 SCHEMA = schemas.CONVERGED
-DEFAULT_PATH = "/var/lib/gpunuma/converged.json"
-DEFAULT_PENDING = "/var/lib/gpunuma/pending-restarts.json"
+DEFAULT_PATH = node_paths.CONVERGED
+DEFAULT_PENDING = node_paths.PENDING_RESTARTS
 # gpunuma_apply's list of units it stopped for a change (restart mode stop) and has not started again.
-DEFAULT_STOPPED = "/var/lib/gpunuma/stopped-for-change.json"
+DEFAULT_STOPPED = node_paths.STOPPED_FOR_CHANGE
 # The read-only modules whose answers a run decides from; a run that read the node otherwise is not recorded.
 READERS = ("gpunuma_node_info", "gpu_topology_info", "gpunuma_state")
 _VOLATILE_KEYS = frozenset(("memory_free_bytes",))
@@ -154,7 +154,7 @@ def write_summary(args):
              if isinstance(f, dict)]
     record = args.get("state_record")
     if isinstance(record, dict):
-        files.append(record.get("path") or "/etc/gpunuma/state.json")
+        files.append(record.get("path") or node_paths.STATE)
     units = args.get("units") if isinstance(args.get("units"), dict) else {}
     # A file a unit writes itself (units.state_files: the kubelet's checkpoints), removed for its restart, is not
     # kept absent: the unit writes it again when it starts.

@@ -11,7 +11,7 @@ import base64
 import json
 import os
 
-from ansible.module_utils.gpunuma.common import atomic
+from ansible.module_utils.gpunuma.common import atomic, node_paths
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.discovery.module_run import discover_with
 from ansible.module_utils.gpunuma.node.apply_files import ApplyError, find_stale
@@ -51,8 +51,8 @@ def readers(module):
 
     def state(args):
         # gpunuma_state's read answers from these two files alone.
-        return {"state": converge.file_state(args.get("path") or "/etc/gpunuma/state.json"),
-                "plan": converge.file_state(args.get("plan_path") or "/etc/gpunuma/plan.json")}
+        return {"state": converge.file_state(args.get("path") or node_paths.STATE),
+                "plan": converge.file_state(args.get("plan_path") or node_paths.PLAN)}
 
     return {"gpunuma_node_info": lambda args: probe_with(module, args), "gpu_topology_info": topology,
             "gpunuma_state": state}

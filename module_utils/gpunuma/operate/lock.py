@@ -33,10 +33,10 @@ import os
 import stat
 import time
 
-from ansible.module_utils.gpunuma.common import schemas
+from ansible.module_utils.gpunuma.common import node_paths, schemas
 
 SCHEMA = schemas.LOCK
-DEFAULT_PATH = "/run/gpunuma/lock"
+DEFAULT_PATH = node_paths.LOCK
 DEFAULT_TIMEOUT_S = 300
 DEFAULT_TTL_S = 3600
 POLL_S = 1.0

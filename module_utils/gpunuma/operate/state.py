@@ -25,7 +25,7 @@ import re
 
 from ansible.module_utils.gpunuma.common import bounded, seal
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.common import documents, schemas
+from ansible.module_utils.gpunuma.common import documents, node_paths, schemas
 from ansible.module_utils.gpunuma.node.probe import read_file
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 
@@ -33,7 +33,7 @@ SCHEMA = schemas.STATE
 SCHEMA_PREFIX = "gpunuma.state/v"
 SCHEMA_VERSION = 1
 DEFAULT_HISTORY_LIMIT = 50
-DEFAULT_PATH = "/etc/gpunuma/state.json"
+DEFAULT_PATH = node_paths.STATE
 ACTIONS = ("profile", "down", "previous", "release", "site")
 ROLLBACK_CHOICES = ("down", "previous", "release")
 # Matched with fullmatch: "$" would also accept a final newline ("strict\n").

@@ -15,7 +15,7 @@ from typing import List, Optional
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.common.errors import ProblemsError
-from ansible.module_utils.gpunuma.common import schemas
+from ansible.module_utils.gpunuma.common import node_paths, schemas
 
 SCHEMA = schemas.PLAN
 # Additive fields raise the minor version; readers of v1 ignore fields they
@@ -26,7 +26,7 @@ SCHEMA = schemas.PLAN
 SCHEMA_MINOR = 3
 TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 INSTANCES_VAR = "gpunuma_instances"
-APPLIED_PLAN_SOURCE = "/etc/gpunuma/plan.json"
+APPLIED_PLAN_SOURCE = node_paths.PLAN
 DEFAULT_SERVICE_USER = "gpunuma"
 GPU_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 PLACEMENT_KEYS = ("gpus", "gpus_per_instance", "numa_node")

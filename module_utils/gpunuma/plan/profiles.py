@@ -21,6 +21,7 @@ import os
 import re
 from collections import namedtuple
 
+from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.common.errors import ProblemsError
 
 PROFILE_FIELDS = ("name", "description", "cpu_binding", "mem_policy", "mem_scope", "next")
@@ -364,7 +365,7 @@ def module_options():
         topology_path=dict(type="path"),
         profile=dict(type="str"),
         profile_data=dict(type="dict"),
-        profiles_dir=dict(type="path", default="/etc/gpunuma/profiles"),
+        profiles_dir=dict(type="path", default=node_paths.PROFILES_DIR),
     )
 
 
