@@ -424,6 +424,18 @@ def kubelet_topology_guard_files(plan, enabled, script_text, python, libexec_dir
 
 
 @_filter
+def kubelet_topology_read_request(config_path, state_dir, dra):
+    """What the kubelet plan reads of the node, as gpunuma_node_info's options."""
+    return kubeletchange.read_request(config_path, state_dir, dra)
+
+
+@_filter
+def kubelet_topology_node_read(read):
+    """The kubelet's part of a node read, decoded by checkpoint name (None when the read holds none)."""
+    return kubeletchange.node_read(read)
+
+
+@_filter
 def kubelet_topology_change(plan, guard, config_path, state_dir, service):
     """The kubelet change (when the plan needs one) and the check's files as one gpunuma_apply request."""
     return kubeletchange.change_request(plan or {}, guard, config_path, state_dir, service)
@@ -721,6 +733,8 @@ FILTERS = (
     "kubelet_topology_dra_mode",
     "kubelet_topology_guard_files",
     "kubelet_topology_change",
+    "kubelet_topology_read_request",
+    "kubelet_topology_node_read",
 )
 
 

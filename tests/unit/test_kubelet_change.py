@@ -2,7 +2,8 @@
 
 import pytest
 
-from ansible.module_utils.gpunuma.kubelet.change import CHECKPOINTS, change_request
+from ansible.module_utils.gpunuma.kubelet.change import CHECKPOINTS, change_request, node_read, read_request
+from ansible.module_utils.gpunuma.node import probe as node_probe
 from ansible.module_utils.gpunuma.node.apply import normalise_files
 from ansible.module_utils.gpunuma.node.apply_files import normalise_absent
 
@@ -51,3 +52,39 @@ def test_check_files_that_go_during_a_transition_come_back_with_the_old_config()
                              SERVICE)
     _paths, _restarts, stops = normalise_absent(request["absent"])
     assert stops == {path: SERVICE for path in GUARD_OFF["absent"]}
+
+
+# ---------------------------------------------------------------- what the plan reads of the node
+
+
+def _read(request):
+    return {"gpunuma_node": node_probe.probe(None, files=request["files"], globs=request["globs"])}
+
+
+@pytest.mark.parametrize("dra", ["auto", "off"])
+def test_the_read_request_reads_the_config_every_checkpoint_and_the_registrations(tmp_path, dra):
+    state = tmp_path / "kubelet"
+    (state / "plugins_registry").mkdir(parents=True)
+    (state / "plugins_registry" / "gpu.nvidia.com-reg.sock").write_text("")
+    (tmp_path / "config.yaml").write_text("kind: KubeletConfiguration\n")
+    (state / "cpu_manager_state").write_text('{"policyName":"none"}')
+    (state / "dra_manager_state").write_bytes(b'{"claims":[]} \xff')
+    request = read_request(str(tmp_path / "config.yaml"), str(state) + "/", dra)
+    got = node_read(_read(request))
+    assert got["config"] == "kind: KubeletConfiguration\n"
+    # Every checkpoint by its own name; one the node lacks is None, never an empty text.
+    assert {name: got[name] for name in CHECKPOINTS} == {
+        "cpu_manager_state": '{"policyName":"none"}', "memory_manager_state": None,
+        "dra_manager_state": '{"claims":[]} \ufffd'}
+    assert got["registrations"] == ([str(state / "plugins_registry" / "gpu.nvidia.com-reg.sock")] if dra == "auto" else [])
+
+
+def test_a_config_that_cannot_be_read_says_why_and_a_read_without_the_kubelet_is_none(tmp_path):
+    got = node_read(_read(read_request(str(tmp_path / "missing.yaml"), str(tmp_path), "off")))
+    assert got["config"] is None and got["config_problem"] == "no such file"
+    (tmp_path / "dir.yaml").mkdir()
+    got = node_read(_read(read_request(str(tmp_path / "dir.yaml"), str(tmp_path), "off")))
+    assert got["config"] is None and "dir.yaml cannot be read" in got["config_problem"]
+    # The run's node read of a host outside Kubernetes holds no kubelet part.
+    assert node_read({"gpunuma_node": {"files": {"applied_plan": {"exists": False}}}}) is None
+    assert node_read({}) is None and node_read(None) is None
