@@ -88,6 +88,11 @@ options:
   config_path:
     description: The current KubeletConfiguration file.
     type: path
+  host:
+    description:
+      - The inventory name a failure is reported under; every problem is listed, one per line, after the words
+        "the kubelet settings cannot be planned; nothing was changed".
+    type: str
   kubelet_version:
     description:
       - The node's kubelet version (C("1.31"), C(v1.31.2)); policy options that need a later version or an
@@ -270,8 +275,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.inputs import count_or_word
-from ansible.module_utils.gpunuma.kubelet.dra import DRA_MODES, DRA_STATE_FILE
-from ansible.module_utils.gpunuma.kubelet.plan import CPU_STATE_FILE, MEMORY_STATE_FILE, plan_kubelet
+from ansible.module_utils.gpunuma.kubelet.change import CHECKPOINTS
+from ansible.module_utils.gpunuma.kubelet.dra import DRA_MODES
+from ansible.module_utils.gpunuma.kubelet.plan import plan_kubelet
 from ansible.module_utils.gpunuma.plan.profiles import module_options, module_profile, parse_profile_text
 
 
@@ -284,14 +290,14 @@ def _read(module, path, what):
 
 
 def _checkpoints(module, params):
-    """The kubelet's CPU, Memory and DRA Manager checkpoints: given as options, else read from state_dir."""
+    """The kubelet's CPU, Memory and DRA Manager checkpoints (each option is named as its file): given as options,
+    else read from state_dir."""
     states = {}
-    for option, name in (("cpu_manager_state", CPU_STATE_FILE), ("memory_manager_state", MEMORY_STATE_FILE),
-                         ("dra_manager_state", DRA_STATE_FILE)):
-        states[option] = params[option]
+    for name in CHECKPOINTS:
+        states[name] = params[name]
         path = os.path.join(params["state_dir"], name)
-        if states[option] is None and params["read_checkpoints"] and os.path.exists(path):
-            states[option] = _read(module, path, option)
+        if states[name] is None and params["read_checkpoints"] and os.path.exists(path):
+            states[name] = _read(module, path, name)
     return states
 
 
@@ -303,6 +309,7 @@ ARGUMENT_SPEC = dict(
     housekeeping_cpus=dict(type="str"),
     config=dict(type="str"),
     config_path=dict(type="path"),
+    host=dict(type="str"),
     kubelet_version=dict(type="str"),
     overrides=dict(type="dict", default={}),
     memory_spread=dict(type="str", choices=["first_node", "cpu_nodes"], default="first_node"),
@@ -368,7 +375,12 @@ def run(module):
             dra_state=states["dra_manager_state"],
         )
     except GpunumaError as exc:
-        module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))
+        problems = list(getattr(exc, "problems", [str(exc)]))
+        msg = str(exc)
+        if params["host"]:
+            msg = "%s: the kubelet settings cannot be planned; nothing was changed:\n%s" % (params["host"],
+                                                                                          "\n".join(problems))
+        module.fail_json(msg=msg, problems=problems)
 
     for warning in result.warnings:
         module.warn(warning)
