@@ -66,6 +66,17 @@ def test_irqbalance_reads_map_back_to_every_environment_file():
     assert housekeeping.irqbalance_env_read_texts({}) == {path: "" for path in housekeeping.IRQBALANCE_ENV_FILES}
 
 
+def test_kubelet_checkpoint_paths_are_made_in_one_place():
+    """The paths of the kubelet's checkpoints (what the plan reads, what the change removes and keeps) are joined
+    from kubelet/change.CHECKPOINTS; the Memory Manager check's script is installed whole and names its own."""
+    owners = {os.path.join(REPO_ROOT, "module_utils", "gpunuma", "kubelet", name)
+              for name in ("change.py", "plan.py", "dra.py", "memory_checkpoint.py")}
+    pattern = re.compile(r"/(cpu|memory|dra)_manager_state")
+    elsewhere = [os.path.relpath(path, REPO_ROOT) for path in _files()
+                 if path not in owners and pattern.search(open(path, encoding="utf-8").read())]
+    assert elsewhere == [], "kubelet checkpoint paths made outside gpunuma.kubelet: %s" % elsewhere
+
+
 def test_no_other_live_write_rule():
     # The old YAML rule and the audit's own test, in any spelling.
     pattern = re.compile(r"not\s+__autonuma_node\.in_container|numa_balancing_live\"?\]?\s*==\s*\"auto\"")
