@@ -378,8 +378,8 @@ def run(module):
         problems = list(getattr(exc, "problems", [str(exc)]))
         msg = str(exc)
         if params["host"]:
-            msg = "%s: the kubelet settings cannot be planned; nothing was changed:\n%s" % (params["host"],
-                                                                                          "\n".join(problems))
+            msg = "%s: the kubelet settings cannot be planned; nothing was changed:\n%s" % (
+                params["host"], "\n".join(problems))
         module.fail_json(msg=msg, problems=problems)
 
     for warning in result.warnings:
