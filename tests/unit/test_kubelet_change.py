@@ -71,7 +71,7 @@ def test_the_read_request_reads_the_config_every_checkpoint_and_the_registration
     (state / "dra_manager_state").write_bytes(b'{"claims":[]} \xff')
     request = read_request(str(tmp_path / "config.yaml"), str(state) + "/", dra)
     got = node_read(_read(request))
-    assert got["config"] == "kind: KubeletConfiguration\n"
+    assert got["config"] == "kind: KubeletConfiguration\n" and got["config_problem"] is None
     # Every checkpoint by its own name; one the node lacks is None, never an empty text.
     assert {name: got[name] for name in CHECKPOINTS} == {
         "cpu_manager_state": '{"policyName":"none"}', "memory_manager_state": None,

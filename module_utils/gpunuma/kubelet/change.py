@@ -49,7 +49,7 @@ def read_request(config_path, state_dir, dra):
 
 def node_read(read):
     """The kubelet's part of a ``gpunuma_node_info`` answer (``{"gpunuma_node": ...}``), or None when it holds none:
-    ``config`` (text, or None with ``config_problem``), each checkpoint by name (text, or None when absent) and
+    ``config`` (text; or None, with ``config_problem`` saying why), each checkpoint by name (text, or None when absent) and
     ``registrations`` (paths)."""
     node = (read or {}).get("gpunuma_node") or {}
     files = node.get("files") or {}
@@ -60,7 +60,9 @@ def node_read(read):
         content = (files.get(key) or {}).get("content")
         return None if content is None else base64.b64decode(content).decode("utf-8", "replace")
 
-    out = {"config": text(CONFIG_KEY), "config_problem": (files[CONFIG_KEY] or {}).get("problem") or "no such file",
+    config = text(CONFIG_KEY)
+    problem = None if config is not None else (files[CONFIG_KEY] or {}).get("problem") or "no such file"
+    out = {"config": config, "config_problem": problem,
            "registrations": list((node.get("globs") or {}).get(REGISTRATIONS_KEY) or [])}
     out.update((name, text(_checkpoint_key(name))) for name in CHECKPOINTS)
     return out
