@@ -93,6 +93,19 @@ options:
       - The inventory name a failure is reported under; every problem is listed, one per line, after the words
         "the kubelet settings cannot be planned; nothing was changed".
     type: str
+  guard_settings:
+    description:
+      - The paths, service and tolerance the Memory Manager checkpoint check's script and kubelet drop-in are written
+        with (the kubelet_topology role's variables of the same names), checked here with O(state_dir) so that a value
+        the drop-in cannot carry fails the plan, before anything changes; each problem names the role variable.
+    type: dict
+    suboptions:
+      python: {description: kubelet_topology_python., type: raw}
+      libexec_dir: {description: kubelet_topology_libexec_dir., type: raw}
+      unit_dir: {description: kubelet_topology_unit_dir., type: raw}
+      service: {description: kubelet_topology_service., type: raw}
+      backup_dir: {description: kubelet_topology_backup_dir., type: raw}
+      tolerance_mib: {description: kubelet_topology_memory_drift_tolerance_mib., type: raw}
   kubelet_version:
     description:
       - The node's kubelet version (C("1.31"), C(v1.31.2)); policy options that need a later version or an
@@ -275,6 +288,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.inputs import count_or_word
+from ansible.module_utils.gpunuma.kubelet import guard
 from ansible.module_utils.gpunuma.kubelet.change import CHECKPOINTS
 from ansible.module_utils.gpunuma.kubelet.dra import DRA_MODES
 from ansible.module_utils.gpunuma.kubelet.plan import plan_kubelet
@@ -310,6 +324,9 @@ ARGUMENT_SPEC = dict(
     config=dict(type="str"),
     config_path=dict(type="path"),
     host=dict(type="str"),
+    guard_settings=dict(type="dict", options=dict(
+        (name, dict(type="raw")) for name in ("python", "libexec_dir", "unit_dir", "service", "backup_dir",
+                                              "tolerance_mib"))),
     kubelet_version=dict(type="str"),
     overrides=dict(type="dict", default={}),
     memory_spread=dict(type="str", choices=["first_node", "cpu_nodes"], default="first_node"),
@@ -332,6 +349,14 @@ MODULE_SPEC = dict(
 )
 
 
+def _fail(module, problems, msg):
+    """Fail with every problem; under the host's name (O(host)), each on a line of its own."""
+    if module.params["host"]:
+        msg = "%s: the kubelet settings cannot be planned; nothing was changed:\n%s" % (
+            module.params["host"], "\n".join(problems))
+    module.fail_json(msg=msg, problems=problems)
+
+
 def run(module):
     """The module's body: AnsibleModule on a node, or the controller's in-process module
     (action_plugins/gpu_binding_plan.py)."""
@@ -349,6 +374,10 @@ def run(module):
         config = _read(module, params["config_path"], "config_path")
 
     states = _checkpoints(module, params)
+    settings = params["guard_settings"]
+    guard_problems = [] if settings is None else guard.input_problems(
+        settings["python"], settings["libexec_dir"], settings["unit_dir"], settings["service"], params["state_dir"],
+        settings["backup_dir"], settings["tolerance_mib"])
     try:
         profile = module_profile(params["profile"], params["profile_data"], params["profiles_dir"])
         preset = params["preset"]
@@ -375,12 +404,9 @@ def run(module):
             dra_state=states["dra_manager_state"],
         )
     except GpunumaError as exc:
-        problems = list(getattr(exc, "problems", [str(exc)]))
-        msg = str(exc)
-        if params["host"]:
-            msg = "%s: the kubelet settings cannot be planned; nothing was changed:\n%s" % (
-                params["host"], "\n".join(problems))
-        module.fail_json(msg=msg, problems=problems)
+        _fail(module, list(getattr(exc, "problems", [str(exc)])) + guard_problems, str(exc))
+    if guard_problems:
+        _fail(module, guard_problems, "\n".join(guard_problems))
 
     for warning in result.warnings:
         module.warn(warning)

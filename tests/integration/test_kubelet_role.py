@@ -57,6 +57,25 @@ def _run(tmp_path, config_text, check=False, **role_vars):
 KUBEADM = open(os.path.join(FIXTURES, "kubelet", "kubeadm-config.yaml"), encoding="utf-8").read()
 
 
+@pytest.mark.parametrize("role_vars,expected", [
+    ({"kubelet_topology_state_dir": "var/lib/kubelet"}, "kubelet_topology_state_dir is 'var/lib/kubelet'; allowed: an absolute path"),
+    ({"kubelet_topology_python": "python3"}, "kubelet_topology_python is 'python3'; allowed: an absolute path"),
+    ({"kubelet_topology_service": "kubelet"}, "kubelet_topology_service is 'kubelet'; allowed: a systemd service name"),
+])
+def test_a_setting_the_checkpoint_check_cannot_carry_stops_the_plan(tmp_path, role_vars, expected):
+    """Checked by the plan step (guard_settings), not first by the apply step: in site.yml that is the validation
+    play, before any host changes."""
+    proc, config = _run(tmp_path, KUBEADM, **role_vars)
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())
+    assert "TASK [kubelet_topology : Plan the kubelet settings]" in proc.stdout
+    failed_at = out.split("fatal: [gpu-k01")[0]
+    assert "Write the kubelet settings" not in failed_at, proc.stdout[-3000:]
+    assert "gpu-k01: the kubelet settings cannot be planned; nothing was changed" in proc.stdout
+    assert expected in out, proc.stdout[-3000:]
+    assert config.read_text() == KUBEADM and not (tmp_path / "units").exists()
+
+
 @pytest.mark.parametrize("overrides,expected", [
     ({"memoryManagerPolicy": "static"},
      "memoryManagerPolicy: 'static' is not a Memory Manager policy (the case matters); allowed: None, Static"),

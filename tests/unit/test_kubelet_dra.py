@@ -171,6 +171,17 @@ def test_guard_inputs_that_cannot_go_into_exec_start_pre_are_named(changes, need
     with pytest.raises(GpunumaError) as caught:
         guard.guard_files(**guard_args(**changes))
     assert needle in str(caught.value)
+    # The plan step asks the same check (kubelet_topology_plan's guard_settings), with the same words.
+    args = guard_args(**changes)
+    problems = guard.input_problems(*(args[k] for k in ("python", "libexec_dir", "unit_dir", "service", "state_dir",
+                                                        "backup_dir", "tolerance_mib")))
+    assert problems == caught.value.problems and any(needle in p for p in problems)
+
+
+def test_good_guard_inputs_have_no_problem():
+    args = guard_args()
+    assert guard.input_problems(*(args[k] for k in ("python", "libexec_dir", "unit_dir", "service", "state_dir",
+                                                    "backup_dir", "tolerance_mib"))) == []
 
 
 # ---------------------------------------------------------------- the DRA checkpoint

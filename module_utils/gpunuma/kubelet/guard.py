@@ -27,9 +27,9 @@ class GuardError(ProblemsError):
     """A path or name the drop-in cannot carry; ``problems`` names each variable."""
 
 
-def guard_files(guard, enabled, script_text, python, libexec_dir, unit_dir, service, state_dir, backup_dir,
-                tolerance_mib, header=""):
-    """``{"files": [...], "absent": [...]}`` for gpunuma_apply (nothing restarts: the check runs at the next start)."""
+def input_problems(python, libexec_dir, unit_dir, service, state_dir, backup_dir, tolerance_mib):
+    """What the check's script and drop-in cannot carry, one problem a variable (``kubelet_topology_*``); the plan
+    step asks it too (kubelet_topology_plan's ``guard_settings``), so a bad value stops the run before any change."""
     problems = []
     for name, value in (("kubelet_topology_python", python), ("kubelet_topology_libexec_dir", libexec_dir),
                         ("kubelet_topology_unit_dir", unit_dir), ("kubelet_topology_state_dir", state_dir),
@@ -43,6 +43,13 @@ def guard_files(guard, enabled, script_text, python, libexec_dir, unit_dir, serv
     if isinstance(tolerance_mib, bool) or not isinstance(tolerance_mib, int) or tolerance_mib < 0:
         problems.append("kubelet_topology_memory_drift_tolerance_mib is %r; allowed: a whole number of MiB, 0 or more"
                         % (tolerance_mib,))
+    return problems
+
+
+def guard_files(guard, enabled, script_text, python, libexec_dir, unit_dir, service, state_dir, backup_dir,
+                tolerance_mib, header=""):
+    """``{"files": [...], "absent": [...]}`` for gpunuma_apply (nothing restarts: the check runs at the next start)."""
+    problems = input_problems(python, libexec_dir, unit_dir, service, state_dir, backup_dir, tolerance_mib)
     if problems:
         raise GuardError(problems)
     script_path = "%s/%s" % (libexec_dir.rstrip("/"), SCRIPT_NAME)
