@@ -12,6 +12,7 @@ import signal
 
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
+from ansible.module_utils.gpunuma.operate import policy, policy_checks
 from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
 
 
@@ -62,6 +63,9 @@ def check_plan(plan, topology, instances):
                  for i, n in nodes.items()}
     cpu_nodes = set(i for i, cpus in node_cpus.items() if cpus)
     assert plan["schema"] == "gpunuma.plan/v1"
+    # One capacity verdict: the policy gate's membind rule passes whatever the planner bound.
+    gate = policy.Context("host", topology, plan, {}, None)
+    assert not policy_checks.check_strict_membind_fits(gate, {}), "the gate refuses what the planner bound"
     duplicated = sorted(set(w for w in plan["warnings"] if plan["warnings"].count(w) > 1))
     assert not duplicated, "warnings listed more than once: %r" % duplicated
     # housekeeping and worker CPUs: per CPU-bearing node, disjoint, on the node

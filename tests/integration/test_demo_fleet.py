@@ -1,16 +1,20 @@
 """The live demo (scripts/demo.sh, docs/demo.md) end to end on systemd containers.
 
-One run of the demo, on a smaller fleet to stay within a few minutes on a
-small machine (GPUNUMA_DEMO_HOSTS): the live-discovered GPU-less node, whose
-stand-in worker really runs bound, the recorded H200 VM and the AMD MI300X CPX
-node, whose topologies are offline input so their units are installed but not
-started. The demo's files go
-to a temporary directory (GPUNUMA_DEMO_DIR); its containers are the demo's own
+The README's first command, run exactly as the README writes it (no
+arguments, no environment of its own: the default fleet of six hosts and
+the default .demo/ directory): the live-discovered GPU-less node, whose
+stand-in worker really runs bound, and five nodes whose topologies are
+offline input (published `nvidia-smi topo -m` outputs without node memory,
+the recorded H200 VM, the AMD MI300X CPX node), whose units are installed
+but not started. The test fails when the README's command or the demo's
+host list changes without it. Its containers are the demo's own
 (gpunuma-demo-*), removed at the end by `demo.sh --clean`.
 """
 
 import json
 import os
+import pathlib
+import re
 import subprocess
 
 import pytest
@@ -21,14 +25,28 @@ from containers import needs_docker
 
 pytestmark = [pytest.mark.container, needs_docker]
 
-HOSTS = ["demo-live", "h200-vm", "mi300x-cpx"]
+HOSTS = ["demo-live", "hgx-h200-8gpu", "gb200-4gpu", "dgx-a100-nps4", "h200-vm", "mi300x-cpx"]
+# The offline text topologies: no node memory, so their membind capacity is not checked (the plan says so).
+TEXT_ONLY = ["hgx-h200-8gpu", "gb200-4gpu", "dgx-a100-nps4"]
 LIVE = "demo-live"
 PREFIX = "gpunuma-demo-"
 
 
-def demo(*args, **env):
-    return subprocess.run([os.path.join(REPO_ROOT, "scripts", "demo.sh"), *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=1200, env=ansible_env(**env))
+def readme_demo_command():
+    """The README's demo command, as its "Two commands" section writes it."""
+    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as handle:
+        section = handle.read().split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    (line,) = [l.split("#")[0].strip() for l in block.splitlines() if "demo.sh" in l]
+    return line.split()
+
+
+def demo(*args):
+    env = ansible_env()
+    for name in [n for n in env if n.startswith("GPUNUMA_DEMO_")]:
+        del env[name]  # the README's command, with no environment of the test's own
+    return subprocess.run(readme_demo_command() + list(args), cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=1800, env=env)
 
 
 def cpu_set(text):
@@ -51,14 +69,20 @@ def demo_containers():
                           capture_output=True, text=True, check=True).stdout.split()
 
 
+def test_the_readme_command_and_the_demo_fleet_are_the_tested_ones():
+    assert readme_demo_command() == ["./scripts/demo.sh"]
+    with open(os.path.join(REPO_ROOT, "scripts", "demo.sh"), encoding="utf-8") as handle:
+        (hosts,) = re.findall(r'^readonly ALL_HOSTS="([^"]*)"', handle.read(), re.M)
+    assert hosts.split() == HOSTS
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("demo-fleet") / "demo"
-    env = {"GPUNUMA_DEMO_HOSTS": ",".join(HOSTS), "GPUNUMA_DEMO_DIR": str(root)}
-    proc = demo(**env)
+def run():
+    root = os.path.join(REPO_ROOT, ".demo")
+    proc = demo()
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    yield proc.stdout, root / "artefacts", env
-    demo("--clean", **env)
+    yield proc.stdout, pathlib.Path(root) / "artefacts", {}
+    demo("--clean")
 
 
 def read(path):
@@ -148,10 +172,30 @@ def test_audit_artefacts_for_every_host(run):
     assert read(artefacts / "validation" / (LIVE + ".json"))["status"] == "skipped"
 
 
+def test_text_only_hosts_bound_strict_with_the_planners_warning(run):
+    """The planner binds where node memory is unknown, saying the size was not checked; the gate passes it."""
+    out, artefacts, _ = run
+    for host in TEXT_ONLY:
+        plan = read(artefacts / "topology" / (host + ".plan.json"))
+        assert all(v is None for v in plan["memory_capacity"].values()), plan["memory_capacity"]
+        bound = [i for i in plan["instances"] if i["mem_policy"] == "bind"]
+        assert bound, host
+        assert any("was not checked" in w for i in bound for w in i.get("warnings") or []), host
+        assert read(artefacts / "state" / (host + ".json"))["profile"] == "strict"
+    assert "GN-MEM-001" not in out
+
+
+def test_html_report_names_every_host(run):
+    _, artefacts, _ = run
+    report = (artefacts / "fleet-report.html").read_text(encoding="utf-8")
+    for host in HOSTS:
+        assert host in report, host
+
+
 def test_clean_removes_containers_and_files(run):
     _, artefacts, env = run
     assert sorted(demo_containers()) == sorted(PREFIX + h for h in HOSTS)
-    proc = demo("--clean", **env)
+    proc = demo("--clean")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert demo_containers() == []
     assert not artefacts.parent.exists()

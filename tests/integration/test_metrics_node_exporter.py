@@ -101,7 +101,11 @@ def test_node_exporter_scrapes_gpunuma_metrics(tmp_path):
         second = playbook(tmp_path, hosts, gpunuma_metrics_interval="2s")
         assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-3000:]
         assert node.sh("systemctl is-enabled gpunuma-metrics.timer").strip() == "enabled"
-        assert node.sh("ls -a %s" % TEXTFILE_DIR).split() == [".", "..", "gpunuma-node.prom"]  # no temporary file left
+        # No temporary file left: the timer is held while one run of the oneshot collector completes (systemctl
+        # start waits for a oneshot to finish), so the listing never meets a write in flight; then it runs again.
+        node.sh("systemctl stop gpunuma-metrics.timer && systemctl start gpunuma-metrics.service")
+        assert node.sh("ls -a %s" % TEXTFILE_DIR).split() == [".", "..", "gpunuma-node.prom"]
+        node.sh("systemctl start gpunuma-metrics.timer")
 
         ip = subprocess.run(["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", node.name],
                             capture_output=True, text=True, check=True).stdout.strip()

@@ -1,13 +1,17 @@
 """Policy rules as data: every shipped rule has a passing and a failing case;
 waivers apply by host or group until they expire; bad files name the file and field."""
 
+import copy
 import datetime
+import json
 import os
 
 import pytest
 import yaml
 
 from ansible.module_utils.gpunuma.operate import policy
+from ansible.module_utils.gpunuma.plan.planner import build_plan
+from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit
@@ -103,8 +107,32 @@ def test_membind_capacity_is_the_plans_not_free_memory():
     assert state == "fail" and problems == [
         "instances llm0 declare %d bytes under membind on node 0, which holds %d bytes for instances"
         % (90 << 30, 80 << 30)]
-    state, problems = status("GN-MEM-001", plan(inst(), capacity={"0": None, "1": None}), {})
-    assert state == "fail" and problems == ["node 0: memory size unknown; llm0 under membind cannot be checked"]
+    # A node of unknown size (offline topology) is not judged, as the planner binds there with a warning.
+    assert status("GN-MEM-001", plan(inst(memory_bytes=90 << 30), capacity={"0": None, "1": None}), {}) == (
+        "pass", [])
+
+
+def test_membind_gate_reaches_the_planners_verdict_on_its_plans():
+    """Whatever the planner binds, the gate passes; a node shrunk below what is bound there, the gate refuses."""
+    with open(os.path.join(REPO_ROOT, "tests", "fixtures", "topologies", "hgx-h200-8gpu-2socket-ht.json")) as handle:
+        base = json.load(handle)
+    profile = load_profile("strict", os.path.join(REPO_ROOT, "policies", "profiles"))
+    for total_gib, unknown in ((64, False), (256, False), (0, True)):
+        topology = copy.deepcopy(base)
+        for node in topology["numa_nodes"]:
+            node["memory_total_bytes"] = None if unknown else total_gib << 30
+        for memory in ("8G", "40G", "56G", "200G"):
+            instances = [{"name": "a", "gpus": [0], "memory": memory, "command": ["/bin/true"]},
+                         {"name": "b", "gpus": [1], "memory": memory, "command": ["/bin/true"]}]
+            made = build_plan(topology, profile, instances, strict_capacity="fallback")
+            verdict = status("GN-MEM-001", made, {}, topology=topology)
+            bound = [i for i in made["instances"] if i["mem_policy"] == "bind"]
+            assert verdict == (("pass", []) if bound else ("not_applicable", [])), (total_gib, memory, verdict)
+            assert bound or not unknown  # an unknown size binds (with the planner's warning)
+            if bound and not unknown:
+                node = str(bound[0]["mem_nodes"][0])
+                shrunk = dict(made, memory_capacity=dict(made["memory_capacity"], **{node: bound[0]["memory_bytes"] - 1}))
+                assert status("GN-MEM-001", shrunk, {}, topology=topology)[0] == "fail", (total_gib, memory)
 
 
 def test_every_shipped_rule_has_cases():

@@ -8,6 +8,7 @@ from ansible.module_utils.gpunuma.node import autonuma
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import ProblemsError
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
+from ansible.module_utils.gpunuma.plan import capacity as capacity_rule
 
 # The Topology Manager's policies (kubernetes.io, "Control Topology
 # Management Policies on a node").
@@ -30,30 +31,19 @@ def _is_infinity(value):
 def check_strict_membind_fits(ctx, params):
     """The memory declared under membind fits what each node holds for instances.
 
-    The figure is the plan's ``memory_capacity`` (MemTotal minus the reserve,
-    docs/plan-v1.md), never free memory: page cache filled by a loaded model
-    must not turn an unchanged node into a violation on the next run.
+    The verdict is the planner's own (plan/capacity.overcommitted_nodes, by
+    the rule check_capacity binds with) against the plan's
+    ``memory_capacity`` (MemTotal minus the reserve, docs/plan-v1.md), never
+    free memory: page cache filled by a loaded model must not turn an
+    unchanged node into a violation on the next run. A node of unknown size
+    is not judged here, as the planner does not judge it; the plan carries
+    its warning.
     """
-    bound = [i for i in ctx.instances if i.get("mem_policy") == "bind" and len(i.get("mem_nodes") or []) == 1]
-    if not bound:
+    if not any(i.get("mem_policy") == "bind" for i in ctx.instances):
         return None
-    per_node = {}
-    for item in bound:
-        if isinstance(item.get("memory_bytes"), int):
-            per_node.setdefault(item["mem_nodes"][0], []).append(item)
-    capacities = ctx.plan.get("memory_capacity") if isinstance(ctx.plan.get("memory_capacity"), dict) else {}
-    problems = []
-    for node_id, items in sorted(per_node.items()):
-        capacity = capacities.get(str(node_id))
-        if not isinstance(capacity, int) or isinstance(capacity, bool):
-            problems.append("node %s: memory size unknown; %s under membind cannot be checked"
-                            % (node_id, ", ".join(i["name"] for i in items)))
-            continue
-        need = sum(i["memory_bytes"] for i in items)
-        if need > capacity:
-            problems.append("instances %s declare %d bytes under membind on node %s, which holds %d bytes for instances"
-                            % (", ".join(i["name"] for i in items), need, node_id, capacity))
-    return problems
+    return ["instances %s declare %d bytes under membind on node %s, which holds %d bytes for instances"
+            % (", ".join(names), need, node_id, capacity)
+            for node_id, names, need, capacity in capacity_rule.overcommitted_nodes(ctx.plan)]
 
 
 def check_memlock_unlimited_named(ctx, params):

@@ -215,12 +215,51 @@ def check_capacity(specs, topo, strict_capacity, problems, reserve=None, overrid
         _fit_group(node_id, memory, members, committed, strict_capacity, problems, topo.nodes[node_id].hugetlb)
 
 
+def fits(capacity, need):
+    """Whether ``need`` bytes under ``bind`` fit a node that holds ``capacity`` bytes for instances.
+
+    The one capacity rule: the planner binds by it (check_capacity) and the
+    policy gate judges a plan by it (overcommitted_nodes). A node whose size
+    is unknown (``capacity`` None: an offline topology without node memory)
+    is not judged: the planner binds there with a warning that the size was
+    not checked, and the gate passes what the planner bound.
+    """
+    return capacity is None or need <= capacity
+
+
+def overcommitted_nodes(plan: dict) -> list:
+    """``[(node id, [instance names], bytes declared, capacity)]``: nodes of a plan whose bound memory does not fit.
+
+    Sums the ``memory_bytes`` of the instances bound (``mem_policy: bind``) to
+    one node and judges the sum by :func:`fits` against the plan's own
+    ``memory_capacity``. A plan the planner made never has one: this is the
+    verdict the planner reached, read back from the plan.
+    """
+    capacities = plan.get("memory_capacity") if isinstance(plan.get("memory_capacity"), dict) else {}
+    per_node = {}
+    for item in plan.get("instances") or []:
+        if not isinstance(item, dict) or item.get("mem_policy") != "bind":
+            continue
+        nodes = item.get("mem_nodes") or []
+        if len(nodes) != 1 or not is_int(item.get("memory_bytes")):
+            continue
+        per_node.setdefault(nodes[0], []).append(item)
+    over = []
+    for node_id, items in sorted(per_node.items(), key=lambda pair: str(pair[0])):
+        capacity = capacities.get(str(node_id))
+        capacity = capacity if is_int(capacity) else None
+        need = sum(i["memory_bytes"] for i in items)
+        if not fits(capacity, need):
+            over.append((node_id, [str(i.get("name")) for i in items], need, capacity))
+    return over
+
+
 def _fit_group(node_id, memory, members, committed, strict_capacity, problems, hugetlb):
     """Bind every instance of a group (same node, same declared memory) or none: identical instances, one decision."""
     capacity, kept, total = members[0][1]
     earlier = committed.get(node_id, 0)
     need = memory * len(members)
-    if earlier + need <= capacity:
+    if fits(capacity, earlier + need):
         committed[node_id] = earlier + need
         return
     specs = [spec for spec, _unused in members]
