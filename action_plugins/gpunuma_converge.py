@@ -159,6 +159,8 @@ class ActionModule(ActionBase):
                 reasons.append("the controller's %s differs from the last converge's" % cpath)
         result.update(converged=not reasons, reasons=reasons)
         if not reasons:
+            # What the last converge recorded (the plan, the profile), as facts: the summaries read them under
+            # ansible_facts, which holds them whether or not facts are injected as variables.
             facts = dict(answer.get("facts") or {})
             facts.update({FACT: inputs, "gpunuma_provisioned": True})
             result["ansible_facts"] = facts

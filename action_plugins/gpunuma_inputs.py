@@ -30,7 +30,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
         ansible.module_utils.__path__.append(_path)
 
 from ansible.module_utils.gpunuma.common import layout  # noqa: E402
-from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
+from ansible.module_utils.gpunuma.operate import converge, role_inputs  # noqa: E402
 
 # role -> (its filter, the fact its problems are kept in, the names of its arguments after options and values).
 CHECKS = {
@@ -155,7 +155,7 @@ class ActionModule(ActionBase):
                         % (unknown or names, ", ".join(sorted(CHECKS) + list(READ_ONLY))))
         templar = self._templar.copy_with_new_env(available_variables=task_vars)
         host = task_vars.get("inventory_hostname")
-        requests = self.value(templar, task_vars, "gpunuma_node_read_requests", {}) or {}
+        requests = templar.template(converge.host_fact(task_vars, "gpunuma_node_read_requests", {})) or {}
         facts, lines = {}, []
         for name in names:
             if name in READ_ONLY:

@@ -23,7 +23,7 @@ or a diff:
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Mapping
 import fnmatch
 import os
 import re
@@ -78,11 +78,25 @@ def breaks_line(value):
     return any(c in value for c in "\n\r\0")
 
 
+def _plain(value):
+    """A copy of mappings and lists as plain dicts and lists, item by item.
+
+    Never ``copy.deepcopy``: ansible-core 2.19+ hands filters lazy template
+    containers that hold the templar, and deep-copying them copies the
+    templar and its plugin loaders (deprecated in 2.21).
+    """
+    if isinstance(value, Mapping):
+        return dict((k, _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def redact_instances(instances, patterns=DEFAULT_PATTERNS):
     """A copy of the inventory's instances with every secret value replaced by ``REDACTED``."""
     if not isinstance(instances, list):
         return instances
-    out = copy.deepcopy(instances)
+    out = _plain(instances)
     for instance in out:
         for name in secret_names(instance, patterns):
             instance["environment"][name] = REDACTED

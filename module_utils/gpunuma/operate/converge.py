@@ -285,6 +285,19 @@ JOURNAL_READS = "gpunuma_node_reads"
 JOURNAL_WRITES = "gpunuma_node_writes"
 
 
+def host_fact(task_vars: dict, name: str, default=None):
+    """A fact a gpunuma action returned for this host, whatever ``inject_facts_as_vars`` says.
+
+    Facts a module or action returns always land under ``ansible_facts``; they
+    are also top-level variables only while facts are injected (deprecated in
+    ansible-core 2.20). Read them from ``ansible_facts`` first.
+    """
+    facts = task_vars.get("ansible_facts")
+    if isinstance(facts, dict) and name in facts:
+        return facts[name]
+    return task_vars.get(name, default)
+
+
 def journaled(task_vars, module, args, result, delegated_to=None):
     """The ``ansible_facts`` that add one module call to the run's journal (empty for a call that failed).
 
@@ -296,9 +309,9 @@ def journaled(task_vars, module, args, result, delegated_to=None):
     if not isinstance(result, dict) or result.get("failed") or result.get("skipped"):
         return {}
     if module == "gpunuma_apply":
-        return {JOURNAL_WRITES: list(task_vars.get(JOURNAL_WRITES) or []) + [write_summary(args)]}
+        return {JOURNAL_WRITES: list(host_fact(task_vars, JOURNAL_WRITES) or []) + [write_summary(args)]}
     if module == "gpunuma_state" and args.get("state") == "record":
-        return {JOURNAL_WRITES: list(task_vars.get(JOURNAL_WRITES) or [])
+        return {JOURNAL_WRITES: list(host_fact(task_vars, JOURNAL_WRITES) or [])
                 + [write_summary({"state_record": {"path": args.get("path")}})]}
     params = (result.get("invocation") or {}).get("module_args")
     why = None
@@ -309,7 +322,7 @@ def journaled(task_vars, module, args, result, delegated_to=None):
     elif module == "gpu_topology_info" and params.get("record_nvml_dump"):
         why = "it records an NVML dump"
     entry = {"module": module, "not_replayable": why} if why else {"module": module, "args": params}
-    return {JOURNAL_READS: list(task_vars.get(JOURNAL_READS) or []) + [entry]}
+    return {JOURNAL_READS: list(host_fact(task_vars, JOURNAL_READS) or []) + [entry]}
 
 
 INPUTS_FACT = "gpunuma_converge_inputs"
@@ -328,15 +341,15 @@ def record_request(task_vars, path, facts, controller, writes=()):
     """``(request, why)``: the node's record request for this host's run (converge_node.RECORD_OPTIONS), from the
     inputs its converge check digested and the run's journal, with ``writes`` (a step's own, not yet journaled)
     added. ``why`` says why no record is kept; the request then removes the node's record."""
-    inputs = task_vars.get(INPUTS_FACT)
-    reads = task_vars.get(JOURNAL_READS) or []
+    inputs = host_fact(task_vars, INPUTS_FACT)
+    reads = host_fact(task_vars, JOURNAL_READS) or []
     why = skip_reason(task_vars) \
         or ("the run did not start with the converge check" if not isinstance(inputs, dict) else None) \
         or not_replayable(reads)
     if why:
         return {"state": "absent", "path": path}, why
     return {"state": "recorded", "path": path, "inputs": inputs, "reads": reads,
-            "writes": list(task_vars.get(JOURNAL_WRITES) or []) + list(writes), "facts": facts or {},
+            "writes": list(host_fact(task_vars, JOURNAL_WRITES) or []) + list(writes), "facts": facts or {},
             "controller": controller or {}}, None
 
 
