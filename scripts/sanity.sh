@@ -14,8 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-PIP_VERSION=24.2
-PIP_WHEEL_SHA256=2cd581cf58ab7fcfca4ce8efa6dcacd0de5bf8d0a3eb9ec927e07405f4d9e2a2
+PIP_VERSION=25.2
+PIP_WHEEL_SHA256=6d67a2b4e7f14d8b31b8b52648866fa717f45a1eb70e83002f4331d07e953717
 CACHE_DIR="${GPUNUMA_CACHE_DIR:-/var/cache/gpunuma}/ansible-test"
 [ -w "$(dirname "$CACHE_DIR")" ] || CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/gpunuma/ansible-test"
 wheel="$CACHE_DIR/pip-$PIP_VERSION-py3-none-any.whl"

@@ -8,6 +8,7 @@ node, and site.yml keeping a rolled-back node where it is) is the molecule
 
 import json
 import os
+import pwd
 import subprocess
 
 import pytest
@@ -53,12 +54,12 @@ def inventory(node, tmp_path_factory):
     return str(path)
 
 
-def play(inventory, playbook, node, *extra):
+def play(inventory, playbook, node, *extra, env=None):
     cmd = [os.path.join(BINDIR, "ansible-playbook"), "-i", inventory, playbook, "--limit", node.name]
     for item in extra:
         cmd += ["-e", item]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-                          env=ansible_env(SUDO_USER="oncall"))
+                          env=env or ansible_env(SUDO_USER="oncall"))
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -86,3 +87,18 @@ def test_newer_state_is_refused_and_left_alone(node, inventory):
     rc, out = play(inventory, "playbooks/site.yml", node)
     assert rc != 0 and "newer gpunuma" in out and "/etc/gpunuma/state.json" in out, out[-3000:]
     assert "v9" in node.sh("cat /etc/gpunuma/state.json")
+
+
+def test_history_names_the_uid_when_no_user_variable_is_set(node, inventory):
+    """cron and CI set no SUDO_USER, USER or LOGNAME: the history names the controller's uid, never 'unknown'."""
+    node.sh("rm -f /etc/gpunuma/state.json")
+    env = ansible_env()
+    for name in ("SUDO_USER", "USER", "LOGNAME"):
+        env.pop(name, None)
+    rc, out = play(inventory, "playbooks/site.yml", node, env=env)
+    assert rc == 0, out[-4000:]
+    rc, out = play(inventory, "playbooks/rollback.yml", node, "gpunuma_rollback=down", "gpunuma_reason=cron", env=env)
+    assert rc == 0, out[-4000:]
+    history = state(node)["history"]
+    assert history[-1]["to"] == "preferred" and history[-1]["reason"] == "cron", history
+    assert {h["user"] for h in history} == {pwd.getpwuid(os.getuid()).pw_name}, history
