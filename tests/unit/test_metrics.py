@@ -1,15 +1,25 @@
 """gpunuma textfile metrics: rendered from the recorded H200 probe, a plan and a fake sys/proc tree,
 and read back with prometheus_client's text-format parser."""
 
+import importlib.util
 import json
 import os
 import stat
+import sys
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ansible.module_utils.gpunuma.operate import metrics
-from conftest import FIXTURES
+from conftest import REPO_ROOT
+
+# The role's entry script imports the renderer installed beside it (gpunuma_metrics_collect.py): here, module_utils'.
+sys.modules.setdefault("gpunuma_metrics_collect", metrics)
+_SCRIPT = importlib.util.spec_from_file_location(
+    "gpunuma_metrics_script", os.path.join(REPO_ROOT, "roles", "gpunuma_metrics", "files", "gpunuma_metrics.py"))
+script = importlib.util.module_from_spec(_SCRIPT)
+_SCRIPT.loader.exec_module(script)
+from conftest import FIXTURES  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -223,22 +233,22 @@ def test_damaged_sources_reported_not_raised(tmp_path):
 def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):
     (tmp_path / "gpunuma-node.prom").write_text("old\n")
     (tmp_path / "other.prom").write_text("x 1\n")
-    path = metrics.write_atomic(str(tmp_path), "gpunuma_x 1\n")
+    path = script.write_atomic(str(tmp_path), "gpunuma_x 1\n")
     assert open(path).read() == "gpunuma_x 1\n"
     assert sorted(os.listdir(tmp_path)) == ["gpunuma-node.prom", "other.prom"]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
 
 
 def test_write_atomic_missing_dir(tmp_path):
-    with pytest.raises(metrics.MetricsError, match="textfile directory .*/nope does not exist"):
-        metrics.write_atomic(str(tmp_path / "nope"), "x 1\n")
+    with pytest.raises(script.MetricsError, match="textfile directory .*/nope does not exist"):
+        script.write_atomic(str(tmp_path / "nope"), "x 1\n")
 
 
 def test_main_cli(tmp_path, capsys):
-    assert metrics.main(["--textfile-dir", str(tmp_path), "--probe", RECORDED, "--plan", str(tmp_path / "none.json"),
+    assert script.main(["--textfile-dir", str(tmp_path), "--probe", RECORDED, "--plan", str(tmp_path / "none.json"),
                          "--audit", str(tmp_path / "none.json"), "--root", "/nonexistent"]) == 0
     assert "gpunuma_h2d_copy_bandwidth_bytes_per_second" in (tmp_path / "gpunuma-node.prom").read_text()
-    assert metrics.main(["--textfile-dir", str(tmp_path / "missing")]) == 1
+    assert script.main(["--textfile-dir", str(tmp_path / "missing")]) == 1
     assert "does not exist" in capsys.readouterr().err
 
 

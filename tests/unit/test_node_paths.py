@@ -83,7 +83,7 @@ def test_every_documented_module_default_is_the_node_path():
 
 
 def test_the_metrics_collector_spells_the_same_paths():
-    text = (ROOT / "module_utils/gpunuma/operate/metrics.py").read_text()
+    text = (ROOT / "roles/gpunuma_metrics/files/gpunuma_metrics.py").read_text()
     spelled = set(re.findall(r'default="(/(?:etc|var/lib|run)/gpunuma/[^"]+)"', text))
     assert spelled == {PATHS["H2D_PROBE"], PATHS["PLAN"], PATHS["AUDIT"]}
 

@@ -5,8 +5,9 @@
 
 The modules' argument specs, the readers and the converge record take their defaults from here; the roles'
 defaults (``roles/*/defaults/main.yml``) and the modules' documentation say the same paths, which
-``tests/unit/test_node_paths.py`` holds them to. The metrics collector (``operate/metrics.py``) is installed on
-the node as one self-contained standard-library script: it spells its own, and the same test holds them equal.
+``tests/unit/test_node_paths.py`` holds them to. The metrics collector (``roles/gpunuma_metrics/files/
+gpunuma_metrics.py``) runs on the node with the standard library only: it spells its own, and the same test holds
+them equal.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """gpunuma node metrics for the Prometheus node_exporter textfile collector.
 
-Standard library only: the gpunuma_metrics role installs this file on the
-node as a script run by a systemd timer (``python3 gpunuma_metrics.py``;
-gpunuma_audit_info imports it as a module).  It reads
+Standard library only, and no process started: the gpunuma_metrics role
+installs this file on the node as ``gpunuma_metrics_collect.py`` beside its
+entry script (``roles/gpunuma_metrics/files/gpunuma_metrics.py``, run by a
+systemd timer, which asks systemctl for a unit's MainPID where no cgroup
+names its processes and writes the file); gpunuma_audit_info imports it as a
+module.  It reads
 
 - the H2D probe result (``gpunuma.h2d-probe/v1``, written by validate.yml),
 - the applied plan (``/etc/gpunuma/plan.json``, ``gpunuma.plan/v1``),
@@ -10,23 +13,17 @@ gpunuma_audit_info imports it as a module).  It reads
 - the kernel: ``/sys/devices/system/node/node*/numastat`` and, per planned
   instance, ``/proc/<pid>/numa_maps`` of every process of its unit,
 
-renders the Prometheus text exposition format and writes it atomically: a
-temporary file in the collector directory, fsync, then rename over
-``gpunuma-node.prom`` - node_exporter never reads a half-written file (it reads
-only ``*.prom``).  Every metric is documented in docs/metrics.md.
+and renders the Prometheus text exposition format.  Every metric is
+documented in docs/metrics.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import calendar
 import json
 import math
 import os
 import re
-import subprocess
-import sys
-import tempfile
 import time
 
 NUMASTAT_COUNTERS = ("numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node")
@@ -37,11 +34,6 @@ PROBE_SERIES = {
     "h2d_pageable": ("h2d", "pageable"),
     "small_h2d_pinned": ("h2d", "pinned"),
 }
-OUTPUT_NAME = "gpunuma-node.prom"
-
-
-class MetricsError(Exception):
-    """A bad option; the message names it."""
 
 
 def escape_label(value):
@@ -275,8 +267,12 @@ def cpu_set(text):
     return cpus
 
 
-def unit_pids(unit, sysfs_root="/", systemctl="systemctl"):
-    """PIDs of a systemd unit: its cgroup (v2) first, else its MainPID."""
+def unit_pids(unit, sysfs_root="/", main_pid=None):
+    """PIDs of a systemd unit: its cgroup (v2, or v1's systemd hierarchy) first, else ``main_pid(unit)``.
+
+    ``main_pid`` (a callable: the unit's MainPID, or None) is the caller's way
+    to ask systemd; without it a unit outside these cgroups has no PIDs here.
+    """
     for cg in ("sys/fs/cgroup/system.slice/%s/cgroup.procs" % unit,
                "sys/fs/cgroup/systemd/system.slice/%s/cgroup.procs" % unit):
         try:
@@ -286,17 +282,13 @@ def unit_pids(unit, sysfs_root="/", systemctl="systemctl"):
                 return pids
         except (OSError, ValueError):
             continue
-    if sysfs_root != "/":
+    if sysfs_root != "/" or main_pid is None:
         return []
-    try:
-        out = subprocess.run([systemctl, "show", "--property=MainPID", "--value", unit], capture_output=True,
-                             check=False, text=True, timeout=10, env=dict(os.environ, LC_ALL="C")).stdout.strip()
-        return [int(out)] if out.isdigit() and int(out) > 0 else []
-    except (OSError, subprocess.SubprocessError):
-        return []
+    pid = main_pid(unit)
+    return [pid] if isinstance(pid, int) and pid > 0 else []
 
 
-def plan_metrics(expo, plan, probe=None, sysfs_root="/"):
+def plan_metrics(expo, plan, probe=None, sysfs_root="/", main_pid=None):
     ok = isinstance(plan, dict) and plan.get("schema") == "gpunuma.plan/v1"
     if not ok:
         return
@@ -319,7 +311,7 @@ def plan_metrics(expo, plan, probe=None, sysfs_root="/"):
                      "gpu_uuids": ",".join(str(u) for u in (inst.get("gpu_uuids") or []) if u),
                      "topology_fingerprint": plan.get("topology_fingerprint") or "",
                  })
-        pids = unit_pids(unit, sysfs_root)
+        pids = unit_pids(unit, sysfs_root, main_pid)
         kinds = {"anon": {}, "file": {}}
         threads = {}
         for pid in pids:
@@ -388,8 +380,8 @@ def _guarded(expo, errors, what, function, *args):
     return True
 
 
-def collect(probe_path=None, plan_path=None, audit_path=None, sysfs_root="/", now=None):
-    """Render the whole textfile; returns (text, errors)."""
+def collect(probe_path=None, plan_path=None, audit_path=None, sysfs_root="/", now=None, main_pid=None):
+    """Render the whole textfile; returns (text, errors). ``main_pid``: as for :func:`unit_pids`."""
     errors = []
     expo = Exposition()
     probe = _read_json(probe_path, "probe result", errors)
@@ -407,7 +399,7 @@ def collect(probe_path=None, plan_path=None, audit_path=None, sysfs_root="/", no
     plan = _read_json(plan_path, "plan", errors)
     if plan is not None and not (isinstance(plan, dict) and plan.get("schema") == "gpunuma.plan/v1"):
         errors.append("plan %s: not a gpunuma.plan/v1 document" % plan_path)
-    if not _guarded(expo, errors, "plan %s" % plan_path, plan_metrics, plan, probe, sysfs_root):
+    if not _guarded(expo, errors, "plan %s" % plan_path, plan_metrics, plan, probe, sysfs_root, main_pid):
         plan = None
     audit_metrics(expo, _read_json(audit_path, "audit state", errors))
     for src, path, data in (("probe", probe_path, probe), ("plan", plan_path, plan)):
@@ -418,52 +410,3 @@ def collect(probe_path=None, plan_path=None, audit_path=None, sysfs_root="/", no
     expo.add("gpunuma_metrics_last_run_timestamp_seconds", "gauge", "When the collector last wrote this file (Unix time).",
              time.time() if now is None else now)
     return expo.render(), errors
-
-
-def write_atomic(directory, text, name=OUTPUT_NAME):
-    """Write ``directory/name`` through a temporary file in the same directory and rename.
-
-    common/atomic.py's write_atomic, repeated: this file is installed on the
-    node alone (role gpunuma_metrics) and imports the standard library only.
-    """
-    if not os.path.isdir(directory):
-        raise MetricsError("textfile directory %s does not exist; create it or pass the collector's directory" % directory)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + name + ".")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return os.path.join(directory, name)
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(description="Write gpunuma metrics for the node_exporter textfile collector.")
-    ap.add_argument("--textfile-dir", required=True, help="node_exporter --collector.textfile.directory")
-    ap.add_argument("--probe", default="/var/lib/gpunuma/h2d-probe.json")
-    ap.add_argument("--plan", default="/etc/gpunuma/plan.json")
-    ap.add_argument("--audit", default="/var/lib/gpunuma/audit.json")
-    ap.add_argument("--root", default="/", help="read sys/ and proc/ under this directory (tests)")
-    args = ap.parse_args(argv)
-    text, errors = collect(args.probe, args.plan, args.audit, args.root)
-    for err in errors:
-        sys.stderr.write("gpunuma-metrics: %s\n" % err)
-    try:
-        path = write_atomic(args.textfile_dir, text)
-    except (MetricsError, OSError) as exc:
-        sys.stderr.write("gpunuma-metrics: %s\n" % exc)
-        return 1
-    sys.stdout.write("gpunuma-metrics: wrote %s\n" % path)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
