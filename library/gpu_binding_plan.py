@@ -223,11 +223,11 @@ seealso:
 
 EXAMPLES = r"""
 - name: Discover the topology
-  gpu_topology_info:
+  gpunuma.fleet.gpu_topology_info:
   register: topo
 
 - name: Plan one vLLM worker per GPU under the strict profile
-  gpu_binding_plan:
+  gpunuma.fleet.gpu_binding_plan:
     topology: "{{ topo.topology }}"
     profile_data: "{{ lookup('ansible.builtin.file', 'policies/profiles/strict.yml') | from_yaml }}"
     instances:
@@ -242,7 +242,7 @@ EXAMPLES = r"""
   register: plan
 
 - name: Tensor-parallel servers of four GPUs, plus a tokenizer on node 0
-  gpu_binding_plan:
+  gpunuma.fleet.gpu_binding_plan:
     topology_path: /etc/gpunuma/topology.json
     profile: preferred
     instances:
@@ -255,7 +255,7 @@ EXAMPLES = r"""
         command: [/opt/tok/bin/tokenizer-server]
 
 - name: Bind an existing unit through a drop-in with systemd directives
-  gpu_binding_plan:
+  gpunuma.fleet.gpu_binding_plan:
     topology: "{{ topo.topology }}"
     profile: strict
     profiles_dir: /etc/gpunuma/profiles

@@ -135,7 +135,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Discover the live topology
-  gpu_topology_info:
+  gpunuma.fleet.gpu_topology_info:
   register: topo
 
 - name: Bind to the node of GPU 0
@@ -143,16 +143,16 @@ EXAMPLES = r"""
     msg: "GPU 0 sits on NUMA node {{ topo.topology.gpus[0].numa_node }}"
 
 - name: Parse a pasted nvidia-smi topo -m output (nothing local is read)
-  gpu_topology_info:
+  gpunuma.fleet.gpu_topology_info:
     nvidia_smi_topo_file: /tmp/topo.txt
   delegate_to: localhost
 
 - name: Record NVML on a GPU node for later replay
-  gpu_topology_info:
+  gpunuma.fleet.gpu_topology_info:
     record_nvml_dump: /var/tmp/nvml-dump.json
 
 - name: Replay a support bundle
-  gpu_topology_info:
+  gpunuma.fleet.gpu_topology_info:
     sysfs_root: /srv/bundles/gpu-a01
     nvml_dump: /srv/bundles/gpu-a01/nvml-dump.json
     hostname: gpu-a01

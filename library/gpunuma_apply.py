@@ -270,7 +270,7 @@ author: gpunuma maintainers (@gpunuma)
 
 EXAMPLES = r"""
 - name: Install the units and start the instances
-  gpunuma_apply:
+  gpunuma.fleet.gpunuma_apply:
     files:
       - path: /etc/systemd/system/gpunuma-llm0.service
         content: "{{ lookup('ansible.builtin.template', 'instance.service.j2') }}"

@@ -76,7 +76,7 @@ author: gpunuma maintainers (@gpunuma)
 
 EXAMPLES = r"""
 - name: Audit the node
-  gpunuma_audit_info:
+  gpunuma.fleet.gpunuma_audit_info:
     hostname: "{{ inventory_hostname }}"
     numa_balancing: auto
     numa_balancing_profile: strict

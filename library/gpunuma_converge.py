@@ -78,7 +78,7 @@ author: gpunuma maintainers (@gpunuma)
 
 EXAMPLES = r"""
 - name: Is the node as the last converge left it?
-  gpunuma_converge:
+  gpunuma.fleet.gpunuma_converge:
     state: checked
   register: converge
 """

@@ -41,7 +41,7 @@ author: gpunuma maintainers (@gpunuma)
 
 EXAMPLES = r"""
 - name: Keep the applied plan on the controller
-  gpunuma_copy:
+  gpunuma.fleet.gpunuma_copy:
     files:
       - path: "{{ playbook_dir }}/../topology/{{ inventory_hostname }}.plan.json"
         content: "{{ gpunuma_plan | to_nice_json }}\n"

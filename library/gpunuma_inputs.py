@@ -37,7 +37,7 @@ author: gpunuma maintainers (@gpunuma)
 
 EXAMPLES = r"""
 - name: Check the inputs of every role of the run
-  gpunuma_inputs:
+  gpunuma.fleet.gpunuma_inputs:
     roles: [memlock, autonuma, gpu_topology, numa_binding, gpunuma_state, policy_gate]
 """
 

@@ -60,7 +60,7 @@ author: gpunuma maintainers (@gpunuma)
 
 EXAMPLES = r"""
 - name: Take the node lock for this run
-  gpunuma_lock:
+  gpunuma.fleet.gpunuma_lock:
     token: "{{ run_token }}"
     holder: {controller: ctl-01, user: oncall, playbook: site.yml}
     timeout: 300

@@ -86,7 +86,7 @@ author: gpunuma maintainers (@gpunuma)
 
 EXAMPLES = r"""
 - name: Read the applied plan and the units' states
-  gpunuma_node_info:
+  gpunuma.fleet.gpunuma_node_info:
     files:
       plan: /etc/gpunuma/plan.json
     units: [gpunuma-llm0.service]

@@ -43,7 +43,7 @@ author: gpunuma maintainers (@gpunuma)
 
 EXAMPLES = r"""
 - name: Gate the change on the policies
-  gpunuma_policy_check:
+  gpunuma.fleet.gpunuma_policy_check:
     host: "{{ inventory_hostname }}"
     groups: "{{ group_names }}"
     rules_dir: "{{ playbook_dir }}/../policies/rules"

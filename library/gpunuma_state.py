@@ -67,12 +67,12 @@ author: gpunuma maintainers (@gpunuma)
 
 EXAMPLES = r"""
 - name: Read the node's profile state
-  gpunuma_state:
+  gpunuma.fleet.gpunuma_state:
     hostname: "{{ inventory_hostname }}"
   register: state
 
 - name: Record a rollback
-  gpunuma_state:
+  gpunuma.fleet.gpunuma_state:
     state: record
     hostname: "{{ inventory_hostname }}"
     profile: preferred

@@ -161,11 +161,11 @@ seealso:
 
 EXAMPLES = r"""
 - name: Probe every GPU in every placement
-  h2d_probe_info:
+  gpunuma.fleet.h2d_probe_info:
   register: h2d
 
 - name: Quick probe of GPU 0, unbound only, and keep the result on the node
-  h2d_probe_info:
+  gpunuma.fleet.h2d_probe_info:
     gpus: ["0"]
     placements: [unbound]
     large_bytes: 67108864

@@ -194,7 +194,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Plan the kubelet settings of a strict node from files on the node
-  kubelet_topology_plan:
+  gpunuma.fleet.kubelet_topology_plan:
     topology_path: /etc/gpunuma/topology.json
     profile: strict
     config_path: /var/lib/kubelet/config.yaml
@@ -202,7 +202,7 @@ EXAMPLES = r"""
   register: kubelet_plan
 
 - name: Plan on the controller from text read off the node, spreading reservedMemory over the sockets
-  kubelet_topology_plan:
+  gpunuma.fleet.kubelet_topology_plan:
     topology: "{{ gpu_topology }}"
     profile_data: "{{ lookup('ansible.builtin.file', 'policies/profiles/strict.yml') | from_yaml }}"
     preset: "{{ lookup('ansible.builtin.file', 'policies/kubelet/strict.yml') | from_yaml }}"

@@ -39,7 +39,7 @@ options:
 
 EXAMPLES = r"""
 - name: Apply the opted-in fixes
-  node_checks_fix:
+  gpunuma.fleet.node_checks_fix:
     fixes: "{{ checks.node_checks.planned_fixes }}"
 """
 

@@ -80,13 +80,13 @@ seealso:
 
 EXAMPLES = r"""
 - name: Check the node against the strict profile
-  node_checks_info:
+  gpunuma.fleet.node_checks_info:
     profile: strict
   become: true
   register: checks
 
 - name: Replay a support bundle
-  node_checks_info:
+  gpunuma.fleet.node_checks_info:
     sysfs_root: /srv/bundles/gpu-a01
     nvml_dump: /srv/bundles/gpu-a01/nvml-dump.json
     nvidia_smi_q_file: /srv/bundles/gpu-a01/nvidia-smi-q.txt

@@ -98,6 +98,38 @@ def test_a_user_plans_with_the_installed_collection_from_outside_the_repository(
     assert not os.listdir(str(user))
 
 
+def _examples():
+    """``{module: its EXAMPLES text}`` of every module in library/."""
+    import ast
+
+    out = {}
+    for name in sorted(os.listdir(os.path.join(REPO_ROOT, "library"))):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(REPO_ROOT, "library", name), encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "EXAMPLES":
+                out[name[:-3]] = node.value.value
+    return out
+
+
+def test_every_modules_examples_paste_into_a_playbook_of_the_installed_collection(installed, tmp_path):
+    """Each module's EXAMPLES, as the tasks of a play in a user's project, parse and resolve (FQCNs)."""
+    _tarball, install, _collection, user = installed
+    examples = _examples()
+    assert len(examples) >= 15, sorted(examples)
+    for module, text in examples.items():
+        assert "gpunuma.fleet.%s:" % module in text, module
+        play = tmp_path / ("%s.yml" % module)
+        indented = "\n".join(("    " + line) if line.strip() else "" for line in text.strip("\n").splitlines())
+        play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n%s\n" % indented)
+        proc = subprocess.run([os.path.join(BINDIR, "ansible-playbook"), "--syntax-check", "-i", "localhost,",
+                               str(play)], cwd=str(user), env=_clean_env(ANSIBLE_COLLECTIONS_PATH=str(install)),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, (module, proc.stdout[-2000:] + proc.stderr[-2000:])
+
+
 def _filters():
     spec = importlib.util.spec_from_file_location("gpunuma_filters_collection",
                                                   os.path.join(REPO_ROOT, "filter_plugins", "gpunuma.py"))
