@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: gpunuma_converge
-short_description: Check a node against its converge record, or record it after a provisioning run
+short_description: "Internal (site.yml's first and last step): check a node against its converge record, or record it"
 description:
   - The node side of the C(gpunuma_converge) action (action_plugins/gpunuma_converge.py), which computes the
     inputs' digests on the controller and passes the run's reads and writes; call the action, not this module alone.

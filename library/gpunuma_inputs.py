@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: gpunuma_inputs
-short_description: Check the inputs of gpunuma's roles on the controller, before anything reaches a node
+short_description: "Internal (the roles' input step): check the inputs of gpunuma's roles on the controller"
 description:
   - An action that runs on the controller alone (action_plugins/gpunuma_inputs.py) and never contacts the host.
   - For each role of O(roles), the variables of its main entry point (its C(meta/argument_specs.yml)) are

@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: gpunuma_node_info
-short_description: Read a node's gpunuma files, unit states and kernel settings in one round trip
+short_description: "Internal (the roles' one node read): read a node's gpunuma files, units and settings at once"
 description:
   - One module run instead of a chain of slurp, stat, find and command tasks (module_utils/gpunuma/node/probe.py).
     Only the sections asked for are read. Never changes anything; runs in check mode.
