@@ -12,7 +12,8 @@ lays the same files out as a collection under
 * ``action_plugins/*.py``     -> ``plugins/action/`` (links copied as files)
 * ``doc_fragments/*.py``      -> ``plugins/doc_fragments/``
 * ``roles/``, ``playbooks/``, ``policies/``, ``LICENSE``, ``README.md``
-* ``galaxy.yml`` and ``meta/runtime.yml`` from
+* ``galaxy.yml``, ``meta/runtime.yml``, ``meta/execution-environment.yml``,
+  ``requirements.txt`` and ``bindep.txt`` from
   ``collections/ansible_collections/gpunuma/fleet/``.
 
 Only the Python import lines change: ``ansible.module_utils.gpunuma`` becomes
@@ -97,6 +98,10 @@ def build(out):
     shutil.copy(os.path.join(SOURCE, "galaxy.yml"), root)
     shutil.copy(os.path.join(SOURCE, "meta", "runtime.yml"), os.path.join(root, "meta"))
     shutil.copy(os.path.join(SOURCE, "CHANGELOG.md"), root)
+    # What an execution environment installs for the collection (ansible-builder).
+    shutil.copy(os.path.join(SOURCE, "meta", "execution-environment.yml"), os.path.join(root, "meta"))
+    for name in ("requirements.txt", "bindep.txt"):
+        shutil.copy(os.path.join(SOURCE, name), root)
     for name in ("LICENSE", "README.md"):
         shutil.copy(os.path.join(REPO_ROOT, name), root)
     copy_python_tree(os.path.join(REPO_ROOT, "library"), os.path.join(root, "plugins", "modules"), "modules")

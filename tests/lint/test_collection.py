@@ -98,6 +98,22 @@ def test_a_user_plans_with_the_installed_collection_from_outside_the_repository(
     assert not os.listdir(str(user))
 
 
+def test_the_collection_declares_its_controller_dependencies(installed):
+    """ruamel.yaml (the kubelet role's merge) is declared for an execution environment, and the suite's pin meets it."""
+    from packaging.requirements import Requirement
+
+    _tarball, _install, collection, _user = installed
+    ee = (collection / "meta" / "execution-environment.yml").read_text()
+    assert "python: requirements.txt" in ee and "system: bindep.txt" in ee
+    assert (collection / "bindep.txt").is_file()
+    declared = [Requirement(line) for line in (collection / "requirements.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert [r.name for r in declared] == ["ruamel.yaml"]
+    with open(os.path.join(REPO_ROOT, "requirements.txt"), encoding="utf-8") as handle:
+        (pin,) = [line.split("==")[1].strip() for line in handle if line.startswith("ruamel.yaml==")]
+    assert declared[0].specifier.contains(pin), (declared[0], pin)
+
+
 def _examples():
     """``{module: its EXAMPLES text}`` of every module in library/."""
     import ast
