@@ -50,9 +50,19 @@ def _options(role, entry):
     return set((specs.get(entry) or {}).get("options") or {})
 
 
+def _plays(name):
+    """The plays of playbooks/<name>, with those of the playbooks it imports in their place."""
+    with open(os.path.join(REPO_ROOT, "playbooks", name), encoding="utf-8") as handle:
+        out = []
+        for play in yaml.safe_load(handle):
+            imported = play.get("ansible.builtin.import_playbook") or play.get("import_playbook")
+            out.extend(_plays(imported) if imported else [play])
+        return out
+
+
 def test_every_unvalidated_include_was_checked_before():
-    with open(os.path.join(REPO_ROOT, "playbooks", "site.yml"), encoding="utf-8") as handle:
-        plays = yaml.safe_load(handle)
+    plays = _plays("site.yml")
+    assert any(play.get("name") == "Validate the input of every host" for play in plays)
     checked, skipped = set(), []
     for include in _includes(plays):
         role, entry = include["name"], include.get("tasks_from", "main")
