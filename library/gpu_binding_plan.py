@@ -459,8 +459,9 @@ def _plan_for_node(module, topology, profile, options):
                                   params["mempolicy_argv"])
     if out["plan"] is None:
         module.fail_json(msg="\n".join(out["problems"]), problems=out["problems"], mempolicy=out["mempolicy"])
+    # Shown once, with the host: Ansible prints a module's warnings without the host they are about.
     for warning in out["plan"]["warnings"]:
-        module.warn(warning)
+        module.warn("%s: %s" % (host, warning))
     module.exit_json(changed=False, plan=out["plan"], notices=out["notices"], mempolicy=out["mempolicy"],
                      applied_plan=out["applied"])
 

@@ -104,9 +104,13 @@ def test_dry_run_works_with_a_copy_of_the_example_inventory(dry_run):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert "is undefined" not in out
-    summary = [line for line in out.splitlines() if node.name in line and "vllm" in line]
+    summary = [line for line in out.splitlines() if node.name in line and "vllm" in line and "[WARNING]" not in line]
     # One plan line per example instance (vllm0..vllm7).
     assert sorted(line.split()[1] for line in summary) == ["vllm%d" % n for n in range(8)], out[-5000:]
+    # The planner's warnings are shown once each, naming the host they are about.
+    warned = [line for line in out.splitlines() if "[WARNING]" in line and "was not checked" in line]
+    assert warned and all(line.count(node.name + ": vllm") == 1 for line in warned), warned
+    assert len(warned) == len(set(warned)), warned
 
 
 def test_dry_run_keeps_topology_and_plan_on_the_controller(dry_run):

@@ -248,3 +248,32 @@ def test_accepting_replaces_a_damaged_topology_and_keeps_a_backup(tmp_path):
     contents = [b.read_text() for b in backups]
     assert len(contents) == 2 and "{truncated" in contents
     assert json.loads(next(c for c in contents if c != "{truncated")) == legacy
+
+
+# ------------------------------------------------------- the dry run's verdict
+
+
+def test_dry_run_stops_where_site_would_on_a_policy_refusal(tmp_path):
+    """plan.yml runs site.yml's checks: an error rule the plan fails stops the dry run too, naming the rule, and
+    leaves no plan on the controller; the same inventory without the rule plans."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    with open(os.path.join(REPO_ROOT, "policies", "rules", "GN-HK-001.yml"), encoding="utf-8") as handle:
+        rule = yaml.safe_load(handle)
+    rule.update(id="SITE-HK-099", severity="error", params={"min_cores": 99})
+    (rules / "SITE-HK-099.yml").write_text(yaml.safe_dump(rule))
+    node = tmp_path / "node"
+    host_vars = dict(local_vars(tmp_path, node), gpunuma_instances=GOOD, policy_gate_rules_dir=str(rules))
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu-a01": host_vars}}}))
+    rc, failures, out = run_json("playbooks/plan.yml", tmp_path / "inventory.yml")
+    assert rc != 0 and "gpu-a01" in failures, out[-3000:]
+    (stop,) = [f for f in failures["gpu-a01"] if f["task"] == "Stop every host when any host's input is bad"]
+    assert "SITE-HK-099" in stop["msg"], stop["msg"]
+    assert not os.path.exists(tmp_path / "controller" / "gpu-a01.plan.json")
+    assert not node.exists() or files_under(node) == []
+    # The same host with a rule it passes: planned, the plan kept on the controller.
+    rule.update(params={"min_cores": 1})
+    (rules / "SITE-HK-099.yml").write_text(yaml.safe_dump(rule))
+    rc, failures, out = run_json("playbooks/plan.yml", tmp_path / "inventory.yml")
+    assert rc == 0, out[-3000:]
+    assert json.loads((tmp_path / "controller" / "gpu-a01.plan.json").read_text())["instances"][0]["name"] == "worker"
