@@ -20,6 +20,7 @@ import os
 import ansible.module_utils
 from ansible import constants as C
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
 # Controller-side plugins do not get the configured module_utils path on
@@ -31,6 +32,10 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
 
 from ansible.module_utils.gpunuma.common import layout  # noqa: E402
 from ansible.module_utils.gpunuma.operate import converge, role_inputs  # noqa: E402
+
+display = Display()
+# Per controller process: the names gpunuma's code spells, by code root.
+_KNOWN = {}
 
 # role -> (its filter, the fact its problems are kept in, the names of its arguments after options and values).
 CHECKS = {
@@ -143,6 +148,27 @@ class ActionModule(ActionBase):
         problems, request = self.scoped_request(name, templar, task_vars)
         return ["%s: %s" % (name, p) for p in problems], request
 
+    def warn_unknown(self, host, task_vars):
+        """Name each gpunuma-prefixed variable of the inventory or the command line that nothing reads, once a run.
+
+        Hosts run this step in processes of their own: of the play's hosts that have the variable, the first says
+        it, with how many more have it.
+        """
+        root = layout.plugin_root(__file__)
+        if root not in _KNOWN:
+            _KNOWN[root] = role_inputs.known_variable_names(root)
+        unknown = role_inputs.unknown_variables(set(task_vars), _KNOWN[root])
+        if not unknown:
+            return
+        hosts = list(task_vars.get("ansible_play_hosts_all") or []) or [host]
+        hostvars = task_vars.get("hostvars") or {}
+        for name, nearest in unknown:
+            having = [h for h in hosts if h == host or (h in hostvars and name in hostvars[h])]
+            if having and having[0] != host:
+                continue
+            more = " (and %d more host%s)" % (len(having) - 1, "s" if len(having) > 2 else "") if len(having) > 1 else ""
+            display.warning("%s%s: %s" % (host, more, role_inputs.unknown_variable_message(name, nearest)))
+
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
@@ -155,6 +181,7 @@ class ActionModule(ActionBase):
                         % (unknown or names, ", ".join(sorted(CHECKS) + list(READ_ONLY))))
         templar = self._templar.copy_with_new_env(available_variables=task_vars)
         host = task_vars.get("inventory_hostname")
+        self.warn_unknown(host, task_vars)
         requests = templar.template(converge.host_fact(task_vars, "gpunuma_node_read_requests", {})) or {}
         facts, lines = {}, []
         for name in names:

@@ -375,3 +375,59 @@ def read_state_file(content, path, schema, recovery, encoding="base64"):
     if edited:
         return problem(edited)
     return {"data": data, "problem": None, "sealed": seal.is_sealed(data)}
+
+
+# -- variables nobody reads -----------------------------------------------------------------------------------
+
+# The prefixes of gpunuma's own variables. memlock_ and kubelet_ are left out: other roles (kubespray's kubelet_*)
+# use them too, and a variable of theirs is not a misspelt one of gpunuma's.
+OWN_PREFIXES = ("gpunuma_", "gpu_topology_", "numa_binding_", "autonuma_", "kubelet_topology_", "policy_gate_",
+                "node_checks_", "gpu_validate_")
+_NAME_RE = re.compile(r"\b(?:%s)[A-Za-z0-9_]*" % "|".join(OWN_PREFIXES))
+# Where gpunuma's code reads its variables, in a checkout and in the collection (and the checkout's own
+# inventories, whose helper variables are theirs).
+_CODE_DIRS = ("roles", "playbooks", "plugins", "action_plugins", "library", "module_utils", "filter_plugins",
+              "inventory", "molecule")
+_CODE_SUFFIXES = (".yml", ".yaml", ".j2", ".py")
+
+
+def known_variable_names(root: str) -> frozenset:
+    """Every name with one of OWN_PREFIXES that gpunuma's roles, playbooks and plugins under ``root`` spell.
+
+    A variable nobody spells is read by nothing: the run ignores it. The
+    set is a superset of the read names (a name spelt in a comment counts),
+    so a name outside it is certainly ignored.
+    """
+    import os
+
+    names = set()
+    for top in _CODE_DIRS:
+        for directory, dirs, files in os.walk(os.path.join(root, top)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                if name.endswith(_CODE_SUFFIXES):
+                    try:
+                        with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as handle:
+                            names.update(_NAME_RE.findall(handle.read()))
+                    except OSError:
+                        continue
+    return frozenset(names)
+
+
+def unknown_variables(names, known) -> list:
+    """``[(name, nearest known name or None)]`` for each of ``names`` with gpunuma's prefixes that is not ``known``."""
+    import difflib
+
+    out = []
+    for name in sorted(n for n in names if isinstance(n, str) and n.startswith(OWN_PREFIXES)):
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        out.append((name, close[0] if close else None))
+    return out
+
+
+def unknown_variable_message(name: str, nearest) -> str:
+    """What to say of a variable nothing reads."""
+    return "%s is not a variable gpunuma reads%s" % (
+        name, "; did you mean %s?" % nearest if nearest else " (docs/role-variables.md lists those it does)")
