@@ -81,6 +81,13 @@ options:
       - An explicit housekeeping CPU list instead of O(housekeeping_cores_per_node), exactly as
         M(gpunuma.fleet.gpu_binding_plan) takes it (C(0-1,96-97)); whole cores are kept.
     type: str
+  binding_plan:
+    description:
+      - The node's binding plan (the C(gpunuma.plan/v1) of M(gpunuma.fleet.gpu_binding_plan), for the same
+        topology). When given, its C(housekeeping) CPUs are C(reservedSystemCPUs) as the planner decided them (the
+        CPUs C(irq_pin) keeps for device interrupts included); O(housekeeping_cores_per_node) and
+        O(housekeeping_cpus) are then only checked.
+    type: dict
   config:
     description:
       - The current KubeletConfiguration as text (YAML or JSON). Exactly one of O(config) and O(config_path).
@@ -321,6 +328,7 @@ ARGUMENT_SPEC = dict(
     presets_dir=dict(type="path", default=node_paths.KUBELET_PRESETS_DIR),
     housekeeping_cores_per_node=dict(type="raw", default="auto"),
     housekeeping_cpus=dict(type="str"),
+    binding_plan=dict(type="dict"),
     config=dict(type="str"),
     config_path=dict(type="path"),
     host=dict(type="str"),
@@ -392,6 +400,7 @@ def run(module):
             kubelet_version=params["kubelet_version"],
             housekeeping_cores_per_node=count_or_word(params["housekeeping_cores_per_node"]),
             housekeeping_cpus_list=params["housekeeping_cpus"],
+            binding_plan=params["binding_plan"],
             overrides=params["overrides"],
             memory_spread=params["memory_spread"],
             pod_gpu_counts=params["pod_gpu_counts"],

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ansible.module_utils.gpunuma.kubelet import managers
 from ansible.module_utils.gpunuma.kubelet.plan import KubeletPlanError, housekeeping_cpus, plan_kubelet
 from ansible.module_utils.gpunuma.kubelet.values import format_quantity, parse_quantity
-from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.plan.planner import build_plan
 from ansible.module_utils.gpunuma.plan.profiles import load_profile, parse_profile_text
 from conftest import examples, FIXTURES, REPO_ROOT
@@ -583,3 +583,40 @@ def test_no_mixed_size_warning_where_admission_cannot_livelock(prof, counts):
 def test_pod_gpu_counts_must_be_counts():
     problems = problems_of(pod_gpu_counts=[1, "two", -1])
     assert any(p.startswith("pod_gpu_counts: [1, 'two', -1] is not allowed; allowed: a list of GPU counts") for p in problems)
+
+
+def _with_irq_vectors(topo, vectors):
+    for device in list(topo.get("gpus") or []) + list(topo.get("nics") or []):
+        device["irq_vectors"] = vectors
+    return topo
+
+
+@pytest.mark.parametrize("name", ["hgx-2socket", "nps4-8node", "gb200-34node", "single-node"])
+@pytest.mark.parametrize("cores", ["auto", 0, 1, 3])
+@pytest.mark.parametrize("irq_pin", [False, True])
+def test_reserved_cpus_are_the_binding_plans_housekeeping(name, cores, irq_pin):
+    """Given the node's binding plan, reservedSystemCPUs is its housekeeping, whatever the options: the IRQ CPUs
+    irq_pin keeps are reserved too, so no Guaranteed pod lands where device interrupts were pinned."""
+    topo = _with_irq_vectors(topology(name), 300)
+    made = build_plan(topo, profile("strict"), [{"name": "w%d" % g["index"], "gpus": [g["index"]],
+                                                  "command": ["/bin/true"]} for g in topo["gpus"]],
+                      housekeeping_cores_per_node=cores, irq_pin=irq_pin)
+    expected = frozenset()
+    for text in made["housekeeping"].values():
+        expected |= parse_cpulist(text or "")
+    kwargs = dict(kubelet_version="1.33", housekeeping_cores_per_node=cores, binding_plan=made)
+    if not expected:  # the static CPU policy needs a reservation: refused, as without a plan
+        with pytest.raises(KubeletPlanError, match="reservedSystemCPUs: the static CPU policy needs"):
+            plan_kubelet(topo, profile("strict"), preset("strict"), config("kubeadm-config.yaml"), **kwargs)
+        return
+    result = plan_kubelet(topo, profile("strict"), preset("strict"), config("kubeadm-config.yaml"), **kwargs)
+    assert parse_cpulist(result.settings["reservedSystemCPUs"]) == expected
+
+
+def test_a_binding_plan_of_other_hardware_is_refused():
+    topo = topology("hgx-2socket")
+    made = build_plan(topology("single-node"), profile("strict"), [])
+    with pytest.raises(KubeletPlanError) as caught:
+        plan_kubelet(topo, profile("strict"), preset("strict"), config("kubeadm-config.yaml"), kubelet_version="1.33",
+                     binding_plan=made)
+    assert "plan: made for topology" in str(caught.value)

@@ -141,6 +141,23 @@ def housekeeping_cpus(topology, profile, housekeeping_cores_per_node, explicit_c
     return cpus
 
 
+def planned_housekeeping(binding_plan: dict, topology: dict) -> frozenset:
+    """The housekeeping CPUs of the node's binding plan (its ``housekeeping`` map, as one set).
+
+    The plan must describe this topology (same fingerprint): a plan of other
+    hardware would reserve CPUs the node does not have.
+    """
+    if not isinstance(binding_plan, dict) or not isinstance(binding_plan.get("housekeeping"), dict):
+        raise PlanError(["plan: not a gpunuma.plan/v1 document with a housekeeping map"])
+    if binding_plan.get("topology_fingerprint") != topology.get("fingerprint"):
+        raise PlanError(["plan: made for topology %s, not this node's %s; plan the binding again"
+                         % (binding_plan.get("topology_fingerprint"), topology.get("fingerprint"))])
+    cpus = frozenset()
+    for node_id, text in sorted(binding_plan["housekeeping"].items()):
+        cpus |= parse_cpulist(text or "", "plan.housekeeping[%s]" % node_id)
+    return cpus
+
+
 class _Run(object):
     """What one plan_kubelet call has read and decided so far (its sections below share it)."""
 
@@ -165,7 +182,7 @@ class _Run(object):
 
 
 def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, housekeeping_cores_per_node="auto",
-                 housekeeping_cpus_list=None,
+                 housekeeping_cpus_list=None, binding_plan=None,
                  overrides=None, memory_spread="first_node", manage_reservations=False, cpu_state=None,
                  memory_state=None, state_dir=DEFAULT_STATE_DIR, config_source="config", pod_gpu_counts=None,
                  dra="off", dra_state=None):
@@ -179,7 +196,10 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
     ``single-numa-node`` meets more than one count). Raises
     :class:`KubeletPlanError` listing every problem; returns a
     :class:`KubeletPlan`. ``dra`` is one of :data:`DRA_MODES`; ``dra_state``
-    the ``dra_manager_state`` text (read, never planned away).
+    the ``dra_manager_state`` text (read, never planned away). ``binding_plan``:
+    the node's ``gpunuma.plan/v1``, when one was made; its ``housekeeping`` is
+    then the reserved CPUs, as decided (the IRQ CPUs of ``irq_pin`` included),
+    never decided again here.
     """
     problems = []
     warnings = []
@@ -187,6 +207,8 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
     version, counts = _options(kubelet_version, memory_spread, manage_reservations, pod_gpu_counts, problems, warnings)
     try:
         reserved = housekeeping_cpus(topology, profile, housekeeping_cores_per_node, housekeeping_cpus_list)
+        if binding_plan is not None:
+            reserved = planned_housekeeping(binding_plan, topology)
     except GpunumaError as exc:
         raise KubeletPlanError(list(getattr(exc, "problems", [str(exc)])) + problems)
     run = _Run(topology, version, hostname or "this host", problems, warnings)
