@@ -13,6 +13,7 @@ import importlib.util
 import ansible.module_utils
 from ansible import constants as C
 from ansible.plugins.action.normal import ActionModule as NormalAction
+from ansible.utils.display import Display
 
 # Controller-side plugins do not get the configured module_utils path on
 # ansible.module_utils (only modules shipped to a node do); add it so the
@@ -67,5 +68,5 @@ class ActionModule(NormalAction):
         self._supports_check_mode = True
         result = super(NormalAction, self).run(tmp, task_vars)
         result.update(run_module(module.MODULE_SPEC, module.run, args, self._task.check_mode,
-                                 self._task.action, self._task.diff))
+                                 self._task.action, self._task.diff, Display().verbosity))
         return result

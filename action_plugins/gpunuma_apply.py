@@ -23,6 +23,7 @@ import stat
 import ansible.module_utils
 from ansible import constants as C
 from ansible.plugins.action.normal import ActionModule as NormalAction
+from ansible.utils.display import Display
 
 # Controller-side plugins do not get the configured module_utils path on
 # ansible.module_utils (only modules shipped to a node do); add it so the
@@ -32,9 +33,12 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
         ansible.module_utils.__path__.append(_path)
 
 from ansible.module_utils.gpunuma.node.apply_files import (  # noqa: E402
-    ApplyError, file_diff, normalise_files, os_error_text, plan_files)
+    ApplyError, file_diff, normalise_files, os_error_text, plan_files, quiet_state_diff)
 from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles  # noqa: E402
 from ansible.module_utils.gpunuma.operate import converge  # noqa: E402
+
+
+display = Display()
 
 
 def state_after(decision):
@@ -86,7 +90,8 @@ class ActionModule(NormalAction):
             result.setdefault("diff", [])
             if isinstance(result["diff"], dict):
                 result["diff"] = [result["diff"]]
-            result["diff"] += [file_diff(d["path"], d["before"], d["data"]) for d in decisions if d["changed"]]
+            copies = [file_diff(d["path"], d["before"], d["data"]) for d in decisions if d["changed"]]
+            result["diff"] += copies if display.verbosity >= 1 else [quiet_state_diff(d) for d in copies]
         for d in decisions:
             entry = {"path": d["path"], "changed": d["changed"]}
             result["controller_copies"].append(entry)

@@ -366,7 +366,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.node.apply import Apply
-from ansible.module_utils.gpunuma.node.apply_files import ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node.apply_files import ApplyError, normalise_files, quiet_state_diff
 from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles
 from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib
@@ -585,6 +585,8 @@ def main():
         _release_after_record(module, result)
     if not module._diff:
         result.pop("diff", None)
+    elif module._verbosity < 1:
+        result["diff"] = [quiet_state_diff(d) for d in result.get("diff") or []]
     if result.get("failed"):
         msg = result.pop("msg")
         result.pop("failed")

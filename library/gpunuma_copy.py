@@ -57,7 +57,8 @@ files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.node.apply_files import ApplyError, file_diff, normalise_files, os_error_text, plan_files
+from ansible.module_utils.gpunuma.node.apply_files import (
+    ApplyError, file_diff, normalise_files, os_error_text, plan_files, quiet_state_diff)
 from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles
 
 MODULE_SPEC = dict(
@@ -86,6 +87,8 @@ def run(module):
     result = {"changed": any(d["changed"] for d in decisions), "files": []}
     if getattr(module, "_diff", False):
         result["diff"] = [file_diff(d["path"], d["before"], d["data"]) for d in decisions if d["changed"]]
+        if getattr(module, "_verbosity", 0) < 1:
+            result["diff"] = [quiet_state_diff(d) for d in result["diff"]]
     for d in decisions:
         entry = {"path": d["path"], "changed": d["changed"], "backup": None}
         result["files"].append(entry)

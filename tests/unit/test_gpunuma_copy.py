@@ -16,8 +16,9 @@ gpunuma_copy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpunuma_copy)
 
 
-def copy(files, check_mode=False, diff=False):
-    return run_module(gpunuma_copy.MODULE_SPEC, gpunuma_copy.run, {"files": files}, check_mode, "gpunuma_copy", diff)
+def copy(files, check_mode=False, diff=False, verbosity=0):
+    return run_module(gpunuma_copy.MODULE_SPEC, gpunuma_copy.run, {"files": files}, check_mode, "gpunuma_copy", diff,
+                      verbosity)
 
 
 def test_writes_creates_parents_and_then_changes_nothing(tmp_path):
@@ -52,11 +53,22 @@ def test_a_mode_change_alone_is_a_change(tmp_path):
 
 
 def test_check_mode_and_diff_write_nothing(tmp_path):
-    path = tmp_path / "d" / "a.json"
+    path = tmp_path / "d" / "a.conf"
     result = copy([{"path": str(path), "content": "new\n"}], check_mode=True, diff=True)
     assert result["changed"] is True and not (tmp_path / "d").exists()
     assert result["diff"] == [{"before_header": "%s (absent)" % path, "after_header": str(path),
                                "before": "", "after": "new\n"}]
+
+
+def test_a_json_state_files_diff_is_one_line_unless_verbose(tmp_path):
+    path = tmp_path / "gpu-a01.plan.json"
+    path.write_text('{"old": 1}\n')
+    quiet = copy([{"path": str(path), "content": '{"new": 2}\n'}], check_mode=True, diff=True)
+    assert quiet["diff"] == [{"before_header": str(path), "after_header": str(path),
+                              "before": "(gpunuma JSON state, 11 bytes; -v shows it)\n",
+                              "after": "(gpunuma JSON state, 11 bytes; -v shows it)\n"}]
+    verbose = copy([{"path": str(path), "content": '{"new": 2}\n'}], check_mode=True, diff=True, verbosity=1)
+    assert verbose["diff"][0]["before"] == '{"old": 1}\n' and verbose["diff"][0]["after"] == '{"new": 2}\n'
 
 
 def test_a_link_at_the_target_is_refused_never_written_through(tmp_path):

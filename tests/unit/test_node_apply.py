@@ -1152,3 +1152,15 @@ def test_without_the_run_reload_enable_reloads_itself(node):
     apply_run(fake, [node.entry(name, unit_text(name))], units=dict(UNITS, services=[name], daemon_reload=False))
     assert [c for c in fake.calls if c[:2] == ["systemctl", "enable"]] == [["systemctl", "enable", "--", name]]
     assert fake.reloads() == 0
+
+
+def test_a_json_state_diff_is_cut_to_a_line_and_a_unit_diff_is_kept():
+    from ansible.module_utils.gpunuma.node.apply_files import file_diff, quiet_state_diff
+
+    unit = file_diff("/etc/systemd/system/gpunuma-a.service", None, b"[Service]\n")
+    assert quiet_state_diff(unit) == unit
+    state = quiet_state_diff(file_diff("/etc/gpunuma/plan.json", None, b'{"a": 1}\n'))
+    assert state == {"before_header": "/etc/gpunuma/plan.json (absent)", "after_header": "/etc/gpunuma/plan.json",
+                     "before": "", "after": "(gpunuma JSON state, 9 bytes; -v shows it)\n"}
+    gone = quiet_state_diff(file_diff("/etc/gpunuma/plan.json", b"{}\n", None))
+    assert gone["after"] == "" and gone["before"] == "(gpunuma JSON state, 3 bytes; -v shows it)\n"

@@ -57,8 +57,9 @@ class ModuleDone(Exception):
 class ControllerModule:
     """The part of ``AnsibleModule`` gpunuma's controller-side modules use, for a call in this process."""
 
-    def __init__(self, module_spec, args, check_mode=False, name="module", diff=False):
-        """``args``: the task's arguments as JSON data (:func:`plain_args`, which the action already applied)."""
+    def __init__(self, module_spec, args, check_mode=False, name="module", diff=False, verbosity=0):
+        """``args``: the task's arguments as JSON data (:func:`plain_args`, which the action already applied);
+        ``verbosity``: the run's -v count, as AnsibleModule's ``_verbosity``."""
         validator = ArgumentSpecValidator(module_spec["argument_spec"],
                                           **dict((key, module_spec[key]) for key in _CONSTRAINTS if key in module_spec))
         validation = validator.validate(args)
@@ -66,6 +67,7 @@ class ControllerModule:
         self._warnings = []
         self.check_mode = bool(check_mode)
         self._diff = bool(diff)
+        self._verbosity = int(verbosity or 0)
         self.params = validation.validated_parameters
         if validation.errors.errors:  # the collection of errors is true even when it holds none
             msg = validation.errors.msg
@@ -92,11 +94,11 @@ class ControllerModule:
         raise ModuleDone(self._result(values))
 
 
-def run_module(module_spec, run, args, check_mode=False, name="module", diff=False):
+def run_module(module_spec, run, args, check_mode=False, name="module", diff=False, verbosity=0):
     """The result of ``run(module)`` (the module's body) for ``args`` (JSON data: :func:`plain_args`), called in
     this process."""
     try:
-        run(ControllerModule(module_spec, args, check_mode, name, diff))
+        run(ControllerModule(module_spec, args, check_mode, name, diff, verbosity))
     except ModuleDone as done:
         return done.result
     except Exception as exc:  # pylint: disable=broad-except

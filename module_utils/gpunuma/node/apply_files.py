@@ -160,6 +160,23 @@ def os_error_text(exc):
     return "cannot write %s: [Errno %s] %s%s" % (path, exc.errno, (name + ": ") if name else "", exc.strerror or exc)
 
 
+# gpunuma's own state documents (plan, topology, state, the converge record): machine-written JSON whose text a
+# reviewer does not read in a diff; --diff shows them in full only with -v (the plan tables show the plan).
+STATE_SUFFIX = ".json"
+
+
+def quiet_state_diff(entry: dict) -> dict:
+    """A --diff entry (file_diff's) with a JSON state file's text cut to one line giving its size."""
+    path = str(entry.get("after_header") or entry.get("before_header") or "").split(" (absent)")[0]
+    if not path.endswith(STATE_SUFFIX):
+        return entry
+    out = dict(entry)
+    for side in ("before", "after"):
+        if out.get(side):
+            out[side] = "(gpunuma JSON state, %d bytes; -v shows it)\n" % len(out[side].encode("utf-8"))
+    return out
+
+
 def file_diff(path, before, after, secret=False):
     def text(data):
         if data is None:
