@@ -29,6 +29,19 @@ def test_role_variables_doc_is_what_the_script_generates():
     )
 
 
+def test_every_role_has_its_generated_readme():
+    """Galaxy and Automation Hub refuse a collection with a role that has no README.md."""
+    generated = gen.outputs(ROLES)
+    roles = sorted(name for name in os.listdir(ROLES) if os.path.isdir(os.path.join(ROLES, name)))
+    assert len(roles) >= 10
+    for role in roles:
+        rel = os.path.join("roles", role, "README.md")
+        assert rel in generated, role
+        with open(os.path.join(REPO_ROOT, rel), encoding="utf-8") as handle:
+            assert handle.read() == generated[rel], "%s is out of date; regenerate it: %s" % (rel, gen.COMMAND)
+        assert "name: gpunuma.fleet.%s" % role in generated[rel]
+
+
 def test_every_role_entry_point_and_variable_is_documented():
     text = gen.render(ROLES)
     specs = gen.load_specs(ROLES)
