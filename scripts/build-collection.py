@@ -13,7 +13,7 @@ lays the same files out as a collection under
 * ``doc_fragments/*.py``      -> ``plugins/doc_fragments/``
 * ``roles/``, ``playbooks/``, ``policies/``, ``LICENSE``, ``README.md``
 * ``galaxy.yml``, ``meta/runtime.yml``, ``meta/execution-environment.yml``,
-  ``requirements.txt`` and ``bindep.txt`` from
+  ``requirements.txt``, ``bindep.txt``, ``CHANGELOG.md`` and ``changelogs/`` from
   ``collections/ansible_collections/gpunuma/fleet/``.
 
 Only the Python import lines change: ``ansible.module_utils.gpunuma`` becomes
@@ -98,6 +98,8 @@ def build(out):
     shutil.copy(os.path.join(SOURCE, "galaxy.yml"), root)
     shutil.copy(os.path.join(SOURCE, "meta", "runtime.yml"), os.path.join(root, "meta"))
     shutil.copy(os.path.join(SOURCE, "CHANGELOG.md"), root)
+    # The release notes as data (antsibull-changelog): the released versions and the next one's fragments.
+    copy_tree(os.path.join(SOURCE, "changelogs"), os.path.join(root, "changelogs"))
     # What an execution environment installs for the collection (ansible-builder).
     shutil.copy(os.path.join(SOURCE, "meta", "execution-environment.yml"), os.path.join(root, "meta"))
     for name in ("requirements.txt", "bindep.txt"):

@@ -114,6 +114,22 @@ def test_the_collection_declares_its_controller_dependencies(installed):
     assert declared[0].specifier.contains(pin), (declared[0], pin)
 
 
+def test_the_release_notes_lint_and_generate_the_committed_changelog(tmp_path):
+    """changelogs/ passes antsibull-changelog's lint, and CHANGELOG.md is what it generates from them."""
+    import shutil
+
+    source = os.path.join(REPO_ROOT, "collections", "ansible_collections", "gpunuma", "fleet")
+    tool = os.path.join(BINDIR, "antsibull-changelog")
+    copy = tmp_path / "fleet"
+    shutil.copytree(source, copy, symlinks=True)
+    for argv in ([tool, "lint"], [tool, "lint-changelog-yaml", "changelogs/changelog.yaml"], [tool, "generate"]):
+        proc = subprocess.run(argv, cwd=str(copy), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and not proc.stdout.strip(), (argv, proc.stdout + proc.stderr)
+    with open(os.path.join(source, "CHANGELOG.md"), encoding="utf-8") as handle:
+        assert (copy / "CHANGELOG.md").read_text() == handle.read(), "regenerate: antsibull-changelog generate"
+    assert os.listdir(os.path.join(source, "changelogs", "fragments")), "the next release's changes are fragments"
+
+
 def _examples():
     """``{module: its EXAMPLES text}`` of every module in library/."""
     import ast
