@@ -80,9 +80,11 @@ class ActionModule(ActionBase):
         return self._loader.load_from_file(path, trusted_as_template=trusted) or {}
 
     def main_options(self, role_dir):
-        """The options of the role's main entry point (its argument spec)."""
+        """The options of the role's main entry point (its argument spec), with the defaults/main.yml text of those
+        whose spec states no default (role_inputs.with_template_defaults)."""
         spec = self.role_file(role_dir, "meta", trusted=False, name="argument_specs.yml")
-        return spec["argument_specs"]["main"].get("options") or {}
+        return role_inputs.with_template_defaults(spec["argument_specs"]["main"].get("options") or {},
+                                                  self.role_file(role_dir, "defaults", trusted=False))
 
     def role_scope(self, name, templar, task_vars):
         """``(role directory, templar, variables)`` as within the role: a role the play does not import gets its

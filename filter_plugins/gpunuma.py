@@ -52,8 +52,10 @@ from ansible.module_utils.gpunuma.plan.profiles import (  # noqa: E402
     ProfileError, base_profile, load_profiles, profile_choice_problem, profile_variant)
 
 
-def _filter(function):
-    """``function`` with its GpunumaError raised as AnsibleFilterError (``__wrapped__`` is ``function``)."""
+def _filter(function, doc=None):
+    """``function`` with its GpunumaError raised as AnsibleFilterError (``__wrapped__`` is ``function``); ``doc``,
+    when given, is the filter's docstring instead of the function's. (No ``name.__doc__ = ...`` at the top level:
+    ansible-doc reads this file's top-level assignments and warns on each attribute target.)"""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
@@ -62,6 +64,8 @@ def _filter(function):
         except GpunumaError as exc:
             raise AnsibleFilterError(str(exc))
 
+    if doc is not None:
+        wrapper.__doc__ = doc
     return wrapper
 
 
@@ -237,8 +241,8 @@ def autonuma_input_problems(options, values, aliases=None):
 
 # The one name of a host's controller files (topology, plan, audit and
 # validation reports): reversible %XX, so two hosts never share a file.
-gpunuma_host_file = _filter(role_inputs.host_file_stem)
-gpunuma_host_file.__doc__ = "The controller file name stem of inventory host ``host`` (role_inputs.host_file_stem)."
+gpunuma_host_file = _filter(role_inputs.host_file_stem,
+                            "The controller file name stem of inventory host ``host`` (role_inputs.host_file_stem).")
 
 
 # node_exporter's textfile directory: Debian's and Ubuntu's prometheus-node-exporter
@@ -532,10 +536,10 @@ def memlock_input_problems(options, values, aliases=None):
 
 numa_binding_aliases = role_inputs.aliases_of
 numa_binding_profile_problem = profile_choice_problem
-numa_binding_exec_line = _filter(systemd_exec_line)
-numa_binding_exec_line.__doc__ = "``ExecStart=`` value running ``argv`` verbatim (plan.systemd_exec_line)."
-numa_binding_environment = _filter(systemd_environment_assignment)
-numa_binding_environment.__doc__ = "``Environment=`` word for one variable (plan.systemd_environment_assignment)."
+numa_binding_exec_line = _filter(systemd_exec_line,
+                                 "``ExecStart=`` value running ``argv`` verbatim (plan.systemd_exec_line).")
+numa_binding_environment = _filter(systemd_environment_assignment,
+                                   "``Environment=`` word for one variable (plan.systemd_environment_assignment).")
 
 
 numa_binding_missing_targets = _filter(node_plan.missing_targets)

@@ -32,6 +32,7 @@ Usage: .venv/bin/python scripts/build-collection.py [--out DIR] [--tarball]
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shutil
@@ -90,6 +91,71 @@ def copy_tree(src, dst):
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ansible"), symlinks=False)
 
 
+def _users(name):
+    """The roles and playbooks that call filter ``name`` (by its full name)."""
+    found = set()
+    for top in ("roles", "playbooks"):
+        for directory, _dirs, files in os.walk(os.path.join(REPO_ROOT, top)):
+            for file_name in files:
+                if file_name.endswith((".yml", ".j2")):
+                    with open(os.path.join(directory, file_name), encoding="utf-8") as handle:
+                        if "gpunuma.fleet.%s" % name in handle.read():
+                            rel = os.path.relpath(directory, REPO_ROOT).split(os.sep)
+                            found.add("role %s" % rel[1] if rel[0] == "roles" else "playbooks/%s" % file_name)
+    return sorted(found)
+
+
+def filter_docs():
+    """``{filter name: its documentation (YAML text)}``, from each filter's docstring and signature.
+
+    The filters are the roles' own steps, not a general-purpose library: each
+    document says so and names the roles and playbooks that call it, so
+    ansible-doc, Galaxy and Automation Hub list them as what they are.
+    """
+    import inspect
+
+    spec = importlib.util.spec_from_file_location("gpunuma_filters_doc", os.path.join(REPO_ROOT, "filter_plugins", "gpunuma.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    docs = {}
+    for name, function in sorted(module.FilterModule().filters().items()):
+        function = inspect.unwrap(function)
+        lines = [" ".join(p.split()) for p in (inspect.getdoc(function) or name).split("\n\n")]
+        params = list(inspect.signature(function).parameters.values())
+        users = _users(name)
+        options = {"_input": {"description": "The value the filter is applied to (%s)." % params[0].name,
+                              "type": "raw", "required": True}}
+        for param in params[1:]:
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            option = {"description": "The filter's argument %s (see the description)." % param.name, "type": "raw"}
+            if param.default is param.empty:
+                option["required"] = True
+            elif param.default is None or isinstance(param.default, (bool, int, float, str)):
+                option["default"] = param.default
+            options[param.name] = option
+        doc = {
+            "name": name,
+            "author": ["gpunuma maintainers"],
+            "short_description": lines[0].rstrip(".")[:150] or name,
+            "description": lines + ["Internal to gpunuma.fleet: a step of %s, not a stable interface."
+                                    % (", ".join(users) or "the collection's roles")],
+            "positional": ", ".join(p.name for p in params[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)),
+            "options": options,
+        }
+        if not doc["positional"]:
+            del doc["positional"]
+        example = "# As %s calls it:\nresult: \"{{ value | gpunuma.fleet.%s%s }}\"\n" % (
+            users[0] if users else "the roles", name,
+            "(%s)" % ", ".join(p.name for p in params[1:] if p.default is p.empty
+                               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)) if len(params) > 1 else "")
+        docs[name] = yaml.safe_dump({"DOCUMENTATION": doc, "EXAMPLES": example,
+                                     "RETURN": {"_value": {"description": "What the filter computes (see the "
+                                                                          "description).", "type": "raw"}}},
+                                    sort_keys=False, width=110)
+    return docs
+
+
 def build(out):
     root = os.path.join(out, "ansible_collections", NAMESPACE, NAME)
     if os.path.isdir(root):
@@ -110,6 +176,9 @@ def build(out):
     copy_python_tree(os.path.join(REPO_ROOT, "module_utils"), os.path.join(root, "plugins", "module_utils"),
                      "module_utils")
     copy_python_tree(os.path.join(REPO_ROOT, "filter_plugins"), os.path.join(root, "plugins", "filter"), "filter")
+    for name, text in filter_docs().items():
+        with open(os.path.join(root, "plugins", "filter", "%s.yml" % name), "w", encoding="utf-8") as handle:
+            handle.write(text)
     copy_python_tree(os.path.join(REPO_ROOT, "action_plugins"), os.path.join(root, "plugins", "action"), "action")
     copy_python_tree(os.path.join(REPO_ROOT, "doc_fragments"), os.path.join(root, "plugins", "doc_fragments"),
                      "doc_fragments")

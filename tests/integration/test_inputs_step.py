@@ -24,7 +24,7 @@ PLAYBOOK = """
         roles: %s
     - name: Show the run's node read requests
       ansible.builtin.debug:
-        var: gpunuma_node_read_requests
+        var: ansible_facts.gpunuma_node_read_requests
 """ % json.dumps(ROLES)
 
 
@@ -72,7 +72,7 @@ def test_every_roles_problems_in_one_step_naming_the_users_variable(tmp_path):
     assert all(facts[name] == [] for name in ("__memlock_input_problems", "__autonuma_input_problems",
                                               "gpu_topology_input_problems", "numa_binding_input_problems",
                                               "__gpunuma_state_input_problems", "__policy_gate_input_problems"))
-    requests = results["good"]["Show the run's node read requests"]["gpunuma_node_read_requests"]
+    requests = results["good"]["Show the run's node read requests"]["ansible_facts.gpunuma_node_read_requests"]
     # Each good role's part: PID 1's limits and containerd (memlock), the AutoNUMA sources, the state file and
     # the applied plan (gpunuma_state), the applied plan, numactl and the accounts (numa_binding).
     assert requests["pid1_proc_dir"] == "/proc/1" and "containerd.service" in requests["units"], requests
@@ -108,7 +108,7 @@ def test_a_kubelet_nodes_reads_join_the_node_read_and_its_inputs_wait_for_its_pl
     data = json.loads(proc.stdout[proc.stdout.index("{"):])
     check, shown = (task["hosts"]["k"] for task in data["plays"][0]["tasks"])
     assert "__kubelet_topology_input_problems" not in check["ansible_facts"]
-    requests = shown["gpunuma_node_read_requests"]
+    requests = shown["ansible_facts.gpunuma_node_read_requests"]
     assert requests["files"]["kubelet_config"] == "/etc/kubernetes/kubelet/config.json"
     assert requests["files"]["kubelet_dra_manager_state"] == "/var/lib/kubelet/dra_manager_state"
     assert requests["globs"] == {"kubelet_dra_registrations": "/var/lib/kubelet/plugins_registry/*-reg.sock"}

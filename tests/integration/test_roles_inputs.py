@@ -27,8 +27,11 @@ def _load():
 
 
 def options(role):
+    """The main entry point's options as the input step reads them (role_inputs.with_template_defaults)."""
     with open(os.path.join(REPO_ROOT, "roles", role, "meta", "argument_specs.yml"), encoding="utf-8") as handle:
-        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+        spec = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+    with open(os.path.join(REPO_ROOT, "roles", role, "defaults", "main.yml"), encoding="utf-8") as handle:
+        return role_inputs.with_template_defaults(spec, yaml.safe_load(handle) or {})
 
 
 # ------------------------------------------------------------ file names

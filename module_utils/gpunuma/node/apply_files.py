@@ -167,7 +167,7 @@ STATE_SUFFIX = ".json"
 
 def quiet_state_diff(entry: dict) -> dict:
     """A --diff entry (file_diff's) with a JSON state file's text cut to one line giving its size."""
-    path = str(entry.get("after_header") or entry.get("before_header") or "").split(" (absent)")[0]
+    path = str(entry.get("after_header") or entry.get("before_header") or "").split(" (absent)", maxsplit=1)[0]
     if not path.endswith(STATE_SUFFIX):
         return entry
     out = dict(entry)

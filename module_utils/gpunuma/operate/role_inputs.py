@@ -151,6 +151,22 @@ def user_variable(option, spec, values, aliases):
     return option
 
 
+def with_template_defaults(options: dict, defaults: dict) -> dict:
+    """An entry point's ``options`` with the role's defaults/main.yml text as the default of each option whose spec
+    states none.
+
+    An option whose default is a template of a list, mapping or bool (``{{ gpunuma_instances | default([]) }}``)
+    states it in its description only: the spec documents defaults as values of the option's type. Its
+    ``gpunuma_*`` variable is then known the same way as a string option's (:func:`aliases_of`, :func:`user_variable`).
+    """
+    out = {}
+    for name, option in (options or {}).items():
+        if isinstance(option, dict) and "default" not in option and isinstance((defaults or {}).get(name), str):
+            option = dict(option, default=str(defaults[name]))
+        out[name] = option
+    return out
+
+
 def aliases_of(options):
     """``gpunuma_*`` variables the options take their defaults from."""
     names = []
