@@ -3,6 +3,7 @@
 import glob
 import importlib.util
 import os
+import re
 import shutil
 
 import pytest
@@ -216,3 +217,27 @@ def test_every_variable_a_playbook_reads_with_a_default_has_a_spec_with_that_def
     documented = open(os.path.join(REPO_ROOT, "docs", "role-variables.md"), encoding="utf-8").read()
     for name in playbook_vars:
         assert "`%s`" % name in documented, name
+
+
+def test_role_metadata_claims_only_what_the_suite_runs():
+    """galaxy_info platforms: Debian releases the suite runs each role on, nothing else; the core floor is
+    meta/runtime.yml's."""
+    with open(os.path.join(REPO_ROOT, "tests", "molecule", "test_scenarios.py"), encoding="utf-8") as handle:
+        other_releases = set(re.findall(r'"(bullseye|trixie)"', handle.read()))
+    with open(os.path.join(REPO_ROOT, "playbooks", "site.yml"), encoding="utf-8") as handle:
+        site = handle.read()
+    with open(os.path.join(REPO_ROOT, "playbooks", "preflight.yml"), encoding="utf-8") as handle:
+        site += handle.read()
+    with open(os.path.join(REPO_ROOT, "collections", "ansible_collections", "gpunuma", "fleet", "meta",
+                           "runtime.yml"), encoding="utf-8") as handle:
+        floor = yaml.safe_load(handle)["requires_ansible"].lstrip(">=").rsplit(".", 1)[0]
+    for path in sorted(glob.glob(os.path.join(ROLES, "*", "meta", "main.yml"))):
+        role = path.split(os.sep)[-3]
+        with open(path, encoding="utf-8") as handle:
+            info = yaml.safe_load(handle)["galaxy_info"]
+        assert info["min_ansible_version"] == floor, role
+        # site.yml's roles run in molecule default on every release it names; the others on bookworm only.
+        in_site = "name: %s\n" % role in site
+        allowed = {"bookworm"} | (other_releases if in_site and role != "kubelet_topology" else set())
+        assert [p["name"] for p in info["platforms"]] == ["Debian"], role
+        assert set(info["platforms"][0]["versions"]) <= allowed, (role, info["platforms"], allowed)
