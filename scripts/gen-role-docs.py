@@ -87,6 +87,13 @@ def _rows(options, prefix=""):
         yield from _rows(option.get("options"), prefix + name + ".")
 
 
+def _table(options):
+    """An entry point's variables as a Markdown table (lines, a blank one last)."""
+    if not options:
+        return ["No variables.", ""]
+    return ["| variable | type | default | choices | description |", "|---|---|---|---|---|"] + list(_rows(options)) + [""]
+
+
 def render(roles_dir):
     """The text of docs/role-variables.md for the roles in ``roles_dir``."""
     lines = [
@@ -124,13 +131,7 @@ def render(roles_dir):
                 lines += [" ".join(str(spec["short_description"]).split()), ""]
             for paragraph in _paragraphs(spec.get("description")):
                 lines += [paragraph, ""]
-            options = spec.get("options") or {}
-            if not options:
-                lines += ["No variables.", ""]
-                continue
-            lines += ["| variable | type | default | choices | description |", "|---|---|---|---|---|"]
-            lines += list(_rows(options))
-            lines.append("")
+            lines += _table(spec.get("options"))
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -154,13 +155,7 @@ def render_readme(role, entry_points):
         lines += ["### Entry point `%s`" % entry_point, ""]
         if spec.get("short_description") and entry_point != "main":
             lines += [" ".join(str(spec["short_description"]).split()) + ".", ""]
-        options = spec.get("options") or {}
-        if not options:
-            lines += ["No variables.", ""]
-            continue
-        lines += ["| variable | type | default | choices | description |", "|---|---|---|---|---|"]
-        lines += list(_rows(options))
-        lines.append("")
+        lines += _table(spec.get("options"))
     lines += ["## Licence", "", "GPL-3.0-or-later.", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
