@@ -44,9 +44,15 @@ options:
     type: path
   profile:
     description:
-      - The binding profile the node runs, compared with C(kernel.numa_balancing). null reports the value as C(info).
+      - The binding profile compared with C(kernel.numa_balancing). When not given, the profile of the plan the
+        node applied (O(plan_path)), which is the one a rollback pinned, not the inventory's; with neither, the
+        value is reported as C(info).
     type: str
     choices: [strict, preferred, interleave, "off"]
+  plan_path:
+    description: The plan the node applied, whose profile is the node's when O(profile) is not given.
+    type: path
+    default: /etc/gpunuma/plan.json
   pcie_expect_full_speed:
     description:
       - The GPUs are busy now, so a PCIe generation below the maximum is a fault (C(warning)), not an idle downshift (C(info)).
@@ -118,6 +124,12 @@ node_checks:
       description: Which of C(sysfs), C(nvml), C(nvml_dump), C(nvidia_smi_q_file), C(nvidia_smi) answered.
       type: list
       elements: str
+    profile:
+      description: The profile C(kernel.numa_balancing) was judged by (null when none), and C(profile_source).
+      type: str
+    profile_source:
+      description: C(option) (O(profile)), C(applied plan) (O(plan_path)) or C(none).
+      type: str
     planned_fixes:
       description: The opted-in fixes that would change something (C(kind), C(target), C(before), C(after)).
       type: list
@@ -125,6 +137,10 @@ node_checks:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+import os
+
+from ansible.module_utils.gpunuma.common import node_paths
+from ansible.module_utils.gpunuma.operate import state
 from ansible.module_utils.gpunuma.verify import node_checks
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.discovery import nvml
@@ -187,6 +203,7 @@ def main():
         argument_spec=dict(
             sysfs_root=dict(type="path"),
             profile=dict(type="str", choices=list(node_checks.PROFILES)),
+            plan_path=dict(type="path", default=node_paths.PLAN),
             pcie_expect_full_speed=dict(type="bool", default=False),
             nvml_dump=dict(type="path"),
             nvidia_smi_q_file=dict(type="path"),
@@ -225,7 +242,13 @@ def main():
                         sources.append("nvidia_smi")
                     except ValueError:
                         pass
-        findings = node_checks.evaluate(facts, params["profile"], params["pcie_expect_full_speed"])
+        profile, profile_source = params["profile"], "option"
+        if profile is None:
+            # What this node is on: the profile of the plan it applied (a rollback's, when one pinned it).
+            profile = state.applied_profile(os.path.join(params["sysfs_root"], params["plan_path"].lstrip("/"))
+                                            if offline else params["plan_path"])
+            profile_source = "applied plan" if profile else "none"
+        findings = node_checks.evaluate(facts, profile, params["pcie_expect_full_speed"])
         fixes = node_checks.plan_fixes(facts, params["fix_governor"], params["fix_persistence"])
     except GpunumaError as exc:
         module.fail_json(msg=str(exc))
@@ -236,6 +259,8 @@ def main():
         "sources": sources,
         "planned_fixes": fixes,
         "governor_scope": facts.governor_scope,
+        "profile": profile,
+        "profile_source": profile_source,
     })
 
 

@@ -1,6 +1,7 @@
 """node_checks through Ansible: the module on localhost, the role (default read-only, opt-in fixes, check mode)."""
 
 import hashlib
+import json
 import os
 import re
 import stat
@@ -185,14 +186,21 @@ def test_every_role_variable_is_specified_defaulted_and_documented():
     assert spec == defaults == docs
 
 
-@pytest.mark.parametrize("variables,expected", [
-    ({"node_checks_profile": False}, "kernel.numa_balancing=1 with profile off"),
-    ({"gpunuma_profile": "strict"}, "profile strict binds workers"),
-    ({"gpunuma_profile": False}, "kernel.numa_balancing=1 with profile off"),
-    ({}, "kernel.numa_balancing=1 with profile none"),
+@pytest.mark.parametrize("applied,variables,expected", [
+    (None, {"node_checks_profile": False}, "kernel.numa_balancing=1 with profile off"),
+    # The node's applied plan says what it is on (a rollback's pin included), whatever the inventory says.
+    ("strict", {"gpunuma_profile": "off"}, "profile strict binds workers"),
+    ("off", {"gpunuma_profile": "strict"}, "kernel.numa_balancing=1 with profile off"),
+    (None, {"gpunuma_profile": "strict"}, "kernel.numa_balancing=1 with profile none"),
+    # An explicit node_checks_profile is what the user asked to judge by.
+    ("off", {"node_checks_profile": "strict"}, "profile strict binds workers"),
 ])
-def test_role_profile_follows_gpunuma_profile_and_reads_unquoted_off(tmp_path, variables, expected):
+def test_role_judges_by_the_applied_profile_and_reads_unquoted_off(tmp_path, applied, variables, expected):
     root = make_tree(tmp_path / "t", {cpu: "performance" for cpu in range(8)})
+    if applied is not None:
+        os.makedirs(os.path.join(root, "etc", "gpunuma"), exist_ok=True)
+        with open(os.path.join(root, "etc", "gpunuma", "plan.json"), "w", encoding="utf-8") as handle:
+            json.dump({"schema": "gpunuma.plan/v1", "profile": applied, "instances": []}, handle)
     proc = _role(tmp_path, node_checks_sysfs_root=root, **variables)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert expected in proc.stdout
