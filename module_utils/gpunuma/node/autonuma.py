@@ -71,8 +71,9 @@ def _profile_name(profile_name):
     return str(profile_name).strip() if profile_name is not None else "strict"
 
 
-def _setting(setting):
-    """0, 1, None or AUTO; anything else stays as given (the role's validation refuses it)."""
+def setting_of(setting):
+    """autonuma_numa_balancing as decided on: 0, 1, None or AUTO; anything else stays as given (the role's
+    validation refuses it)."""
     if setting is None or isinstance(setting, bool):
         return setting
     text = str(setting).strip()
@@ -90,7 +91,7 @@ def decide(setting, profile_name, kernel_release):
     applied profile, ``kernel_release`` the node's ``uname -r`` (None or
     anything unreadable: unknown). ``reason`` is one sentence.
     """
-    setting = _setting(setting)
+    setting = setting_of(setting)
     if setting is None:
         return None, "autonuma_numa_balancing is null: kernel.numa_balancing is not managed"
     if setting != AUTO:
@@ -166,9 +167,9 @@ def role_plan(setting, profile_name, node, apply_live, sysctl_file, on_conflict,
     out = {"value": value, "notes": [], "problem": None, "write_file": False, "remove_file": value is None,
            "write_live": False}
     if value is None:
-        out["notes"].append(reason + ("; its live value is left as it is." if _setting(setting) is None else "."))
+        out["notes"].append(reason + ("; its live value is left as it is." if setting_of(setting) is None else "."))
         return out
-    if _setting(setting) == AUTO:
+    if setting_of(setting) == AUTO:
         out["notes"].append(reason + ".")
     live = node.get("live_value")
     write, why = write_live(apply_live, node.get("in_container"))

@@ -71,7 +71,7 @@ def check_numa_balancing_off_with_bind(ctx, params):
         return None
     problems = []
     # "0"/"1" from an inventory are the numbers; auto, null and anything else stay as given.
-    wanted = autonuma._setting(ctx.settings.get("numa_balancing"))
+    wanted = autonuma.setting_of(ctx.settings.get("numa_balancing"))
     live = (ctx.live or {}).get("numa_balancing") or {}
     if wanted == autonuma.AUTO:
         # auto (gpunuma.autonuma.decide, for a profile with bound instances):
@@ -84,9 +84,9 @@ def check_numa_balancing_off_with_bind(ctx, params):
             # Before a change nothing says which kernel the node runs: the
             # autonuma role decides on the node, and the audit checks it.
             return None
-        # The plan's own profile (a -cpu-only plan is still bound); "off" plans bind nothing.
-        profile = base_profile((ctx.plan or {}).get("profile")) or "strict"
-        wanted = autonuma.value(autonuma.AUTO, profile, release)
+        # The plan's own profile (a -cpu-only plan is still bound); "off" plans bind nothing. The decider's
+        # own default stands for a plan that names none.
+        wanted = autonuma.value(autonuma.AUTO, base_profile((ctx.plan or {}).get("profile")), release)
         if wanted is None:
             return []
     if wanted is None and not live:
