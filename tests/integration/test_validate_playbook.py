@@ -98,8 +98,13 @@ def test_module_allocation_failure_fails_naming_gpu(fake_libcuda, monkeypatch):
 
 def test_validate_fleet(fake_libcuda, tmp_path):
     reports = tmp_path / "reports"
+    # The recorded node applied a preferred plan (a rollback pinned it): its report says so, whatever the inventory.
+    applied = tmp_path / "node" / "plan.json"
+    applied.parent.mkdir(parents=True)
+    applied.write_text(json.dumps({"schema": "gpunuma.plan/v1", "profile": "preferred", "instances": []}))
     inv = inventory(tmp_path, {
-        "h200-recorded": {"gpu_validate_probe_replay": RECORDED},
+        "h200-recorded": {"gpu_validate_probe_replay": RECORDED, "gpu_validate_plan_path": str(applied),
+                          "gpunuma_profile": "strict"},
         "fake-gpu": dict(QUICK, gpu_validate_libcuda_path=fake_libcuda, gpu_validate_node_probe_path=str(tmp_path / "node" / "p.json")),
         "cpu-only": {"gpu_validate_libcuda_path": str(tmp_path / "missing.so"), "gpu_validate_node_probe_path": ""},
     })
@@ -107,7 +112,7 @@ def test_validate_fleet(fake_libcuda, tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     recorded = json.loads((reports / "h200-recorded.json").read_text())
     assert recorded["schema"] == "gpunuma.validation/v1" and recorded["status"] == "passed"
-    assert recorded["hostname"] == "h200-recorded" and recorded["profile"] == "strict"
+    assert recorded["hostname"] == "h200-recorded" and recorded["profile"] == "preferred"
     assert recorded["gpus"][0]["placements"]["local"]["h2d_pinned_gbps"] == 55.446
     fake = json.loads((reports / "fake-gpu.json").read_text())
     assert fake["status"] == "passed" and len(fake["gpus"]) == 2
