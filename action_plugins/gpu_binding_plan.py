@@ -35,6 +35,14 @@ def _has_environment(environment):
     return any(entry for entry in environment)
 
 
+def _inject_invocation(task_vars):
+    """Whether a module's result carries ``invocation`` here: ansible-core 2.21's INJECT_INVOCATION, always before."""
+    try:
+        return bool(C.config.get_config_value("INJECT_INVOCATION", variables=task_vars))
+    except Exception:  # pylint: disable=broad-except  (no such setting before 2.21)
+        return True
+
+
 class ActionModule(NormalAction):
     def _runs_here(self):
         """Whether the module would run on this controller, as this process's Python would run it (no become, no
@@ -68,5 +76,5 @@ class ActionModule(NormalAction):
         self._supports_check_mode = True
         result = super(NormalAction, self).run(tmp, task_vars)
         result.update(run_module(module.MODULE_SPEC, module.run, args, self._task.check_mode,
-                                 self._task.action, self._task.diff, Display().verbosity))
+                                 self._task.action, self._task.diff, Display().verbosity, _inject_invocation(task_vars)))
         return result

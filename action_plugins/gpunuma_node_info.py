@@ -23,4 +23,6 @@ from ansible.module_utils.gpunuma.operate.converge import journal_call  # noqa: 
 
 class ActionModule(NormalAction):
     def run(self, tmp=None, task_vars=None):
-        return journal_call(self, super().run(tmp, task_vars), task_vars)
+        # The journal keeps a read's validated arguments (the result's invocation), which ansible-core 2.21 returns
+        # only when asked (INJECT_INVOCATION, off by default): asked here for this call alone.
+        return journal_call(self, super().run(tmp, dict(task_vars or {}, ansible_inject_invocation=True)), task_vars)

@@ -25,6 +25,11 @@ def ansible_env(**extra):
     return env
 
 
+def no_deprecation(output):
+    """Fail on a deprecation warning in a run's output: gpunuma runs on the supported cores without one."""
+    assert "[DEPRECATION WARNING]" not in output, output[max(0, output.find("[DEPRECATION WARNING]") - 200):][:3000]
+
+
 def run_module(module, args=None, check=False, extra=()):
     """Run one module on localhost; return (rc, result dict)."""
     cmd = [os.path.join(BINDIR, "ansible"), "localhost", "-i", "localhost,", "-c", "local",
@@ -36,6 +41,7 @@ def run_module(module, args=None, check=False, extra=()):
     cmd += list(extra)
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
                           env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
+    no_deprecation(proc.stdout + proc.stderr)
     try:
         data = json.loads(proc.stdout)
     except ValueError:
@@ -53,8 +59,10 @@ def run_playbook(playbook, inventory, extra_vars=None, check=False, extra=(), en
     if check:
         cmd.append("--check")
     cmd += list(extra)
-    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
                           env=ansible_env(**(env or {})))
+    no_deprecation(proc.stdout + proc.stderr)
+    return proc
 
 
 def run_playbook_json(playbook, inventory, *extra):
@@ -64,6 +72,7 @@ def run_playbook_json(playbook, inventory, *extra):
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
         env=ansible_env(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"),
     )
+    no_deprecation(proc.stdout + proc.stderr)
     try:
         data = json.loads(proc.stdout)
     except ValueError:

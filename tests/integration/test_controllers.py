@@ -93,7 +93,9 @@ def test_plan_and_site_on_every_supported_core(node, tmp_path, label, bindir, ex
     # The memlock part of the one node read reached the node read (it came back as a fact of the input step).
     assert "LimitMEMLOCK=4194304" in node.sh("cat /etc/systemd/system/gpunuma-worker.service")
     rc, out = run(bindir, inject, "playbooks/site.yml", str(inventory))
-    assert rc == 0 and re.search(r"%s\s*: ok=\d+\s+changed=0 " % re.escape(node.name), out), out[-4000:]
-    # The re-run ended at the converge check, and the summary still lists the host's instance from the record.
-    assert "End the run of a host with nothing to do" in out
+    recap = re.search(r"%s\s*: ok=(\d+)\s+changed=(\d+) " % re.escape(node.name), out)
+    assert rc == 0 and recap, out[-4000:]
+    # The re-run ended at the converge check (its one task on the host; a whole run executes dozens), and the
+    # summary still lists the host's instance, from the record.
+    assert int(recap.group(1)) <= 2 and recap.group(2) == "0", out[-4000:]
     assert re.search(r"%s\s+worker\s+preferred" % re.escape(node.name), out), out[-4000:]

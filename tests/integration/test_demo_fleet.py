@@ -185,6 +185,15 @@ def test_text_only_hosts_bound_strict_with_the_planners_warning(run):
     assert "GN-MEM-001" not in out
 
 
+def test_no_playbook_of_the_demo_prints_a_deprecation_warning(run):
+    _, artefacts, _ = run
+    logs = sorted((artefacts.parent / "fleet" / "logs").glob("*.log"))
+    assert len(logs) >= 6, logs
+    for log in logs:
+        text = log.read_text(errors="replace")
+        assert "[DEPRECATION WARNING]" not in text, (log.name, text[text.find("[DEPRECATION WARNING]"):][:2000])
+
+
 def test_html_report_names_every_host(run):
     _, artefacts, _ = run
     report = (artefacts / "fleet-report.html").read_text(encoding="utf-8")

@@ -57,9 +57,11 @@ class ModuleDone(Exception):
 class ControllerModule:
     """The part of ``AnsibleModule`` gpunuma's controller-side modules use, for a call in this process."""
 
-    def __init__(self, module_spec, args, check_mode=False, name="module", diff=False, verbosity=0):
+    def __init__(self, module_spec, args, check_mode=False, name="module", diff=False, verbosity=0,
+                 inject_invocation=True):
         """``args``: the task's arguments as JSON data (:func:`plain_args`, which the action already applied);
-        ``verbosity``: the run's -v count, as AnsibleModule's ``_verbosity``."""
+        ``verbosity``: the run's -v count, as AnsibleModule's ``_verbosity``; ``inject_invocation``: whether the
+        result carries ``invocation`` (ansible-core 2.21's INJECT_INVOCATION; always before it)."""
         validator = ArgumentSpecValidator(module_spec["argument_spec"],
                                           **dict((key, module_spec[key]) for key in _CONSTRAINTS if key in module_spec))
         validation = validator.validate(args)
@@ -68,6 +70,7 @@ class ControllerModule:
         self.check_mode = bool(check_mode)
         self._diff = bool(diff)
         self._verbosity = int(verbosity or 0)
+        self._inject_invocation = bool(inject_invocation)
         self.params = validation.validated_parameters
         if validation.errors.errors:  # the collection of errors is true even when it holds none
             msg = validation.errors.msg
@@ -80,7 +83,8 @@ class ControllerModule:
 
     def _result(self, values):
         out = remove_values(values, self._no_log)
-        out["invocation"] = {"module_args": remove_values(self.params, self._no_log)}
+        if self._inject_invocation:
+            out["invocation"] = {"module_args": remove_values(self.params, self._no_log)}
         out.setdefault("changed", False)
         if self._warnings:
             out["warnings"] = list(self._warnings)
@@ -94,11 +98,12 @@ class ControllerModule:
         raise ModuleDone(self._result(values))
 
 
-def run_module(module_spec, run, args, check_mode=False, name="module", diff=False, verbosity=0):
+def run_module(module_spec, run, args, check_mode=False, name="module", diff=False, verbosity=0,
+               inject_invocation=True):
     """The result of ``run(module)`` (the module's body) for ``args`` (JSON data: :func:`plain_args`), called in
     this process."""
     try:
-        run(ControllerModule(module_spec, args, check_mode, name, diff, verbosity))
+        run(ControllerModule(module_spec, args, check_mode, name, diff, verbosity, inject_invocation))
     except ModuleDone as done:
         return done.result
     except Exception as exc:  # pylint: disable=broad-except
