@@ -39,8 +39,8 @@ def _inject_invocation(task_vars):
     """Whether a module's result carries ``invocation`` here: ansible-core 2.21's INJECT_INVOCATION, always before."""
     try:
         return bool(C.config.get_config_value("INJECT_INVOCATION", variables=task_vars))
-    except Exception:  # pylint: disable=broad-except  (no such setting before 2.21)
-        return True
+    except Exception:  # pylint: disable=broad-except
+        return True  # no such setting before 2.21
 
 
 class ActionModule(NormalAction):

@@ -66,7 +66,8 @@ def rewrite_python(text, kind):
             raise SystemExit("build-collection: the module_utils path set-up of a %s plugin was not found; "
                              "update PATH_SETUP in %s" % (kind, __file__))
         text = text.replace("import ansible.module_utils\n", "")
-        text = text.replace("from ansible import constants as C\n", "")
+        if not re.search(r"\bC\.", text):  # still used beyond the path set-up: kept
+            text = text.replace("from ansible import constants as C\n", "")
         text = text.replace("  # noqa: E402", "")
     if kind == "modules":
         text = FRAGMENT.sub(r"\g<1>%s.%s.\2" % (NAMESPACE, NAME), text)

@@ -35,10 +35,12 @@ class Node:
     """A systemd container of the fleet image.
 
     ``name`` (default a fresh ``gpunuma-it-*``) is also its hostname when
-    ``hostname`` is true; ``mounts`` are read-only bind mounts (source, target).
+    ``hostname`` is true; ``mounts`` are read-only bind mounts (source, target);
+    ``image`` another Debian release's image (scripts/build-base-image.sh --suite).
     """
 
-    def __init__(self, sys_nice=True, name=None, hostname=False, mounts=(), boot_timeout=300, extra_args=()):
+    def __init__(self, sys_nice=True, name=None, hostname=False, mounts=(), boot_timeout=300, extra_args=(),
+                 image=IMAGE):
         self.name = name or "gpunuma-it-%s" % uuid.uuid4().hex[:8]
         caps = ["--cap-add", "SYS_ADMIN"] + (["--cap-add", "SYS_NICE"] if sys_nice else [])
         extra = ["--hostname", self.name] if hostname else []
@@ -48,7 +50,7 @@ class Node:
         subprocess.run(
             ["docker", "run", "-d", "--name", self.name, *caps, *extra, "--cgroupns", "host",
              "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
-             "--stop-signal", "SIGRTMIN+3", IMAGE, "/lib/systemd/systemd"],
+             "--stop-signal", "SIGRTMIN+3", image, "/lib/systemd/systemd"],
             check=True, capture_output=True,
         )
         deadline = time.time() + boot_timeout

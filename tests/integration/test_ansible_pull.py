@@ -3,10 +3,12 @@ inventory repository, with a local connection.
 
 The controller builds, in tmp_path, a bare git repository holding gpunuma's
 tracked files (as they are in the working tree) and an inventory for one
-node, inventory/pull.yml. A systemd container from the fleet's base image
-(gpunuma/debian-systemd:bookworm) gets, read-only, that repository, the
-controller's Ansible (its site-packages, run by the node's python3) and the
-controller's git (the image has none), and runs inside:
+node, inventory/pull.yml. A systemd container of Debian trixie
+(gpunuma/debian-systemd:trixie: ansible-pull runs ansible-core on the node,
+and 2.20+ needs Python 3.12 or later; bookworm's is 3.11) gets, read-only,
+that repository, the controller's Ansible (its site-packages, run by the
+node's python3) and the controller's git (the image has none), and runs
+inside:
 
     ansible-pull -U file:///srv/gpunuma.git -C main -i inventory/pull.yml \
         -d /var/lib/gpunuma-pull playbooks/site.yml
@@ -30,7 +32,8 @@ Last, a controller run beside a local one: while a site.yml run on the node
 (docker connection) with a one-second gpunuma_lock_timeout stops naming the
 local run's holder (the node's own host name, playbook site.yml) with
 nothing changed; the local run ends with units, plan.json and state.json on
-its plan. Skipped only when there is no Docker engine or no base image.
+its plan. Skipped only when there is no Docker engine or no base image; the
+trixie image is built (or found cached) by scripts/build-base-image.sh.
 """
 
 import json
@@ -61,6 +64,9 @@ INSTANCES = [
 ]
 # The entry points ansible-pull runs next to itself (ansible for the checkout,
 # ansible-playbook for the play), for the node's own python3.
+BUILD_BASE_IMAGE = os.path.join(REPO_ROOT, "scripts", "build-base-image.sh")
+# ansible-pull runs ansible-core on the node: 2.20 and later need Python 3.12+, which Debian ships from trixie on.
+NODE_SUITE = "trixie"
 ENTRY_POINTS = {"ansible-pull": "pull", "ansible": "adhoc", "ansible-playbook": "playbook"}
 
 
@@ -138,7 +144,9 @@ def pull_node(tmp_path_factory):
     bare = build_repository(tmp_path, name)
     mounts = [(_site_packages(), SITE_IN_NODE), (str(write_entry_points(tmp_path)), BIN_IN_NODE),
               (str(bare), REPO_IN_NODE)] + _git_mounts()
-    node = Node(name=name, hostname=True, mounts=mounts)
+    built = subprocess.run([BUILD_BASE_IMAGE, "--suite", NODE_SUITE], capture_output=True, text=True)
+    assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
+    node = Node(name=name, hostname=True, mounts=mounts, image="gpunuma/debian-systemd:%s" % NODE_SUITE)
     yield node
     node.remove()
 
