@@ -35,7 +35,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
 from ansible.module_utils.gpunuma.node.apply_files import (  # noqa: E402
     ApplyError, file_diff, normalise_files, os_error_text, plan_files, quiet_state_diff)
 from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles  # noqa: E402
-from ansible.module_utils.gpunuma.operate import converge  # noqa: E402
+from ansible.module_utils.gpunuma.operate import converge, topology_store  # noqa: E402
 
 
 display = Display()
@@ -68,6 +68,11 @@ class ActionModule(NormalAction):
                                    NodeFiles())
         except ApplyError as exc:
             return {"failed": True, "changed": False, "msg": str(exc)}
+        seal_path = None
+        if record is not None and not self._task.check_mode:
+            files = topology_store.host_controller_files(
+                task_vars, self._templar.copy_with_new_env(available_variables=task_vars))
+            seal_path = files and files["seal"]
         if record is not None and not self._task.check_mode:
             controller = dict((p, converge.file_state(p)) for p in record.get("controller_files") or [])
             controller.update((d["path"], state_after(d)) for d in decisions)
@@ -81,7 +86,25 @@ class ActionModule(NormalAction):
             result["converge_record"] = dict(result.get("converge_record") or {}, why=why)
         if result.get("failed") or result.get("unreachable"):
             return result
-        return self.write_copies(result, decisions)
+        result = self.write_copies(result, decisions)
+        answer = result.get("converge_record") or {}
+        if seal_path and not result.get("failed") and "recorded" in answer:
+            # The node kept this request's record (sealed as asked) or removed its record (no seal). A step that
+            # failed left the node's record as it was, and its seal with it.
+            failed = self.keep_seal(seal_path, converge.request_seal(request) if answer["recorded"] else None)
+            if failed:
+                return dict(result, **failed)
+        return result
+
+    @staticmethod
+    def keep_seal(path, value):
+        """converge.keep_seal, or the failed result that names the controller file it could not write."""
+        try:
+            converge.keep_seal(path, value)
+        except (OSError, converge.ConvergeError) as exc:
+            return {"failed": True, "changed": False,
+                    "msg": "the controller's seal of the converge record (%s): %s" % (path, exc)}
+        return None
 
     def write_copies(self, result, decisions):
         fs = NodeFiles()

@@ -83,18 +83,6 @@ class ActionModule(ActionBase):
         values["extra_vars"] = sorted(name for name in extra if name.startswith(PREFIXES))
         return converge.input_digests(values, code_digest())
 
-    @staticmethod
-    def missing_plan_copy(task_vars, templar):
-        """The path of the host's controller copy of its applied plan when there is none (a node this controller
-        never converged, or one whose copy is gone), else None; None as well when the path cannot be told (the
-        run's input check names what is wrong)."""
-        try:
-            directory = templar.template(task_vars["gpu_topology_controller_dir"])
-            path = topology_store.controller_files(task_vars["inventory_hostname"], directory)["plan"]
-        except Exception:  # any input problem: the node is asked as usual, the input checks report it
-            return None
-        return None if os.path.lexists(path) else path
-
     def role_defaults(self):
         """``{name: raw value}`` of the defaults of the roles the play imports (an imported role's defaults are
         the play's variables, at the lowest precedence): a variable still at its default is no input of the
@@ -139,12 +127,19 @@ class ActionModule(ActionBase):
         templar = self._templar.copy_with_new_env(available_variables=task_vars)
         inputs = self.inputs(task_vars, templar)
         result["ansible_facts"] = {FACT: inputs}
-        missing = self.missing_plan_copy(task_vars, templar)
-        if missing:
+        files = topology_store.host_controller_files(task_vars, templar)
+        if files is None:
+            return dict(result, reasons=["the host's controller files cannot be told (gpu_topology_controller_dir)"])
+        if not os.path.lexists(files["plan"]):
             # Every record holds the state of this copy: without it no record can match, so the node is not asked.
             return dict(result, reasons=["no controller copy of the host's applied plan (%s): not converged from "
-                                         "this controller" % missing])
-        module_args = {"state": "checked", "path": path, "inputs": inputs,
+                                         "this controller" % files["plan"]])
+        seal = converge.read_seal(files["seal"])
+        if seal is None:
+            # The node's record is replayed only as this controller asked for it: without the seal, never.
+            return dict(result, reasons=["no controller seal of the node's converge record (%s): not converged "
+                                         "from this controller" % files["seal"]])
+        module_args = {"state": "checked", "path": path, "inputs": inputs, "seal": seal,
                        "lock_path": templar.template(task_vars.get("gpunuma_lock_path") or node_paths.LOCK)}
         answer = self._execute_module(module_name="gpunuma_converge", module_args=module_args, task_vars=task_vars)
         result["gpunuma_round_trips"] = 1
@@ -174,10 +169,15 @@ class ActionModule(ActionBase):
         release_lock = self._task.args.get("release_lock")
         if release_lock:
             module_args["release_lock"] = release_lock
+        files = None if self._task.check_mode else topology_store.host_controller_files(
+            task_vars, self._templar.copy_with_new_env(available_variables=task_vars))
+        seal_path = files and files["seal"]
         answer = self._execute_module(module_name="gpunuma_converge", module_args=module_args, task_vars=task_vars)
         result["gpunuma_round_trips"] = 1
         if answer.get("failed") or answer.get("unreachable"):
             return dict(result, **answer)
+        if seal_path:
+            converge.keep_seal(seal_path, converge.request_seal(module_args) if answer.get("recorded") else None)
         reasons = ([why] if why else []) + list(answer.get("reasons") or [])
         result.update(recorded=bool(answer.get("recorded")), reasons=reasons,
                       lock_released=bool(answer.get("lock_released")))

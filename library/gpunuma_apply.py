@@ -229,7 +229,11 @@ options:
       - The action (action_plugins/gpunuma_apply.py) fills O(record.state), O(record.inputs), O(record.reads),
         O(record.writes) and O(record.controller) from the run (the host's converge check, the run's journal and
         this step's own writes, O(record.controller_files) and O(controller_copies)); a host whose run is never cut
-        short by a record (kubelet hosts, rollbacks, C(gpunuma_converge_check=false)) gets C(state=absent).
+        short by a record (rollbacks, C(gpunuma_converge_check=false)) gets C(state=absent).
+      - The action keeps the digest of the record it asked for on the controller, beside the host's plan copy
+        (C(<gpu_topology_controller_dir>/<host>.converged.seal), 0600), or removes it when the node removed its
+        record; a step that failed leaves both as they were. The next converge check replays the node's record only
+        when it matches.
     type: dict
     suboptions:
       state: {description: C(recorded) keeps the record; C(absent) removes it., type: str, choices: [recorded, absent], default: recorded}

@@ -56,6 +56,13 @@ options:
       may be changing it), so the whole provisioning runs and waits for the lease as usual.
     type: path
     default: /run/gpunuma/lock
+  seal:
+    description:
+      - O(state=checked) the digest of the record this controller asked the node to keep (its inputs, reads, owned
+        paths, facts and controller file states; the controller keeps it beside its copy of the host's plan).
+      - A record whose seal differs, or a check without one, is ignored before anything of it is read again or
+        returned.
+    type: str
   controller:
     description: O(state=recorded) digests of the controller's copies (path -> file state); returned by the check
       for the action to compare.
@@ -136,6 +143,14 @@ def checked(module):
         record = converge.load_record(base64.b64decode(entry["content"]).decode("utf-8", "replace"), p["path"])
     except converge.ConvergeError as exc:
         return {"converged": False, "reasons": [str(exc)]}
+    try:
+        sealed = p["seal"] is not None and converge.record_seal(record) == p["seal"]
+    except converge.ConvergeError as exc:
+        return {"converged": False, "reasons": ["%s: %s" % (p["path"], exc)]}
+    if not sealed:
+        # Nothing of a record this controller did not ask for is read again, run or returned.
+        return {"converged": False, "reasons": ["%s is not the record this controller asked the node to keep (its "
+                                                "seal differs): ignored" % p["path"]]}
     names = converge.changed_inputs(record["inputs"], p["inputs"])
     if names:
         shown = ", ".join(names[:8]) + (" and %d more" % (len(names) - 8) if len(names) > 8 else "")
@@ -157,6 +172,7 @@ def main():
             RECORD_OPTIONS,
             state=dict(type="str", choices=["checked", "recorded", "absent"], default="checked"),
             lock_path=dict(type="path", default=locklib.DEFAULT_PATH),
+            seal=dict(type="str"),
             release_lock=dict(type="dict", options=dict(
                 path=dict(type="path", default=locklib.DEFAULT_PATH),
                 token=dict(type="str", required=True, no_log=True),

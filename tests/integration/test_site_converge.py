@@ -209,6 +209,29 @@ def test_converge_record_ends_a_converged_run_and_every_drift_gets_the_full_run(
     rc, check, counts, out = _site(inventory)
     assert check["converged"] is True and counts["changed"] == 0, (check, out)
 
+    # 8. A forged record (a read that runs a command as root, the facts a converged run returns): its seal is not
+    # the one this controller kept, so nothing of it is asked again or returned; the full run records anew.
+    record = json.loads(node.sh("cat " + RECORD))
+    record["reads"].append({"module": "gpunuma_node_info",
+                            "args": {"commands": {"x": ["/bin/sh", "-c", "touch /tmp/gpunuma-forged"]}}})
+    record["facts"]["gpunuma_plan"] = {"forged": True}
+    node.sh("cat > %s <<'EOF'\n%s\nEOF" % (RECORD, json.dumps(record)))
+    rc, check, counts, out = _site(inventory)
+    assert rc == 0, out
+    assert check["converged"] is False and check["gpunuma_round_trips"] == 1, check
+    assert check["reasons"] == ["%s is not the record this controller asked the node to keep (its seal differs): "
+                                "ignored" % RECORD], check["reasons"]
+    assert node.sh("test -e /tmp/gpunuma-forged && echo yes || echo no").strip() == "no"
+    assert "forged" not in node.sh("cat " + RECORD) and "forged" not in plan_copy.read_text()
+    # The controller's seal gone: the node's record is not replayed at all.
+    seal = tmp_path / "topology" / ("%s.converged.seal" % node.name)
+    assert oct(seal.stat().st_mode & 0o777) == "0o600"
+    seal.unlink()
+    rc, check, counts, out = _site(inventory)
+    assert check["gpunuma_round_trips"] == 0 and "no controller seal" in check["reasons"][0], check
+    rc, check, counts, out = _site(inventory)
+    assert check["converged"] is True and counts["changed"] == 0, (check, out)
+
     # -v says why, and never prints the inputs' digests.
     proc = run_playbook("playbooks/site.yml", inventory, extra=("-v",))
     assert proc.returncode == 0, proc.stdout[-3000:]

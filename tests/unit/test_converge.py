@@ -414,33 +414,80 @@ def test_the_record_holds_the_state_a_controller_copy_has_once_written(tmp_path,
     assert converge.file_state(str(path)) == expected
 
 
-def test_a_host_without_the_controller_copy_of_its_plan_is_not_converged_without_asking_the_node(tmp_path):
-    """Every record holds the state of the host's plan copy, so without the copy no record can match."""
-    task_vars = {"gpu_topology_controller_dir": str(tmp_path), "inventory_hostname": "gpu-a01"}
-    missing = action.ActionModule.missing_plan_copy(task_vars, _Templar())
-    assert missing == str(tmp_path / "gpu-a01.plan.json")
-    (tmp_path / "gpu-a01.plan.json").write_text("{}\n")
-    assert action.ActionModule.missing_plan_copy(task_vars, _Templar()) is None
-    # A directory that cannot be told (a bad input, named by the run's input check): the node is asked.
-    assert action.ActionModule.missing_plan_copy({"inventory_hostname": "gpu-a01"}, _Templar()) is None
-    assert action.ActionModule.missing_plan_copy(dict(task_vars, gpu_topology_controller_dir=7), _Templar()) is None
+class _CheckPlugin(action.ActionModule):
+    """The check's controller side with the node's answer stubbed: counts the round trips, keeps the arguments."""
 
-    class Plugin(action.ActionModule):
-        def __init__(self):
-            self._task, self._loader, self._templar = _PlayTask([]), None, self
-            self.asked = 0
+    def __init__(self):
+        self._task, self._loader, self._templar = _PlayTask([]), None, self
+        self.asked = []
 
-        def copy_with_new_env(self, available_variables):
-            return _Templar()
+    def copy_with_new_env(self, available_variables):
+        return _Templar()
 
-        def _execute_module(self, **kwargs):
-            self.asked += 1
-            return {"converged": False, "reasons": ["no converge record on the node (/r)"]}
+    def _execute_module(self, **kwargs):
+        self.asked.append(kwargs["module_args"])
+        return {"converged": False, "reasons": ["no converge record on the node (/r)"]}
 
-    plugin = Plugin()
-    vars_ = dict(task_vars, group_names=["gpu"], gpu_topology_controller_dir=str(tmp_path / "elsewhere"))
-    result = plugin.checked({}, vars_, "/r", None)
-    assert result["converged"] is False and plugin.asked == 0 and result["gpunuma_round_trips"] == 0
-    assert "no controller copy of the host's applied plan" in result["reasons"][0]
+
+def test_a_host_without_the_controller_copy_of_its_plan_or_seal_is_not_converged_without_asking_the_node(tmp_path):
+    """Every record holds the state of the host's plan copy, and the check replays only the record whose seal this
+    controller kept: without either (or without a directory to find them in) the node is not asked."""
+    task_vars = {"gpu_topology_controller_dir": str(tmp_path), "inventory_hostname": "gpu-a01", "group_names": []}
+    plugin = _CheckPlugin()
     result = plugin.checked({}, task_vars, "/r", None)
-    assert plugin.asked == 1 and result["reasons"] == ["no converge record on the node (/r)"]
+    assert result["converged"] is False and plugin.asked == [] and result["gpunuma_round_trips"] == 0
+    assert "no controller copy of the host's applied plan (%s)" % (tmp_path / "gpu-a01.plan.json") in result["reasons"][0]
+    (tmp_path / "gpu-a01.plan.json").write_text("{}\n")
+    result = plugin.checked({}, task_vars, "/r", None)
+    assert plugin.asked == [] and "no controller seal" in result["reasons"][0]
+    (tmp_path / "gpu-a01.converged.seal").write_text("not a seal\n")
+    assert "no controller seal" in plugin.checked({}, task_vars, "/r", None)["reasons"][0] and plugin.asked == []
+    for bad in ({"inventory_hostname": "gpu-a01"}, dict(task_vars, gpu_topology_controller_dir=7)):
+        result = plugin.checked({}, bad, "/r", None)
+        assert plugin.asked == [] and "cannot be told" in result["reasons"][0]
+    seal = converge.digest({"any": "value"})
+    converge.keep_seal(str(tmp_path / "gpu-a01.converged.seal"), seal)
+    assert oct((tmp_path / "gpu-a01.converged.seal").stat().st_mode & 0o777) == "0o600"
+    result = plugin.checked({}, task_vars, "/r", None)
+    assert len(plugin.asked) == 1 and plugin.asked[0]["seal"] == seal
+    assert result["reasons"] == ["no converge record on the node (/r)"]
+    converge.keep_seal(str(tmp_path / "gpu-a01.converged.seal"), None)
+    assert not (tmp_path / "gpu-a01.converged.seal").exists()
+
+
+def _recorded_request():
+    reads = [{"module": "gpunuma_node_info", "args": {"files": {"plan": "/etc/gpunuma/plan.json"}}}]
+    task_vars = {converge.INPUTS_FACT: {"gpunuma_profile": "sha256:1"}, converge.JOURNAL_READS: reads,
+                 converge.JOURNAL_WRITES: [converge.write_summary(APPLY_ARGS)]}
+    request, why = converge.record_request(task_vars, "/r.json", {"gpunuma_plan": {"n": (1, 2)}}, {"/c": None})
+    assert why is None
+    return request
+
+
+def test_the_seal_of_a_request_is_the_seal_of_the_record_the_node_keeps_from_it():
+    request = _recorded_request()
+    own = converge.owned(request["writes"])
+    record = converge.build_record(request["inputs"], request["reads"], own, {"reads": []}, request["facts"],
+                                   request["controller"])
+    # As the node keeps it: JSON text, read back.
+    import json
+    kept = converge.load_record(json.dumps(record), "/r.json")
+    assert converge.record_seal(kept) == converge.request_seal(request)
+
+
+@pytest.mark.parametrize("forge", [
+    lambda r: r["reads"].append({"module": "gpunuma_node_info", "args": {"commands": {"x": ["/bin/touch", "/pwned"]}}}),
+    lambda r: r["reads"][0]["args"]["files"].update(plan="/etc/shadow"),
+    lambda r: r["facts"].update(gpunuma_plan={"forged": True}),
+    lambda r: r["inputs"].update(gpunuma_profile="sha256:2"),
+    lambda r: r["owned"]["files"].remove(r["owned"]["files"][0]),
+    lambda r: r["controller"].update({"/c": {"sha256": "0"}}),
+])
+def test_any_change_to_a_record_changes_its_seal(forge):
+    request = _recorded_request()
+    record = converge.build_record(request["inputs"], request["reads"], converge.owned(request["writes"]),
+                                   {"reads": []}, request["facts"], request["controller"])
+    import copy
+    forged = copy.deepcopy(record)
+    forge(forged)
+    assert converge.record_seal(forged) != converge.request_seal(request)

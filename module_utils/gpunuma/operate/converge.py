@@ -30,7 +30,7 @@ import json
 import os
 import stat
 
-from ansible.module_utils.gpunuma.common import bounded, node_paths, schemas
+from ansible.module_utils.gpunuma.common import atomic, bounded, node_paths, schemas
 from ansible.module_utils.gpunuma.node import limits
 
 __metaclass__ = type
@@ -238,6 +238,48 @@ def node_view(reads, own, readers, unit_states, find_stale):
         if os.path.lexists(path):
             problems.append("restarts are pending (%s)" % path)
     return view, problems
+
+
+def seal(inputs, reads, own, facts, controller):
+    """The digest of what a controller asked a node to record: the inputs, the reads the next check asks again,
+    what the run owns, the facts a converged check returns and the controller files' states. The controller keeps
+    it beside its copy of the host's plan; a check replays a node's record only when its seal is this one, so no
+    read, command or fact is ever taken from the node's file alone (docs/security.md)."""
+    value = {"inputs": inputs or {}, "reads": unique_reads(reads), "owned": own, "facts": facts or {},
+             "controller": controller or {}}
+    # As the record holds it: JSON (a tuple is a list, a key a string).
+    return digest(json.loads(json.dumps(value, default=str)))
+
+
+def request_seal(request):
+    """:func:`seal` of a record request (:func:`record_request`, state ``recorded``)."""
+    return seal(request.get("inputs"), request.get("reads"), owned(request.get("writes")), request.get("facts"),
+                request.get("controller"))
+
+
+def record_seal(record):
+    """:func:`seal` of a record as the node keeps it (:func:`load_record`)."""
+    return seal(record["inputs"], record["reads"], record["owned"], record["facts"], record["controller"])
+
+
+def read_seal(path):
+    """The seal a controller kept at ``path`` (None when there is none or it is not one)."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(256).decode("ascii", "replace").strip()
+    except (OSError, IOError):
+        return None
+    return text if text.startswith("sha256:") and len(text) == 71 else None
+
+
+def keep_seal(path, value):
+    """Write the controller's seal ``value`` at ``path`` (0600), or remove it when ``value`` is None."""
+    if value is None:
+        if os.path.lexists(path):
+            os.unlink(path)
+        return
+    if read_seal(path) != value:
+        atomic.write_atomic(path, value + "\n", 0o600)
 
 
 def build_record(inputs, reads, own, view, facts, controller):

@@ -16,11 +16,23 @@ from ansible.module_utils.gpunuma.operate.role_inputs import host_file_stem, rea
 
 
 def controller_files(host, directory):
-    """``{stem, topology, pending, plan}``: the controller files of inventory host ``host`` in ``directory`` (one
-    documented mapping of the host name, role_inputs.host_file_stem; docs/roles.md)."""
+    """``{stem, topology, pending, plan, seal}``: the controller files of inventory host ``host`` in ``directory``
+    (one documented mapping of the host name, role_inputs.host_file_stem; docs/roles.md). ``seal``: the digest of
+    the node's converge record as this controller asked for it (operate/converge.seal)."""
     stem = host_file_stem(host)
     base = directory.rstrip("/") + "/" + stem
-    return {"stem": stem, "topology": base + ".json", "pending": base + ".pending.json", "plan": base + ".plan.json"}
+    return {"stem": stem, "topology": base + ".json", "pending": base + ".pending.json", "plan": base + ".plan.json",
+            "seal": base + ".converged.seal"}
+
+
+def host_controller_files(task_vars, templar):
+    """:func:`controller_files` of the host whose variables are ``task_vars`` (``gpu_topology_controller_dir``
+    templated by ``templar``), or None when they cannot be told (the run's input check names what is wrong)."""
+    try:
+        directory = templar.template(task_vars["gpu_topology_controller_dir"])
+        return controller_files(task_vars["inventory_hostname"], directory)
+    except Exception:  # any input problem
+        return None
 
 
 def read_topology(content, path, where, encoding="base64"):
