@@ -7,7 +7,8 @@
 numactl binding method that program is numactl: a missing server behind it
 shows only when the unit starts (and fails, and is rolled back: two
 restarts of a healthy instance). So, before anything is written, the
-validation play reads each instance's ``command[0]`` on the node
+validation play reads each instance's ``command[0]`` (and its readiness
+command's, which runs as the same account) on the node
 (``gpunuma_node_info``'s ``programs`` section, :func:`program_states`) and
 refuses a program that is missing, not a regular file, or not executable
 by the instance's account (:func:`program_problems`).
@@ -36,8 +37,23 @@ def _instance_user(instance):
     return str(user) if isinstance(user, (str, int)) and not isinstance(user, bool) and str(user) else DEFAULT_USER
 
 
+def _programs(instance):
+    """``[(path, field)]``: the programs an instance's account runs, ``command[0]`` and its readiness command's
+    (``ready.command[0]``, run as the same account by gpunuma_apply), any junk skipped."""
+    out = []
+    command = instance.get("command")
+    if isinstance(command, list) and command and isinstance(command[0], str):
+        out.append((command[0], "command[0]"))
+    ready = instance.get("ready")
+    ready_command = ready.get("command") if isinstance(ready, dict) else None
+    if isinstance(ready_command, list) and ready_command and isinstance(ready_command[0], str):
+        out.append((ready_command[0], "ready.command[0]"))
+    return out
+
+
 def program_requests(instances, extra_paths=()):
-    """[{"path", "user"}] to read: each instance's command[0] with its account (inventory form, any junk skipped)."""
+    """[{"path", "user"}] to read: each instance's programs (command[0], ready.command[0]) with its account
+    (inventory form, any junk skipped)."""
     out = []
     seen = set()
     if not isinstance(instances, list):
@@ -45,13 +61,11 @@ def program_requests(instances, extra_paths=()):
     for instance in instances:
         if not isinstance(instance, dict):
             continue
-        command = instance.get("command")
-        if not isinstance(command, list) or not command or not isinstance(command[0], str):
-            continue
-        key = (command[0], _instance_user(instance))
-        if os.path.isabs(command[0]) and key not in seen:
-            seen.add(key)
-            out.append({"path": command[0], "user": key[1]})
+        for path, _field in _programs(instance):
+            key = (path, _instance_user(instance))
+            if os.path.isabs(path) and key not in seen:
+                seen.add(key)
+                out.append({"path": path, "user": key[1]})
     return out
 
 
@@ -158,27 +172,25 @@ def program_problems(plan, states, host, start=True):
         return []
     problems = []
     for instance in (plan or {}).get("instances") or []:
-        command = instance.get("command")
-        if not isinstance(command, list) or not command or not isinstance(command[0], str):
-            continue
-        path, user = command[0], _instance_user(instance)
-        state = states.get(path)
-        if state is None:
-            continue
-        name = instance.get("name")
-        where = "%s: gpunuma_instances entry '%s' runs %s" % (host, name, path)
-        if not state.get("exists"):
-            problems.append("%s, which does not exist on the node; install it first, or correct command[0] (an "
-                            "absolute path to an executable file on the node)" % where)
-        elif not state.get("regular"):
-            problems.append("%s, which is not a regular file on the node; command[0] must be an executable file"
-                            % where)
-        elif not (state.get("executable") or {}).get(user, False):
-            problems.append("%s as %s, who cannot execute it (the file or a directory above it lacks the execute "
-                            "permission for that account); fix the permissions or run the instance as another "
-                            "`user`" % (where, user))
-        elif user in ROOT_NAMES and state.get("other_writers"):
-            problems.append("%s as root, but %s: that account could run anything as root; make the program and "
-                            "every directory above it owned by root and not group- or world-writable, or run the "
-                            "instance as an unprivileged `user`" % (where, state["other_writers"]))
+        user = _instance_user(instance)
+        for path, field in _programs(instance):
+            state = states.get(path)
+            if state is None:
+                continue
+            where = "%s: gpunuma_instances entry '%s' %s %s" % (
+                host, instance.get("name"), "runs" if field == "command[0]" else "checks its readiness with", path)
+            if not state.get("exists"):
+                problems.append("%s, which does not exist on the node; install it first, or correct %s (an "
+                                "absolute path to an executable file on the node)" % (where, field))
+            elif not state.get("regular"):
+                problems.append("%s, which is not a regular file on the node; %s must be an executable file"
+                                % (where, field))
+            elif not (state.get("executable") or {}).get(user, False):
+                problems.append("%s as %s, who cannot execute it (the file or a directory above it lacks the "
+                                "execute permission for that account); fix the permissions or run the instance as "
+                                "another `user`" % (where, user))
+            elif user in ROOT_NAMES and state.get("other_writers"):
+                problems.append("%s as root, but %s: that account could run anything as root; make the program "
+                                "and every directory above it owned by root and not group- or world-writable, or "
+                                "run the instance as an unprivileged `user`" % (where, state["other_writers"]))
     return problems
