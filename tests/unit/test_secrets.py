@@ -80,8 +80,10 @@ def test_secret_environment_must_name_variables_of_the_instance():
     with pytest.raises(PlanError) as err:
         build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), instances, housekeeping_cores_per_node=1)
     text = str(err.value)
-    assert "gpunuma_instances[0].secret_environment[0]: 'NOT_THERE' is not a variable of this instance's environment" in text
-    assert "gpunuma_instances[1].secret_environment: 'PORT' is not a list of variable names" in text
+    assert "gpunuma_instances[0].secret_environment[0]: names no variable of this instance's environment" in text
+    assert "gpunuma_instances[1].secret_environment: is a str, not a list of variable names" in text
+    # The entries themselves are never quoted: a value written there by mistake would be printed.
+    assert "NOT_THERE" not in text and "'PORT'" not in text
 
 
 def test_bad_patterns_are_refused_naming_the_field():
@@ -166,3 +168,63 @@ def test_problems_name_the_entry_and_variable_never_the_value():
         "gpunuma_instances[1].environment.S3_BUCKET: the secret holds a line break or NUL; allowed: one line of text "
         "(the value is not shown)"]
     assert secrets.value_problems([{"name": "x", "environment": {"API_TOKEN": "ok"}}], secrets.DEFAULT_PATTERNS) == []
+
+
+# -- a secret in malformed input is never quoted ---------------------------------------------------------------------
+
+SECRET = "hunter2-Zq9Secret"
+
+
+def _spec_options():
+    import yaml
+    from conftest import REPO_ROOT
+    with open(os.path.join(REPO_ROOT, "roles", "numa_binding", "meta", "argument_specs.yml")) as handle:
+        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+
+
+def _messages(instances):
+    """Every message the input check and the planner give for ``instances``."""
+    from ansible.module_utils.gpunuma.operate import role_inputs
+    out = list(role_inputs.input_problems(_spec_options(), {"numa_binding_instances": instances}))
+    try:
+        build_plan(topology("h200-1gpu-vm"), profile("strict"), instances)
+    except PlanError as exc:
+        out.append(str(exc))
+    except Exception as exc:  # noqa: BLE001  (a crash is a finding of its own; its text must not carry it either)
+        out.append(repr(exc))
+    return out
+
+
+def _placements():
+    """Where a user may put a secret by mistake, each in an instance list that is malformed around it."""
+    good = {"name": "w", "numa_node": 0, "command": ["/bin/sleep", "infinity"]}
+    return {
+        "instances as a mapping": {"w": dict(good, environment={"HF_TOKEN": SECRET})},
+        "environment as a list": [dict(good, environment=["HF_TOKEN=" + SECRET])],
+        "environment value a mapping": [dict(good, environment={"HF_TOKEN": {"value": SECRET}})],
+        "environment value a list": [dict(good, environment={"API_KEY": [SECRET]})],
+        "secret_environment with values": [dict(good, secret_environment={"X": SECRET})],
+        "secret_environment naming a value": [dict(good, environment={"A": "1"}, secret_environment=["HF_TOKEN=" + SECRET])],
+        "a misspelt key": [dict(good, enviroment={"HF_TOKEN": SECRET})],
+        "an entry that is text": [good, "HF_TOKEN=" + SECRET],
+        "an entry that is a list": [good, [SECRET]],
+        "a marked name's value a number": [dict(good, environment={"MODEL": 1, "DB": SECRET + "\n"},
+                                                secret_environment=["DB"])],
+    }
+
+
+@pytest.mark.parametrize("where", sorted(_placements()))
+def test_a_secret_in_malformed_instances_is_never_in_a_message(where):
+    instances = _placements()[where]
+    messages = _messages(instances)
+    assert messages, "malformed input passed: %r" % where
+    assert not any(SECRET in m for m in messages), messages
+
+
+def test_redact_value_hides_secret_looking_values_at_any_depth():
+    value = {"a": [{"environment": {"HF_TOKEN": SECRET, "MODEL": "m", "S3": SECRET}, "secret_environment": ["S3"]}],
+             "b": ["PASSWORD=" + SECRET, "PORT=8000"], "secret_environment": {"X": SECRET}}
+    out = secrets.redact_value(value)
+    assert SECRET not in json.dumps(out)
+    assert out["a"][0]["environment"]["MODEL"] == "m" and out["b"][1] == "PORT=8000"
+    assert out["b"][0] == "PASSWORD=" + secrets.REDACTED

@@ -92,6 +92,34 @@ def _plain(value):
     return value
 
 
+_ASSIGNMENT_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$", re.S)
+
+
+def redact_value(value, patterns=DEFAULT_PATTERNS, marked=()):
+    """A copy of any input value, as malformed as it may be, fit for a message: the value of every mapping key that
+    looks secret (``patterns``) or is ``marked``, everything under ``environment`` an instance marks secret and under
+    a ``secret_environment`` mapping (names belong in a list there; a mapping holds values), and the value of each
+    ``NAME=value`` text whose name looks secret, replaced by ``REDACTED``."""
+    if isinstance(value, Mapping):
+        own = set(marked or ()) | set(marked_names(value))
+        out = {}
+        for key, item in value.items():
+            if is_secret(key, patterns, own) and item not in (None, ""):
+                out[key] = REDACTED
+            elif key == "secret_environment" and isinstance(item, Mapping):
+                out[key] = dict((name, REDACTED) for name in item)
+            else:
+                out[key] = redact_value(item, patterns, own if key == "environment" else ())
+        return out
+    if isinstance(value, (list, tuple)):
+        return [redact_value(item, patterns, marked) for item in value]
+    if isinstance(value, str):
+        match = _ASSIGNMENT_RE.match(value)
+        if match and is_secret(match.group(1), patterns, marked):
+            return "%s=%s" % (match.group(1), REDACTED)
+    return value
+
+
 def redact_instances(instances, patterns=DEFAULT_PATTERNS):
     """A copy of the inventory's instances with every secret value replaced by ``REDACTED``."""
     if not isinstance(instances, list):

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 
-from ansible.module_utils.gpunuma.common import bounded, seal
+from ansible.module_utils.gpunuma.common import bounded, seal, secrets
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 # A spec default like "{{ gpunuma_profile | default('strict') }}": the option
@@ -55,12 +56,36 @@ class RoleInputError(GpunumaError):
     """A value the roles cannot use (raised only by helpers that need one answer)."""
 
 
+# The longest value a message quotes (a whole instance list is no help in one line).
+MAX_SHOWN = 300
+
+
 def shown(value):
-    """``value`` as the user wrote it, in JSON (``false``, ``"off"``, ``[1, 2]``)."""
+    """``value`` as the user wrote it, in JSON (``false``, ``"off"``, ``[1, 2]``), secrets redacted
+    (secrets.redact_value: malformed input included) and cut at MAX_SHOWN characters."""
+    value = secrets.redact_value(value)
     try:
-        return json.dumps(value, sort_keys=True, default=str)
+        text = json.dumps(value, sort_keys=True, default=str)
     except (TypeError, ValueError):
-        return repr(value)
+        text = repr(value)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
+
+
+def yaml_kind(value):
+    """What a value is, in YAML's words: ``a list``, ``text``, ``a boolean``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "a %s" % type(value).__name__
 
 
 def _is_int(value):
@@ -129,6 +154,9 @@ def _type_problem(kind, value, elements=None):
             return "is not a list; allowed: a YAML list, e.g. [a, b]"
         for index, element in enumerate(value):
             problem = _type_problem(elements, element)
+            if problem and elements == "dict":
+                # Which entry, not its value: an entry that is no mapping may be a secret pasted out of place.
+                return "item %d is %s, not a mapping" % (index, yaml_kind(element))
             if problem:
                 return "item %d, %s, %s" % (index, shown(element), problem)
         return None
@@ -226,7 +254,9 @@ def input_problems(options, values, aliases=None, refined=()):
             problem = "is below %d; allowed: a whole number %d or more" % (MINIMUMS[option], MINIMUMS[option])
         if problem is None and option in VALUE_CHECKS:
             problem = VALUE_CHECKS[option](value)
-        if problem:
+        if problem and kind == "list" and isinstance(value, list):
+            problems.append("%s: %s" % (name, problem))  # the item is named; the whole list is no help
+        elif problem:
             problems.append("%s: %s %s" % (name, shown(value), problem))
     return problems
 

@@ -235,8 +235,8 @@ def _check_environment(raw, spec, topo, problems):
             )
         elif not isinstance(value, str):
             problems.append(
-                "%s.environment.%s: %r is %s; allowed: strings only (quote numbers and booleans in YAML)"
-                % (spec.path, key, value, type_name(value))
+                "%s.environment.%s: is %s; allowed: strings only (quote numbers and booleans in YAML; the value "
+                "is not shown, it may be a secret)" % (spec.path, key, type_name(value))
             )
         elif "\x00" in value:
             problems.append("%s.environment.%s: contains a NUL byte; allowed: text without NUL" % (spec.path, key))

@@ -113,14 +113,17 @@ def _check_secret_environment(raw, spec, topo, problems):
     if names is None:
         return
     where = "%s.secret_environment" % spec.path
+    # Its entries are never quoted: a secret written here instead of its name would be printed.
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        problems.append("%s: %r is not a list of variable names; allowed: names of this instance's environment "
-                        "whose values are secret" % (where, names))
+        problems.append("%s: is %s, not a list of variable names; allowed: names of this instance's environment "
+                        "whose values are secret (the value is not shown)"
+                        % (where, type_name(names) if not isinstance(names, list) else "a list of other things"))
         return
     for pos, name in enumerate(names):
         if name not in spec.environment:
-            problems.append("%s[%d]: %r is not a variable of this instance's environment; allowed: one of %s"
-                            % (where, pos, name, ", ".join(sorted(spec.environment)) or "(none: environment is empty)"))
+            problems.append("%s[%d]: names no variable of this instance's environment; allowed: one of %s (the "
+                            "entry is not shown)"
+                            % (where, pos, ", ".join(sorted(spec.environment)) or "(none: environment is empty)"))
     spec.secret_environment = list(names)
 
 
