@@ -95,9 +95,13 @@ def test_node_exporter_scrapes_gpunuma_metrics(tmp_path):
                 "systemctl start gpunuma-llm0.service" % HOLDER.replace("\n", "\\n"))
         node.sh("""echo '{"status": "drifted", "timestamp": 1796000000}' > /var/lib/gpunuma/audit.json""")
         hosts = {node.name: {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}}
+        # node_exporter's own directory, as its package or an admin left it: the role writes into it and changes
+        # neither its owner nor its mode.
+        node.sh("mkdir -p %s && chown prometheus:prometheus %s && chmod 2770 %s" % ((TEXTFILE_DIR,) * 3))
         # gpunuma_metrics_textfile_dir left at auto: the role finds TEXTFILE_DIR in node_exporter's ARGS.
         first = playbook(tmp_path, hosts, gpunuma_metrics_interval="2s")
         assert first.returncode == 0, first.stdout[-4000:]
+        assert node.sh("stat -c '%%U:%%G %%a' %s" % TEXTFILE_DIR).strip() == "prometheus:prometheus 2770"
         second = playbook(tmp_path, hosts, gpunuma_metrics_interval="2s")
         assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-3000:]
         assert node.sh("systemctl is-enabled gpunuma-metrics.timer").strip() == "enabled"
