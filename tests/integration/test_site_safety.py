@@ -250,6 +250,11 @@ def test_secret_environment_stays_out_of_units_plans_and_output(node, tmp_path):
     plan = json.loads(node.sh("cat /etc/gpunuma/plan.json"))
     [sec] = [i for i in plan["instances"] if i["name"] == "sec"]
     assert sec["secret_environment"] == ["HF_TOKEN"] and "HF_TOKEN" not in sec["environment"]
+    # Nor in the node's journal, where modules log how they were invoked (masking a multi-line file's content
+    # inside the logged argument list misses it: the whole argument is not logged).
+    journal = node.sh("journalctl --no-pager -o cat")
+    assert "Invoked with" in journal, journal[-2000:]
+    assert first not in journal, "the secret is in the node's journal"
 
     # A new secret: the instance restarts with it; the old value only in the 0600 backup.
     cmd = _site(tmp_path, node, "s2", ["w1", "w3"], "strict", more=[secret_instance("hf_" + second)])
