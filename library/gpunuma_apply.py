@@ -196,6 +196,16 @@ options:
       home: {description: "Its home directory (an absolute path), created with it.", type: str}
       shell: {description: Its login shell (an absolute path)., type: str}
       groups: {description: "Supplementary groups it joins when created; each must exist.", type: list, elements: str, default: []}
+  unchanged_since_read:
+    description:
+      - The files this run decided from (the applied plan, the node's state): a mapping of each path to the node
+        read's answer for it (C(gpunuma_node_info)'s C(files.<name>): its base64 C(content), none when it was
+        absent or unreadable). Under the node lock, before anything is written, each must
+        still read the same; one another run changed meanwhile (a rollback applied while this run waited for the
+        lock) fails the step with nothing changed, naming the file, so that a run never applies what it decided
+        from a node that is gone. Not checked in check mode.
+    type: dict
+    default: {}
   state_record:
     description:
       - Record the node's profile switch in its state file (C(gpunuma.state/v1), docs/state-v1.md), under the
@@ -372,6 +382,7 @@ from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.node.apply import Apply
 from ansible.module_utils.gpunuma.node.apply_files import ApplyError, normalise_files, quiet_state_diff
 from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles
+from ansible.module_utils.gpunuma.node.probe import read_file
 from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib
 from ansible.module_utils.gpunuma.operate.converge_node import RECORD_OPTIONS, recorded
@@ -491,6 +502,7 @@ ARGUMENT_SPEC = dict(
     stopped_file=dict(type="path", default=node_paths.STOPPED_FOR_CHANGE),
     pending_file=dict(type="path", default=node_paths.PENDING_RESTARTS),
     backups_keep=dict(type="int", default=5),
+    unchanged_since_read=dict(type="dict", default={}),
     # A file of files, but its content never printed, and private by default.
     # Only each entry's content is secret (no_log there); paths, owners and modes are not.
     secret_files=dict(type="list", elements="dict", default=[], no_log=False, options=dict(
@@ -543,6 +555,17 @@ def _release_after_record(module, result):
         result["lock_released"] = locklib.release_quietly(lock.get("path"), lock["token"])
 
 
+def _refuse_what_changed_since_read(module, as_read):
+    """Fail, with nothing changed, when a file this run decided from no longer reads as it did (under the lock)."""
+    for path in sorted(as_read or {}):
+        read = as_read[path] if isinstance(as_read[path], dict) else {}
+        if read_file(path).get("content") != read.get("content"):
+            module.fail_json(changed=False, msg=(
+                "%s changed since this run read it: another gpunuma run (a rollback, another controller) applied "
+                "while this one waited for the node lock. Nothing was changed by this run; run it again to decide "
+                "from the node as it is now." % path))
+
+
 class ApplyModule(AnsibleModule):
     """AnsibleModule that logs ``secret_files`` as their paths alone.
 
@@ -581,6 +604,8 @@ def main():
         files = normalise_files(params["files"]) + normalise_files(
             [dict(entry, secret=True) for entry in params["secret_files"]], "secret_files")
         with locklib.for_module(module):
+            if not module.check_mode:
+                _refuse_what_changed_since_read(module, params["unchanged_since_read"])
             after = list(params["after_success"])
             if params["state_record"]:
                 # Read under the lock: a switch another run recorded a moment ago is in the history.

@@ -9,15 +9,15 @@ the background. While it holds the node:
   1`` stops naming A's holder (controller, user, playbook) and changes
   nothing (no w3 unit, A's files as A wrote them), and ends with the one-host
   NOT PROVISIONED line naming the step;
-- rollback.yml runs C (w1 and w3, to interleave) and D (w1 and w3, to
-  strict) with the default timeout: both wait for A, then apply one after
-  the other. The node ends on the plan of whichever ran last in every
-  place: the unit files, plan.json, state.json (A's site switch, then both
-  rollbacks in the history), the running units and their processes' memory
-  policy; w2 is pruned, and the lease is given back. (A controller run
-  beside an ansible-pull run is in tests/integration/test_ansible_pull.py;
-  the lease's own rules between processes are in
-  tests/unit/test_node_lock.py.)
+Once A ended, rollback.yml run C (w1 and w3, to interleave, a long
+settle) takes the lease; site.yml run E (w1 and w3, strict) started
+meanwhile reads the node before C's apply ends, waits for the lease, then
+finds plan.json and state.json changed since it read them and stops with
+nothing changed: the rollback is kept. The node ends on C's plan in every
+place: the unit files, plan.json, state.json (A's site switch, then the
+rollback), the running units and their processes' memory policy; w2 is
+pruned, and the lease is given back. (A controller run beside an
+ansible-pull run is in tests/integration/test_ansible_pull.py.)
 
 The lease logic itself (expiry, break, a step's own lease, links) is in
 tests/unit/test_node_lock.py.
@@ -143,34 +143,42 @@ def test_a_second_run_waits_for_the_first_and_the_node_ends_on_one_plan(node, tm
         # reached its apply step; A may end its settle while B prints (seen under a loaded suite).
         assert "gpunuma-w3.service" not in _units(node)
 
-        # C and D, two rollbacks with the default wait: each applies once the node is free, one after the other.
-        cmd_c = _site(tmp_path, node, "c", ["w1", "w3"], "strict", playbook="rollback.yml") + [
-            "--limit", node.name, "-e", "gpunuma_profile=interleave", "-e", "gpunuma_reason=lock-test"]
-        cmd_d = _site(tmp_path, node, "d", ["w1", "w3"], "strict", playbook="rollback.yml") + [
-            "--limit", node.name, "-e", "gpunuma_profile=strict", "-e", "gpunuma_reason=lock-test-d"]
-        run_b, log_b = _start(cmd_c, tmp_path / "c.log")
-        run_d, log_d = _start(cmd_d, tmp_path / "d.log")
         rc_a, out_a = _finish(run_a, log_a)
-        rc_b, out_b = _finish(run_b, log_b)
-        rc_d, out_d = _finish(run_d, log_d)
+        assert rc_a == 0, out_a[-6000:]
+
+        # C, a rollback that holds the lease through its settle; E, a site.yml run started meanwhile, decides from
+        # the node as it read it before C's apply ended, then waits for the lease: it must not undo the rollback.
+        # Once it holds the lease it finds plan.json and state.json changed since it read them and stops, with
+        # nothing changed (docs/security.md, "The node lock").
+        cmd_c = _site(tmp_path, node, "c", ["w1", "w3"], "strict", playbook="rollback.yml",
+                      numa_binding_settle_seconds=60) + [
+            "--limit", node.name, "-e", "gpunuma_profile=interleave", "-e", "gpunuma_reason=lock-test"]
+        run_c, log_c = _start(cmd_c, tmp_path / "c.log")
+        deadline = time.time() + 300
+        while ((_lease(node) or {}).get("holder") or {}).get("playbook") != "rollback.yml":
+            assert run_c.poll() is None, "the rollback ended before it took the lease:\n" + open(log_c.name).read()[-4000:]
+            assert time.time() < deadline, "the rollback never took the node lock"
+            time.sleep(0.3)
+        run_e, log_e = _start(_site(tmp_path, node, "e", ["w1", "w3"], "strict"), tmp_path / "e.log")
+        rc_c, out_c = _finish(run_c, log_c)
+        rc_e, out_e = _finish(run_e, log_e)
     finally:
-        for proc in (run_a,) + tuple(locals()[n] for n in ("run_b", "run_d") if n in locals()):
+        for proc in (run_a,) + tuple(locals()[n] for n in ("run_c", "run_e") if n in locals()):
             if proc.poll() is None:
                 proc.kill()
-    assert rc_a == 0, out_a[-6000:]
-    assert rc_b == 0, out_b[-6000:]
-    assert rc_d == 0, out_d[-6000:]
+    assert rc_c == 0, out_c[-6000:]
+    assert rc_e != 0, out_e[-6000:]
+    assert "changed since this run read it" in out_e and "run it again to decide from the node as it is now" in out_e, \
+        out_e[-6000:]
 
-    # Whichever rollback ran last decides the node, in every place at once.
+    # The rollback decides the node, in every place at once.
     state = json.loads(node.sh("cat /etc/gpunuma/state.json"))
     switches = [(h["to"], h["action"]) for h in state["history"]]
-    assert switches[-3] == ("preferred", "site"), switches
-    assert sorted(switches[-2:]) == [("interleave", "profile"), ("strict", "profile")], switches
+    assert switches[-2:] == [("preferred", "site"), ("interleave", "profile")], switches
     last = state["history"][-1]
-    assert state["profile"] == last["to"] and state["pinned"] is True
-    assert last["reason"] == ("lock-test" if last["to"] == "interleave" else "lock-test-d")
+    assert state["profile"] == "interleave" and state["pinned"] is True and last["reason"] == "lock-test"
     plan = json.loads(node.sh("cat /etc/gpunuma/plan.json"))
-    assert plan["profile"].startswith(state["profile"])
+    assert plan["profile"].startswith("interleave")
     assert sorted(i["name"] for i in plan["instances"]) == ["w1", "w3"]
     assert _units(node) == ["gpunuma-w1.service", "gpunuma-w3.service"]
     for item in plan["instances"]:
@@ -179,11 +187,9 @@ def test_a_second_run_waits_for_the_first_and_the_node_ends_on_one_plan(node, tm
         for word in item.get("numactl_args") or []:
             assert word in unit, (item["name"], word)
         assert node.sh("systemctl is-active %s" % item["unit"], check=False).strip() == "active"
-        # The running process has the plan's memory policy (numa_maps: interleave:0, bind:0 or prefer:0).
-        policy = {"--interleave": "interleave:0", "--membind": "bind:0", "--preferred": "prefer:0"}[
-            [w.split("=")[0] for w in item["numactl_args"] if w.split("=")[0] in POLICY_FLAGS][0]]
+        # The running process has the plan's memory policy (numa_maps: interleave:0).
         pid = node.main_pid(item["unit"])
-        assert node.sh("awk '{print $2}' /proc/%d/numa_maps | sort -u" % pid).split() == [policy], item["unit"]
+        assert node.sh("awk '{print $2}' /proc/%d/numa_maps | sort -u" % pid).split() == ["interleave:0"], item["unit"]
     assert node.sh("systemctl is-active gpunuma-w2.service", check=False).strip() != "active"
     assert _lease(node) is None, "the lease was not given back"
 
