@@ -198,9 +198,9 @@ options:
       groups: {description: "Supplementary groups it joins when created; each must exist.", type: list, elements: str, default: []}
   unchanged_since_read:
     description:
-      - The files this run decided from (the applied plan, the node's state): a mapping of each path to the node
-        read's answer for it (C(gpunuma_node_info)'s C(files.<name>): its base64 C(content), none when it was
-        absent or unreadable). Under the node lock, before anything is written, each must
+      - The files this run decided from (the applied plan, the node's state), as a mapping of each path to the
+        node read's answer for it (C(gpunuma_node_info)'s C(files.<name>), with its base64 C(content), none when
+        it was absent or unreadable). Under the node lock, before anything is written, each must
         still read the same; one another run changed meanwhile (a rollback applied while this run waited for the
         lock) fails the step with nothing changed, naming the file, so that a run never applies what it decided
         from a node that is gone. Not checked in check mode.
@@ -566,26 +566,29 @@ def _refuse_what_changed_since_read(module, as_read):
                 "from the node as it is now." % path))
 
 
-class ApplyModule(AnsibleModule):
-    """AnsibleModule that logs ``secret_files`` as their paths alone.
+def _module_class():
+    """AnsibleModule, logging ``secret_files`` by path alone.
 
     A module logs its arguments to the node's journal ("Invoked with ..."), masking no_log values inside the
     printed argument list; a multi-line secret file is printed there with its line breaks escaped, which the
     masking does not find. So the entries are logged without their content, whatever it holds."""
 
-    def _log_invocation(self):
-        entries = self.params.get("secret_files")
-        if not entries:
-            return super()._log_invocation()
-        self.params["secret_files"] = [{"path": e.get("path"), "content": "<secret>"} for e in entries]
-        try:
-            return super()._log_invocation()
-        finally:
-            self.params["secret_files"] = entries
+    class ApplyModule(AnsibleModule):
+        def _log_invocation(self):
+            entries = self.params.get("secret_files")
+            if not entries:
+                return super()._log_invocation()
+            self.params["secret_files"] = [{"path": e.get("path"), "content": "<secret>"} for e in entries]
+            try:
+                return super()._log_invocation()
+            finally:
+                self.params["secret_files"] = entries
+
+    return ApplyModule
 
 
 def main():
-    module = ApplyModule(
+    module = _module_class()(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
