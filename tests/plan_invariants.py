@@ -121,6 +121,24 @@ def check_plan(plan, topology, instances):
                 for core in _cores_of(nodes[node_id]):
                     core = core & workers[node_id]
                     assert not (core & cpus) or core <= cpus, "%s: sibling group %s split" % (name, sorted(core))
+    # Ranks an engine binds node by node (--membind each): never without declared memory, and the memory each node
+    # must hold counts every instance once (as bound there, or as its ranks' shares) within what it holds.
+    capacity = plan.get("memory_capacity") or {}
+    held = {}
+    for inst in plan["instances"]:
+        ranks = any(a in ("--numa-bind", "--numa-node") for a in inst.get("engine_args") or [])
+        if ranks:
+            assert inst.get("memory_bytes"), "%s: ranks bound node by node without declared memory" % inst["name"]
+            gpu_node = dict((g["index"], g.get("numa_node")) for g in topology["gpus"])
+            rank_nodes = [gpu_node[g] for g in inst["gpus"]]
+            for node_id in set(rank_nodes):
+                held[node_id] = held.get(node_id, 0) + inst["memory_bytes"] // len(rank_nodes) * rank_nodes.count(node_id)
+        elif inst["mem_policy"] == "bind" and inst.get("memory_bytes") and len(inst["mem_nodes"]) == 1:
+            held[inst["mem_nodes"][0]] = held.get(inst["mem_nodes"][0], 0) + inst["memory_bytes"]
+    for node_id, need in held.items():
+        room = capacity.get(str(node_id))
+        assert not isinstance(room, int) or need <= room, "node %s: %d bytes bound, %d held for instances" % (
+            node_id, need, room)
     warnings = plan["warnings"]
     assert isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)
 

@@ -1862,6 +1862,36 @@ def test_ranks_bound_node_by_node_are_checked_per_node():
     assert any("384.0 GiB left of the 984.0 GiB" in w for w in tp["warnings"])
 
 
+def test_an_instance_whose_ranks_are_bound_node_by_node_is_counted_once():
+    """A TP2 instance on one node, bound there: its memory is the ranks' memory, not that plus the ranks' again.
+    Declaring more than half of what the node holds must still bind it (and pass the error setting)."""
+    topo = topology("hgx-h200-8gpu-2socket-ht")
+    item = {"name": "tp2", "gpus": [0, 1], "engine": "vllm", "engine_version": "0.23.0", "memory": "600G",
+            "command": list(VLLM_CMD)}  # node 0 holds 984 GiB for instances
+    for strict in ("fallback", "error"):
+        [inst] = make_plan(topo, "strict", [item], fence=True, strict_capacity=strict)["instances"]
+        assert inst["mem_policy"] == "bind" and inst["engine_args"][:2] == ["--numa-bind", "--numa-bind-nodes"]
+        assert not any("binds each rank's memory" in w for w in inst["warnings"]), inst["warnings"]
+    # Another instance bound there still counts against the ranks: 600 + 400 GiB do not fit 984.
+    other = {"name": "big", "numa_node": 0, "memory": "400G", "command": ["/bin/x"]}
+    big, tp = make_plan(topo, "strict", [other, item], fence=True)["instances"]
+    assert big["mem_policy"] == "bind"
+    assert tp["mem_policy"] == "preferred" or tp["engine_args"] == [], tp
+
+
+def test_ranks_are_never_bound_without_declared_memory():
+    """vLLM binds each rank's memory to its node: with no memory declared that is a bind nothing checked, so the
+    rule of an unsized instance bind applies (dropped under fallback, refused under error)."""
+    topo, inst = _tp8(memory=None)
+    assert inst["engine_args"] == []
+    assert any("no memory is declared" in w and "engine's binding flags are not added" in w for w in inst["warnings"])
+    item = {"name": "tp8", "gpus": list(range(8)), "engine": "vllm", "engine_version": "0.23.0",
+            "command": list(VLLM_CMD)}
+    problems = problems_of(topo, [item], strict_capacity="error", fence=True)
+    assert any(p.startswith("gpunuma_instances[0].memory: missing: engine vllm binds each rank's memory")
+               for p in problems), problems
+
+
 def test_single_gpu_vllm_below_three_cores_warns():
     plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict",
                      [{"name": "one", "gpus": [0], "engine": "vllm", "cpus": 4, "memory": "8G", "command": ["/bin/v"]}])

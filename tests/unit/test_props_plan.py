@@ -109,6 +109,7 @@ HOSTILE = {
     "gpu": st.just(1),
     "engine": st.sampled_from(["tgi", None, 1, "VLLM"]),
     "nic_environment": st.sampled_from(["UCX_NET_DEVICES", ["X"], [1], None]),
+    "engine_version": st.sampled_from([0.3, "latest", "", None, "1.2.3.4.5"]),
 }
 VALID = {
     "memory": st.one_of(st.builds("{}G".format, st.integers(1, 600)), st.integers(1, 1 << 40),
@@ -123,6 +124,7 @@ VALID = {
     "unit": st.sampled_from(["vllm.service", "w@1.service"]),
     "binding_method": st.sampled_from(["numactl", "systemd"]),
     "engine": st.sampled_from(["generic", "vllm", "sglang"]),
+    "engine_version": st.sampled_from(["0.20.0", "0.23.0"]),
     "nic_environment": st.sampled_from([["UCX_NET_DEVICES"], ["NCCL_IB_HCA", "UCX_NET_DEVICES"]]),
 }
 
@@ -229,6 +231,8 @@ def cases(draw):
             "strict_capacity": draw(capacity),
             "allow_unknown_siblings": draw(st.booleans()),
             "housekeeping_cpus": draw(st.one_of(st.none(), st.none(), CPU_LISTS) if hostile else st.none()),
+            # The cgroup fence: engines get per-rank flags only with it.
+            "fence": draw(st.sampled_from([True, False, None])),
         },
     }
 
@@ -292,3 +296,39 @@ def test_any_applied_plan_gives_a_plan_or_a_plan_error(case, data):
                                     **case["options"])
     if outcome == "plan":
         check_plan(result, topology, case["instances"])
+
+
+@st.composite
+def engine_cases(draw):
+    """Tensor-parallel instances of engines that bind their ranks node by node, with or without declared memory,
+    beside instances bound to a node: where capacity is counted and unsized binds are made."""
+    name = draw(st.sampled_from(sorted(n for n, t in TOPOLOGIES.items() if len(t["gpus"]) >= 2)))
+    topology = copy.deepcopy(TOPOLOGIES[name])
+    gpus = [g["index"] for g in topology["gpus"]]
+    cpu_nodes = [n["id"] for n in topology["numa_nodes"] if n.get("cpus")]
+    items = []
+    for pos in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["vllm", "sglang", "bound"]))
+        memory = draw(st.one_of(st.none(), st.builds("{}G".format, st.integers(1, 1500))))
+        if kind == "bound":
+            item = {"name": "b%d" % pos, "numa_node": draw(st.sampled_from(cpu_nodes)), "command": ["/bin/x"]}
+        else:
+            item = {"name": "e%d" % pos, "engine": kind, "engine_version": "0.23.0", "command": ["/usr/bin/vllm"],
+                    "gpus": draw(st.lists(st.sampled_from(gpus), min_size=2, max_size=min(8, len(gpus)), unique=True))}
+        if memory is not None:
+            item["memory"] = memory
+        items.append(item)
+    return {"topology": topology, "profile": PROFILES[draw(st.sampled_from(["strict", "preferred", "interleave"]))],
+            "instances": items,
+            "options": {"strict_capacity": draw(st.sampled_from(["fallback", "error"])), "fence": True,
+                        "housekeeping_cores_per_node": 1}}
+
+
+@SETTINGS
+@given(engine_cases())
+def test_ranks_bound_node_by_node_are_sized_and_counted_once(case):
+    outcome, result = plan_or_error(case["topology"], case["profile"], case["instances"], **case["options"])
+    event("outcome: %s" % outcome)
+    if outcome == "plan":
+        event("ranks bound: %s" % any(i["engine_args"] for i in result["instances"]))
+        check_plan(result, case["topology"], case["instances"])

@@ -32,19 +32,28 @@ def check_rank_capacity(specs, topo, capacity, strict_capacity, problems):
     engine flags are dropped (the ranks then follow the instance's policy,
     which can spill), with a warning. ``capacity``: ``{node id: bytes or None}``.
     """
+    # Each instance's memory is counted once: as the instance (bound to its node) or, where the engine binds its
+    # ranks node by node, as its ranks' shares; never both.
     committed = {}
     for spec in specs:
-        if spec.mem_policy == "bind" and spec.memory_bytes and spec.mem_nodes:
+        if spec.mem_policy == "bind" and spec.memory_bytes and spec.mem_nodes and not _rank_membind(spec):
             committed[spec.mem_nodes[0]] = committed.get(spec.mem_nodes[0], 0) + spec.memory_bytes
     for spec in specs:
         if not _rank_membind(spec):
             continue
         nodes = [topo.gpus[g].node for g in spec.gpus]
         if spec.memory_bytes is None:
-            spec.warnings.append(
-                "engine %s: each rank binds its memory to its GPU's node (--membind), and no memory is declared, so "
-                "what each node must hold cannot be checked; declare memory (the instance's total) to have it checked"
-                % spec.engine)
+            # Ranks bound node by node follow the rule of an instance bound to its node: unsized, never bound.
+            why = ("engine %s binds each rank's memory to its GPU's node (--membind, which cannot spill), and no "
+                   "memory is declared, so what each node must hold cannot be checked" % spec.engine)
+            if strict_capacity == "error":
+                problems.append("%s.memory: missing: %s; allowed: the instance's memory (a size like 64G, split "
+                                "over its ranks), or strict_capacity: fallback to leave the ranks to the "
+                                "instance's %s policy" % (spec.path, why, spec.mem_policy))
+                continue
+            spec.engine_args = []
+            spec.warnings.append("%s: the engine's binding flags are not added, and the ranks follow the instance's "
+                                 "%s policy; declare memory (the instance's total) to bind them" % (why, spec.mem_policy))
             continue
         per_rank = spec.memory_bytes // len(nodes)
         demand = dict((n, per_rank * nodes.count(n)) for n in sorted(set(nodes)))
