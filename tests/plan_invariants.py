@@ -87,9 +87,12 @@ def check_plan(plan, topology, instances):
     exclusive_owner = {}
     for inst in plan["instances"]:
         name = inst["name"]
-        # CPU-less nodes are never bound, for CPUs or memory
+        # CPU-less nodes are never bound, for CPUs or memory; nodes without memory never for memory
         for node_id in inst["numa_nodes"] + inst["mem_nodes"]:
             assert node_id in cpu_nodes, "%s: bound to CPU-less or unknown node %r" % (name, node_id)
+        for node_id in inst["mem_nodes"]:
+            assert nodes[node_id].get("memory_total_bytes") != 0, "%s: memory bound to node %d, which has none" % (
+                name, node_id)
         if inst["cpus"] is None:
             assert not any(a.startswith("--physcpubind") for a in inst["numactl_args"])
             continue

@@ -2123,3 +2123,41 @@ def test_housekeeping_cpu_set_names_bad_options():
         planner.housekeeping_cpu_set(topology("h200-1gpu-vm"), -1, housekeeping_cpus="0,4000")
     text = str(caught.value)
     assert "housekeeping_cores_per_node: -1 is not a core count" in text and "housekeeping_cpus: CPUs 4000 do not exist" in text
+
+
+def _memoryless(node_id, distances=True):
+    topo = copy.deepcopy(topology("dgxa100-nps4-8node"))
+    for node in topo["numa_nodes"]:
+        if node["id"] == node_id:
+            node["memory_total_bytes"] = node["memory_free_bytes"] = 0
+        if not distances:
+            node.pop("distances", None)
+    return topo
+
+
+def test_a_node_with_cpus_and_no_memory_keeps_its_cpus_and_takes_memory_from_the_nearest_node():
+    """numactl refuses a memory-less node in --membind/--preferred/--interleave: the instance would never start."""
+    topo = _memoryless(1)
+    gpu = next(g["index"] for g in topo["gpus"] if g["numa_node"] == 1)
+    for profile_name, flag in (("strict", "--membind"), ("preferred", "--preferred")):
+        plan = make_plan(topo, profile_name, [{"name": "w", "gpus": [gpu], "memory": "8G", "command": ["/bin/x"]}])
+        [inst] = plan["instances"]
+        assert inst["numa_nodes"] == [1] and inst["mem_nodes"] == [0], inst
+        assert parse_cpulist(inst["cpus"]) <= parse_cpulist(node_of(topo, 1)["cpus"])
+        assert "%s=0" % flag in inst["numactl_args"]
+        assert any("NUMA node 1 has CPUs but no memory" in w and "from node 0" in w for w in inst["warnings"])
+    # Interleave over every CPU node leaves the memory-less one out.
+    plan = make_plan(topo, "interleave", [{"name": "w", "gpus": [gpu], "command": ["/bin/x"]}])
+    assert 1 not in plan["instances"][0]["mem_nodes"]
+    # Capacity is checked where the memory comes from: node 0 holds about 119 GiB for instances.
+    problems = problems_of(topo, [{"name": "w", "gpus": [gpu], "memory": "200G", "command": ["/bin/x"]}],
+                           strict_capacity="error")
+    assert any("NUMA node 0" in p for p in problems), problems
+
+
+def test_a_memoryless_node_without_distances_is_refused_naming_it():
+    topo = _memoryless(1, distances=False)
+    gpu = next(g["index"] for g in topo["gpus"] if g["numa_node"] == 1)
+    problems = problems_of(topo, [{"name": "w", "gpus": [gpu], "memory": "8G", "command": ["/bin/x"]}])
+    assert any("NUMA node 1 has CPUs but no memory" in p and "no SLIT distances" in p for p in problems), problems
+

@@ -176,7 +176,7 @@ def instances(draw, topology, hostile):
 def topologies(draw):
     """A fixture topology, sometimes damaged the way real inputs are."""
     topology = TOPOLOGIES[draw(st.sampled_from(sorted(TOPOLOGIES)))]
-    damage = draw(st.sampled_from(["none"] * 12 + ["overlap", "overlap", "partial-overlap", "no-cores", "low-memory", "gpu-node", "l3", "l3"]))
+    damage = draw(st.sampled_from(["none"] * 12 + ["overlap", "overlap", "partial-overlap", "no-cores", "low-memory", "gpu-node", "l3", "l3", "memoryless", "memoryless"]))
     event("topology damage: %s" % damage)
     if damage == "none":
         return topology
@@ -203,6 +203,10 @@ def topologies(draw):
     elif damage == "low-memory":
         for node in topology["numa_nodes"]:
             node["memory_free_bytes"] = draw(st.sampled_from([0, 1 << 20, None]))
+    elif damage == "memoryless":
+        # A CPU node with no memory (empty DIMM channels, some NPS/CXL layouts), sometimes one holding GPUs.
+        node = draw(st.sampled_from(nodes))
+        node["memory_total_bytes"] = node["memory_free_bytes"] = 0
     elif damage == "gpu-node" and topology["gpus"]:
         gpu = draw(st.sampled_from(topology["gpus"]))
         gpu["numa_node"] = draw(st.sampled_from([None, 2, 99, -1]))

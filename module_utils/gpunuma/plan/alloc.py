@@ -49,8 +49,51 @@ def _spans_nodes(spec, topo, nodes, gpu_nodes):
     return False
 
 
-def apply_profile(spec, topo, profile):
+def _has_no_memory(topo, node_id):
+    """Whether a node is known to hold no memory (MemTotal 0: empty DIMM channels, some NPS/CXL layouts)."""
+    return topo.nodes[node_id].total == 0
+
+
+def _memory_home(topo, node_id):
+    """The CPU-bearing node with memory nearest to ``node_id`` by SLIT (lowest id on a tie), or None when its
+    distances are unknown or no such node exists."""
+    distance = topo.nodes[node_id].distance
+    candidates = [n for n in topo.cpu_node_ids if n != node_id and not _has_no_memory(topo, n) and n in distance]
+    return min(candidates, key=lambda n: (distance[n], n)) if candidates else None
+
+
+def _memory_nodes(spec, topo, nodes, problems):
+    """``nodes`` with each memory-less node replaced by the nearest CPU node that has memory.
+
+    numactl refuses a node without memory in ``--membind``/``--preferred``/``--interleave`` ("node argument out
+    of range"), and a cpuset cannot be given it in ``cpuset.mems``: the instance would never start. The CPUs stay on
+    the node; memory comes from the nearest node with memory, the node the kernel itself allocates from for a
+    memory-less node's CPUs (Documentation/mm/numa.rst, "memoryless nodes"), and capacity is checked there.
+    """
+    out = []
+    for node_id in nodes:
+        if not _has_no_memory(topo, node_id):
+            if node_id not in out:
+                out.append(node_id)
+            continue
+        home = _memory_home(topo, node_id)
+        if home is None:
+            problems.append(
+                "%s: NUMA node %d has CPUs but no memory, and no node with memory is known to be near it (the "
+                "topology has no SLIT distances for it); numactl would refuse the node; allowed: a topology with "
+                "node distances, or an instance on a node with memory" % (spec.path, node_id))
+            continue
+        spec.warnings.append(
+            "NUMA node %d has CPUs but no memory: the CPUs stay there and memory is taken from node %d, the nearest "
+            "node with memory (SLIT %d), where its capacity is checked" % (node_id, home, topo.nodes[node_id].distance[home]))
+        if home not in out:
+            out.append(home)
+    return sorted(out)
+
+
+def apply_profile(spec, topo, profile, problems=None):
     """Set nodes, CPU binding and memory policy (before CPUs and capacity)."""
+    problems = [] if problems is None else problems
     if spec.placement == "numa_node":
         gpu_nodes = []
         nodes = [spec.requested_node]
@@ -78,13 +121,15 @@ def apply_profile(spec, topo, profile):
         spec.cpu_binding = False
         spec.mem_policy = "default"
     elif len(nodes) > 1 and _spans_nodes(spec, topo, nodes, gpu_nodes):
+        spec.mem_nodes = _memory_nodes(spec, topo, spec.mem_nodes, problems)
         return
     if spec.mem_policy == "default":
         spec.mem_nodes = []
     elif spec.mem_policy == "interleave" and profile["mem_scope"] == "all_cpu_nodes":
-        spec.mem_nodes = list(topo.cpu_node_ids)
+        # Interleaving over every CPU node skips those without memory (nothing to spread there).
+        spec.mem_nodes = [n for n in topo.cpu_node_ids if not _has_no_memory(topo, n)]
     else:
-        spec.mem_nodes = list(nodes)
+        spec.mem_nodes = _memory_nodes(spec, topo, nodes, problems)
 
 
 # --------------------------------------------------------------------------

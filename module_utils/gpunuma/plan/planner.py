@@ -202,7 +202,7 @@ def _allocate(specs, topo, profile, warnings, problems, secret_patterns, allow_u
     specs = [s for s in specs if s.placement == "numa_node" or s.gpus]
     check_gpu_environment(specs, topo, problems)
     for spec in specs:
-        apply_profile(spec, topo, profile)
+        apply_profile(spec, topo, profile, problems)
         spec.secret_names = sorted(k for k in spec.environment
                                    if secrets.is_secret(k, secret_patterns if isinstance(secret_patterns, (list, tuple))
                                                         else (), spec.secret_environment))
