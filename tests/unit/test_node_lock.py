@@ -285,3 +285,61 @@ def test_times_problem_names_the_option_and_what_is_allowed():
     assert lock.times_problem(0, 1) is None
     assert lock.times_problem(-1, 60, "lock.") == "lock.timeout: -1 is not allowed; allowed: 0 or more seconds"
     assert lock.times_problem(5, 0) == "ttl: 0 is not allowed; allowed: 1 or more seconds"
+
+
+def test_a_hard_linked_lock_file_is_refused_and_the_other_file_kept(tmp_path):
+    other = tmp_path / "precious"
+    other.write_text("keep me\n")
+    os.link(str(other), str(tmp_path / "lock"))
+    with pytest.raises(lock.LockError, match="hard-linked to another file"):
+        lock.acquire(str(tmp_path / "lock"), "run-a", HOLDER, 0, 60)
+    assert other.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("expires", "Infinity"), ("expires", "-Infinity"), ("expires", "NaN"), ("expires", "1e300"),
+    ("acquired", "Infinity"), ("acquired", "NaN"), ("acquired", "1e300"), ("expires", "true"),
+    ("holder", '{"pid": 1e300}'), ("holder", '{"pid": 99999999999999999999999}'), ("holder", '"me"'),
+])
+def test_a_damaged_lease_is_stale_never_a_crash(tmp_path, field, value):
+    """A lease whose times or pid are not numbers a kernel or clock gives names no expiry: stale, taken over with a
+    message that names it, described without raising."""
+    base = {"schema": lock.SCHEMA, "token": "old", "kind": "step", "holder": {"controller": "ctl", "pid": 1},
+            "acquired": 1_000_000.0, "expires": 1_000_000.0 + 3600}
+    text = json.dumps(base).replace(json.dumps(field) + ": " + json.dumps(base[field]), json.dumps(field) + ": " + value)
+    assert value in text
+    path = tmp_path / "lock"
+    path.write_text(text)
+    clock = Clock()
+    parsed = lock._parse(path.read_bytes())
+    assert isinstance(lock.describe(parsed, clock.now()), str)
+    if field == "expires":
+        # No expiry to honour: stale, taken over, and the take-over message renders.
+        assert lock.peek(str(path), now=clock.now) is None
+        info = lock.acquire(str(path), "run-a", HOLDER, 0, 60, now=clock.now, sleep=clock.sleep)
+        assert info["acquired"] is True and info["previous"]["token"] == "old"
+        assert isinstance(lock.took_over(info["previous"], False, clock.now()), str)
+    else:
+        # A valid expiry still holds the node: another run is refused cleanly, naming what it can of the holder.
+        assert lock.peek(str(path), now=clock.now) is not None
+        with pytest.raises(lock.LockError, match="another gpunuma run holds this node"):
+            lock.acquire(str(path), "run-a", HOLDER, 0, 60, now=clock.now, sleep=clock.sleep)
+
+
+def test_a_lock_file_removed_while_a_step_waits_is_not_the_lock(tmp_path):
+    """flock on a file removed by hand guards nothing: a step that gets it opens the path again."""
+    path = tmp_path / "lock"
+    clock = Clock()
+    lock.acquire(str(path), "run-a", HOLDER, 0, 60, now=clock.now, sleep=clock.sleep)
+    held = lock._Flock(str(path), clock.now() + 10, clock.now, clock.sleep).__enter__()
+    try:
+        path.unlink()
+        path.write_text("")  # a new file at the path
+        assert not held._still_the_path()
+    finally:
+        held.__exit__(None, None, None)
+    again = lock._Flock(str(path), clock.now() + 10, clock.now, clock.sleep).__enter__()
+    try:
+        assert again._still_the_path()
+    finally:
+        again.__exit__(None, None, None)

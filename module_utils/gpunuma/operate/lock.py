@@ -74,17 +74,37 @@ def held_message(lease, now, since, busy=False):
                max(0, int(now - since))))
 
 
+# What a lease's times and pid may be: seconds since the epoch before the year 5138, a Linux pid (PID_MAX_LIMIT).
+MAX_TIME_S = 1e11
+MAX_PID = 1 << 22
+
+
+def _number(value, limit):
+    """``value`` when it is a finite number from 0 to ``limit`` (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if 0 <= value <= limit else None  # NaN and the infinities fail both comparisons or the limit
+
+
 def _parse(raw):
     """The lease in ``raw`` (the file's bytes, read up to ``MAX_LEASE_BYTES + 1``), or None when the file is empty,
-    too large or not a lease."""
+    too large or not a lease. Times and a pid that are not finite numbers in range (``Infinity``, ``NaN``, a year
+    past 5138, a pid no kernel gives) are dropped: such a lease names no expiry, so it is stale, never a crash."""
     if not raw.strip() or len(raw) > MAX_LEASE_BYTES:
         return None
     try:
         lease = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(lease, dict) or lease.get("schema") != SCHEMA or not isinstance(lease.get("token"), str):
         return None
+    for key in ("acquired", "expires"):
+        lease[key] = _number(lease.get(key), MAX_TIME_S)
+    holder = lease.get("holder")
+    lease["holder"] = dict(holder) if isinstance(holder, dict) else {}
+    if "pid" in lease["holder"]:
+        pid = lease["holder"]["pid"]
+        lease["holder"]["pid"] = pid if isinstance(pid, int) and _number(pid, MAX_PID) else None
     return lease
 
 
@@ -105,12 +125,24 @@ class _Flock:
         except OSError as exc:
             raise LockError("%s: cannot open the node lock: %s" % (self.path, os.strerror(exc.errno) if exc.errno
                                                                    else exc))
-        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+        info = os.fstat(self.fd)
+        if not stat.S_ISREG(info.st_mode):
             os.close(self.fd)
             raise LockError("%s: the node lock is not a regular file" % self.path)
+        if info.st_nlink > 1:
+            # Its lease would be written into whatever other file shares the inode.
+            os.close(self.fd)
+            raise LockError("%s: the node lock is hard-linked to another file (%d links); gpunuma writes its lease "
+                            "into it, so it is not used: remove it (rm %s) and run again"
+                            % (self.path, info.st_nlink, self.path))
         while True:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if not self._still_the_path():
+                    # Removed (or replaced) while this step waited: its flock guards nothing; open the path again.
+                    os.close(self.fd)
+                    self.fd = None
+                    return self.__enter__()
                 return self
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
@@ -121,6 +153,15 @@ class _Flock:
                 os.close(self.fd)
                 raise LockError(held_message(lease, self.now(), self.waited_from, busy=True))
             self.sleep(POLL_S)
+
+    def _still_the_path(self):
+        """Whether the locked file is still the one at the path (a file removed by hand is not the lock)."""
+        try:
+            now = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return False
+        mine = os.fstat(self.fd)
+        return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
     def read(self):
         os.lseek(self.fd, 0, os.SEEK_SET)
