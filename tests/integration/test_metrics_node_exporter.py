@@ -42,9 +42,12 @@ def playbook(tmp_path, hosts, check=False, **role_vars):
 @pytest.mark.ansible
 def test_bad_settings_named_before_anything_changes(tmp_path):
     proc = playbook(tmp_path, {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
-                    check=True, gpunuma_metrics_interval="soon", gpunuma_metrics_textfile_dir="/var/lib/node exporter")
+                    check=True, gpunuma_metrics_interval="soon", gpunuma_metrics_textfile_dir="/var/lib/node exporter",
+                    gpunuma_metrics_python="/usr/bin/python3\n")
     assert proc.returncode != 0
     assert 'gpunuma_metrics_textfile_dir is "/var/lib/node exporter"; allowed: an absolute path of' in proc.stdout
+    # A trailing newline is no part of a path ($ would match before it; the check anchors with \Z).
+    assert 'gpunuma_metrics_python is "/usr/bin/python3\\n"; allowed: an absolute path of' in proc.stdout
     assert 'gpunuma_metrics_interval is "soon"; allowed: a systemd time span' in proc.stdout
     assert "Create the textfile collector directory" not in proc.stdout
     assert "Install the collector, its service and timer" not in proc.stdout

@@ -34,7 +34,7 @@ from ansible.module_utils.gpunuma.common import node_paths
 DEFAULT_PATTERNS = ("*TOKEN*", "*PASSWORD*", "*PASSWD*", "*SECRET*", "*KEY*", "*CREDENTIAL*")
 REDACTED = "<secret>"
 DEFAULT_ENV_DIR = node_paths.ENV_DIR
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class SecretError(GpunumaError):
@@ -47,7 +47,7 @@ def pattern_problems(patterns, field="numa_binding_secret_patterns"):
         return ["%s: %r is not allowed; allowed: a list of shell globs such as '*TOKEN*'" % (field, patterns)]
     return ["%s[%d]: %r is not allowed; allowed: a non-empty glob of letters, digits, _, * and ?" % (field, i, p)
             for i, p in enumerate(patterns)
-            if not isinstance(p, str) or not re.match(r"^[A-Za-z0-9_*?\[\]!-]+$", p)]
+            if not isinstance(p, str) or not re.match(r"^[A-Za-z0-9_*?\[\]!-]+\Z", p)]
 
 
 def is_secret(name, patterns=DEFAULT_PATTERNS, marked=()):

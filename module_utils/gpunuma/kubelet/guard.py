@@ -19,8 +19,8 @@ from ansible.module_utils.gpunuma.common.errors import ProblemsError
 SCRIPT_NAME = "kubelet-memory-checkpoint"
 DROPIN_NAME = "50-gpunuma-memory-checkpoint.conf"
 # Written into ExecStartPre= inside double quotes: no quote, backslash, specifier or variable characters.
-_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+@:-]*$")
-_UNIT = re.compile(r"^[A-Za-z0-9@._:-]+\.service$")
+_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+@:-]*\Z")
+_UNIT = re.compile(r"^[A-Za-z0-9@._:-]+\.service\Z")
 
 
 class GuardError(ProblemsError):

@@ -71,7 +71,7 @@ OLDEST_KUBELET = (1, 18)
 # The Memory Manager's Static policy is beta (on by default) since 1.22.
 MEMORY_STATIC_SINCE = (1, 22)
 
-_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?$")
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?\Z")
 
 _QUANTITY_RE = re.compile(r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
 
@@ -79,7 +79,7 @@ _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 
 _DECIMAL = {"m": -1, "": 0, "k": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
 
-HUGEPAGES_RE = re.compile(r"^hugepages-[0-9]+(Ki|Mi|Gi)$")
+HUGEPAGES_RE = re.compile(r"^hugepages-[0-9]+(Ki|Mi|Gi)\Z")
 
 
 class KubeletPlanError(ProblemsError):

@@ -46,7 +46,7 @@ CONFINE_NAME = "50-gpunuma-housekeeping.conf"
 IRQBALANCE_NAME = "50-gpunuma-banned-cpus.conf"
 IRQ_UNIT = "gpunuma-irq-affinity.service"
 IRQ_SCRIPT = "/usr/local/libexec/gpunuma/irq-affinity"
-BDF_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+BDF_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\Z")
 # The oneshot's script: apply|reset, then CPULIST=BDF[,BDF...] words.
 IRQ_SCRIPT_TEXT = r"""#!/bin/sh
 # gpunuma: pin the interrupts of PCI devices to CPU lists (apply), or give
@@ -81,7 +81,7 @@ exit 0
 """
 MARKER = "# gpunuma housekeeping"
 CONFINED = (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope"))
-SLICE_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+\.slice$")
+SLICE_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+\.slice\Z")
 BANNED_RE = re.compile(r"^\s*(?:export\s+)?(IRQBALANCE_BANNED_CPUS|IRQBALANCE_BANNED_CPULIST)\s*=\s*(\S.*)?$")
 
 

@@ -179,7 +179,7 @@ def numastat_metrics(expo, sysfs_root="/"):
                          int(values[key]), {"node": name[4:]})
 
 
-_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]{1,255}\.(service|scope)$")
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]{1,255}\.(service|scope)\Z")
 _NUMA_MAPS_NODE = re.compile(r"\bN(\d+)=(\d+)")
 _NUMA_MAPS_PAGESIZE = re.compile(r"\bkernelpagesize_kB=(\d+)")
 

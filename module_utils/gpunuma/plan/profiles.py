@@ -69,7 +69,7 @@ def profile_variant(base, variant):
     return str(ProfileName(base, variant))
 
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
 _KEY_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):(?:\s+(.*?))?\s*$")
 # YAML 1.1 scalars as PyYAML's safe loader resolves them; the profile reader
 # must agree with PyYAML so the same file means the same thing everywhere.
