@@ -385,3 +385,23 @@ def test_recorded_runs_idle_and_under_every_load_agree_and_never_say_hurts(polic
         assert not [s for s in (probe.get("load") or {}).get("stressors", []) if s.get("error")]
     assert set(verdicts.values()) == {"no measurable difference"}, verdicts
     assert len(verdicts) == 14
+
+
+@pytest.mark.parametrize("load, why", [
+    ({"kind": "memory", "stressors": [], "gbps": {}}, "no stressor of load memory ran"),
+    ({"kind": "memory"}, "no stressor of load memory ran"),
+    ({"kind": "both", "stressors": [{"kind": "copies", "gpu": 0, "error": "cuInit failed"},
+                                    {"kind": "memory", "node": 0, "gbps": 9.5}], "gbps": {"memory": 9.5}},
+     "1 of 2 stressors of load both did not run (copies on GPU 0: cuInit failed)"),
+    ({"kind": "copies", "stressors": [{"kind": "copies", "gpu": 0, "gbps": 0}], "gbps": {}},
+     "copies on GPU 0: no throughput"),
+])
+def test_a_probe_asked_under_load_whose_stressors_did_not_run_gives_no_verdict(policy, load, why):
+    """Verdicts only from what ran: "under load" needs the stressors' own measured load."""
+    with open(os.path.join(ROUNDS_DIR, "idle-1.json")) as fh:
+        probe = json.load(fh)
+    report = h2d_report.build_report(dict(probe, load=load), policy, profile="strict")
+    assert report["status"] == "failed" and report["load"]["ran"] is False and why in report["load"]["problem"]
+    for gpu in report["gpus"]:
+        assert gpu["verdict"] == h2d_report.VERDICT_UNKNOWN and gpu["suggested_rollback"] is None
+        assert gpu["verdict_reason"].startswith("not measured under load: ")

@@ -274,6 +274,9 @@ def _build_report(probe, policy, hostname, profile, ladder, generated_at, previo
               "probe_reason": probe.get("reason"), "driver_version": probe.get("driver_version"),
               "probe_options": probe.get("options"), "load": probe.get("load") or {"kind": "idle"}, "gpus": []}
     counts = {"pass": 0, "fail": 0, "waived": 0, "not_applicable": 0}
+    no_load = load_not_run(report["load"])
+    if no_load:
+        report["load"] = dict(report["load"], ran=False, problem=no_load)
     before = _previous_verdicts(previous)
     for gpu in probe.get("gpus", []):
         pcie = gpu.get("pcie") or {}
@@ -301,16 +304,39 @@ def _build_report(probe, policy, hostname, profile, ladder, generated_at, previo
                 before.get(gpu.get("uuid") or gpu.get("index")))
         else:
             verdict, why, rung, comparisons = VERDICT_UNKNOWN, gpu.get("reason") or "the GPU was not measured", None, {}
+        if no_load:
+            # Asked under load, measured without it (or with part of it): no verdict of this run stands for one
+            # under load.
+            verdict, why, rung = VERDICT_UNKNOWN, "not measured under load: %s" % no_load, None
         entry.update(verdict=verdict, verdict_reason=why, suggested_rollback=rung, comparisons=comparisons)
         report["gpus"].append(entry)
     report["summary"] = counts
     if probe.get("status") == "skipped" and not report["gpus"]:
         report["status"] = "skipped"
-    elif counts["fail"] or probe.get("status") == "error" or any(g["status"] == "error" for g in report["gpus"]):
+    elif counts["fail"] or probe.get("status") == "error" or any(g["status"] == "error" for g in report["gpus"]) \
+            or no_load:
         report["status"] = "failed"
     else:
         report["status"] = "passed"
     return report
+
+
+def load_not_run(load):
+    """Why a probe asked to measure under load did not (None when it ran idle, or under the load it asked for):
+    every stressor must have answered with the throughput it drove (verify/h2d_load.py, ``describe``)."""
+    if not isinstance(load, dict) or load.get("kind", "idle") == "idle":
+        return None
+    stressors = load.get("stressors")
+    if not isinstance(stressors, list) or not stressors:
+        return "no stressor of load %s ran" % load.get("kind")
+    failed = [s for s in stressors if not isinstance(s, dict) or s.get("error")
+              or not isinstance(s.get("gbps"), (int, float)) or isinstance(s.get("gbps"), bool) or s["gbps"] <= 0]
+    if failed:
+        words = ["%s%s: %s" % (s.get("kind"), " on GPU %s" % s["gpu"] if s.get("gpu") is not None else "",
+                               s.get("error") or "no throughput") if isinstance(s, dict) else repr(s) for s in failed]
+        return "%d of %d stressors of load %s did not run (%s)" % (len(failed), len(stressors), load.get("kind"),
+                                                                     "; ".join(words[:4]))
+    return None
 
 
 def _fmt(value, pattern):
