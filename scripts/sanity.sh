@@ -10,10 +10,23 @@
 # is replaced: ~/.ansible/test/cache/get_pip_<version>.py installs the same pip
 # release from its PyPI wheel (pinned below by version and sha256).
 #
-# Usage: scripts/sanity.sh [ansible-test sanity arguments, e.g. --test pylint]
+# Every supported ansible-core: the .venv's (2.21) by default, --core 2.20 for
+# .venv/cores/2.20 (scripts/setup-venv.sh builds both), each with its own
+# ansible-test and Python.
+#
+# Usage: scripts/sanity.sh [--core 2.20|2.21] [ansible-test sanity arguments, e.g. --test pylint]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+VENV=$REPO/.venv
+if [ "${1:-}" = --core ]; then
+  case "${2:-}" in
+    2.21) ;;
+    2.20) VENV=$REPO/.venv/cores/2.20 ;;
+    *) echo "gpunuma: --core '${2:-}': allowed: 2.20, 2.21" >&2; exit 2 ;;
+  esac
+  shift 2
+fi
 PIP_VERSION=25.2
 PIP_WHEEL_SHA256=6d67a2b4e7f14d8b31b8b52648866fa717f45a1eb70e83002f4331d07e953717
 CACHE_DIR="${GPUNUMA_CACHE_DIR:-/var/cache/gpunuma}/ansible-test"
@@ -45,5 +58,5 @@ mv "$bootstrap.tmp" "$bootstrap"
 out="${TMPDIR:-/tmp}/gpunuma-sanity"
 collection=$(.venv/bin/python scripts/build-collection.py --out "$out" | tail -1)
 cd "$collection"
-exec env PATH="$REPO/.venv/bin:$PATH" ansible-test sanity --local --python "$("$REPO/.venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+exec env PATH="$VENV/bin:$PATH" "$VENV/bin/ansible-test" sanity --local --python "$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
   --color no "$@"

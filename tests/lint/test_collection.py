@@ -210,11 +210,21 @@ def test_output_dir_is_beside_the_playbook_except_in_an_installed_collection(tmp
     assert output_dir(str(tmp_path / "link"), "validation", {"XDG_STATE_HOME": "/s"}) == "/s/gpunuma/validation"
 
 
-def test_ansible_test_sanity_finds_nothing():
-    proc = subprocess.run([os.path.join(REPO_ROOT, "scripts", "sanity.sh")], cwd=REPO_ROOT,
+def _ansible_test_version(core):
+    venv = os.path.join(REPO_ROOT, ".venv") if core == "2.21" else os.path.join(REPO_ROOT, ".venv", "cores", core)
+    proc = subprocess.run([os.path.join(venv, "bin", "ansible"), "--version"], capture_output=True, text=True)
+    return proc.stdout.replace("core ", "ansible-core ", 1)
+
+
+@pytest.mark.parametrize("core", ["2.21", "2.20"])
+def test_ansible_test_sanity_finds_nothing(core):
+    """ansible-test sanity of every supported ansible-core, each with its own Python, no ignore file."""
+    proc = subprocess.run([os.path.join(REPO_ROOT, "scripts", "sanity.sh"), "--core", core], cwd=REPO_ROOT,
                           env=_clean_env(), capture_output=True, text=True, timeout=1800)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-8000:]
+    assert "ansible-core %s" % core in _ansible_test_version(core), _ansible_test_version(core)
+    assert not os.path.exists(os.path.join(REPO_ROOT, "tests", "sanity")), "a sanity ignore file"
     assert not re.search(r"^ERROR: ", out, re.M), out[-8000:]
     ran = set(re.findall(r'^Running sanity test "([\w-]+)"', out, re.M))
     # The tests that matter for modules ran (none skipped for a missing requirement).

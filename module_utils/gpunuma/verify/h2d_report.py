@@ -334,8 +334,8 @@ def load_not_run(load):
     if failed:
         words = ["%s%s: %s" % (s.get("kind"), " on GPU %s" % s["gpu"] if s.get("gpu") is not None else "",
                                s.get("error") or "no throughput") if isinstance(s, dict) else repr(s) for s in failed]
-        return "%d of %d stressors of load %s did not run (%s)" % (len(failed), len(stressors), load.get("kind"),
-                                                                     "; ".join(words[:4]))
+        return "%d of %d stressors of load %s did not run (%s)" % (
+            len(failed), len(stressors), load.get("kind"), "; ".join(words[:4]))
     return None
 
 
