@@ -327,6 +327,11 @@ restarted:
   description: Units restarted because their file changed (or lost gpunuma's drop-in).
   returned: always
   type: list
+restarted_by_systemd:
+  description: Services of O(units.services) that systemd restarted by itself (their C(Restart=)) since they were
+    last started, with the count (C(NRestarts)); each is also warned about, as it may be crash-looping.
+  returned: when units are started
+  type: dict
 started:
   description: Instance units started because they were not running, and units in restart mode C(stop) started
     again after their change.
@@ -628,6 +633,9 @@ def main():
         module.fail_json(msg=str(exc), **apply.result)
     except (OSError, KeyError) as exc:
         module.fail_json(msg="gpunuma_apply: %s" % exc, **apply.result)
+    for unit, count in sorted((result.get("restarted_by_systemd") or {}).items()):
+        module.warn("%s: systemd restarted it %d time%s since it was last started (its Restart= setting): it may be "
+                    "crash-looping; see journalctl -u %s" % (unit, count, "" if count == 1 else "s", unit))
     if result.get("failed"):
         _controller_gone(module, controller, result.get("msg", ""))
     else:

@@ -118,13 +118,13 @@ def test_unique_reads_drops_repeats_and_refuses_what_cannot_be_asked_again():
             converge.unique_reads([bad])
 
 
-def _view(tmp_path, reads=(), services=None, stale=((), ()), readers=None):
+def _view(tmp_path, reads=(), services=None, stale=((), ()), readers=None, pid="100"):
     own = {"files": [str(tmp_path / "unit"), str(tmp_path / "missing")], "absent": [str(tmp_path / "gone")],
            "services": sorted(services or {}), "prune": [{"unit_dir": str(tmp_path)}],
            "pending": [str(tmp_path / "pending.json")]}
     readers = readers or {"gpunuma_node_info": lambda args: {"paths": {p: os.path.exists(p) for p in args["paths"]}}}
     return converge.node_view(list(reads), own, readers,
-                              lambda units: dict((u, {"ActiveState": s, "UnitFileState": "enabled"})
+                              lambda units: dict((u, {"ActiveState": s, "UnitFileState": "enabled", "MainPID": pid})
                                                  for u, s in (services or {}).items()),
                               lambda spec: (list(stale[0]), list(stale[1])))
 
@@ -160,6 +160,10 @@ def test_node_view_and_compare_name_each_difference(tmp_path):
     os.unlink(str(tmp_path / "flag"))
     assert converge.compare(record, *_view(tmp_path, reads, {"a.service": "failed"})) == [
         "a.service is failed", "a.service is not as gpunuma left it"]
+    # Active again, under another main PID: it restarted since the run (a crash and systemd's Restart=, or by hand).
+    assert converge.compare(record, *_view(tmp_path, reads, {"a.service": "active"}, pid="4242")) == [
+        "a.service restarted since the last converge (main PID 100, now 4242): crashed and restarted by systemd, "
+        "or restarted by hand"]
     assert converge.compare(record, *_view(tmp_path, reads, {"a.service": "active"}, stale=(["gpunuma-old.service"], []))) == [
         "stale gpunuma units to prune: gpunuma-old.service"]
     (tmp_path / "pending.json").write_text("[]")

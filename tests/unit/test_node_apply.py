@@ -240,6 +240,20 @@ def test_unchanged_files_report_no_change_and_restart_nothing(node):
     assert node.backups() == []
 
 
+def test_a_running_instance_systemd_restarted_is_named_every_run(node):
+    """Settle honestly: an instance that crashed after its settle window and was restarted by systemd (Restart=)
+    runs again when the next run looks, and is still said to have restarted, with the count."""
+    node.put("gpunuma-llm0.service", unit_text("llm0"))
+    fake = FakeSystemd({"gpunuma-llm0.service": dict(running(), NRestarts="3"),
+                        "gpunuma-llm1.service": running()})
+    node.put("gpunuma-llm1.service", unit_text("llm1"))
+    result = apply_run(fake, [node.entry("gpunuma-llm%d.service" % i, unit_text("llm%d" % i),
+                                         unit="gpunuma-llm%d.service" % i) for i in (0, 1)],
+                       units=dict(UNITS, services=["gpunuma-llm0.service", "gpunuma-llm1.service"]))
+    assert result["changed"] is False and fake.mutating() == []
+    assert result["restarted_by_systemd"] == {"gpunuma-llm0.service": 3}
+
+
 def test_mode_only_change_is_a_change_without_a_diff(node):
     path = node.put("gpunuma-llm0.service", unit_text("llm0"), mode=0o600)
     fake = FakeSystemd({"gpunuma-llm0.service": running()})
@@ -1128,7 +1142,7 @@ def test_new_instances_are_enabled_in_one_call(node):
     verbs = [c[1] for c in fake.calls if c[0] == "systemctl" and c[1] != "show"]
     assert verbs[:2] == ["enable", "daemon-reload"] and fake.reloads() == 1
     states = [c for c in fake.calls if c[:2] == ["systemctl", "show"] and "UnitFileState" in c[2]]
-    assert states == [["systemctl", "show", "--property=ActiveState,UnitFileState", "--"] + names]
+    assert states == [["systemctl", "show", "--property=ActiveState,UnitFileState,NRestarts", "--"] + names]
     assert result["enabled"] == names and sorted(result["started"]) == names
     assert all(fake.units[n]["UnitFileState"] == "enabled" for n in names)
 

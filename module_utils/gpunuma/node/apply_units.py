@@ -108,7 +108,12 @@ class UnitSteps:
         forces it when a unit was enabled). A new unit file is loaded from disk when asked about, and writing a unit's
         file leaves its enablement as it was, so the states read before the reload are the states after it."""
         services = list(units.get("services") or []) if units.get("start", False) else []
-        self._service_states = systemctl.show(self.runner, services, ["ActiveState", "UnitFileState"])[2]
+        self._service_states = systemctl.show(self.runner, services, ["ActiveState", "UnitFileState", "NRestarts"])[2]
+        # A running instance systemd restarted by itself (Restart=) since it was last started may be crash-looping
+        # after it settled: said on every run, never taken for a healthy one (docs/roles.md, "Settle").
+        self.result["restarted_by_systemd"] = dict(
+            (u, int(st["NRestarts"])) for u, st in ((u, self._service_states.get(u) or {}) for u in services)
+            if str(st.get("NRestarts", "")).isdigit() and int(st["NRestarts"]) > 0)
         self.result["enabled"] = [u for u in services if (self._service_states.get(u) or {}).get("UnitFileState")
                                   not in ("enabled", "enabled-runtime", "static", "alias")]
         if self.result["enabled"] and not self.check_mode:

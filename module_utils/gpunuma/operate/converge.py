@@ -227,7 +227,9 @@ def node_view(reads, own, readers, unit_states, find_stale):
     states = unit_states(own["services"]) if own["services"] else {}
     for unit in own["services"]:
         state = states.get(unit) or {}
-        view["services"][unit] = [state.get("ActiveState"), state.get("UnitFileState")]
+        # The main PID too: a service restarted since the record (by systemd after a crash, or by hand) is not
+        # what the run left, even when it is active again when asked.
+        view["services"][unit] = [state.get("ActiveState"), state.get("UnitFileState"), state.get("MainPID")]
         if state.get("ActiveState") != "active":
             problems.append("%s is %s" % (unit, state.get("ActiveState") or "unknown"))
     for spec in own["prune"]:
@@ -317,7 +319,8 @@ def compare(record, view, problems):
         old = before.get(key) or {}
         for name in sorted(set(old) | set(view[key])):
             if old.get(name) != view[key].get(name):
-                reasons.append(what % name)
+                restarted = _restarted(name, old.get(name), view[key].get(name)) if key == "services" else None
+                reasons.append(restarted or what % name)
     return reasons
 
 
@@ -325,6 +328,15 @@ def compare(record, view, problems):
 
 JOURNAL_READS = "gpunuma_node_reads"
 JOURNAL_WRITES = "gpunuma_node_writes"
+
+
+def _restarted(unit, before, now):
+    """The reason for a service that runs as it did, but under another main PID (None otherwise)."""
+    if isinstance(before, list) and isinstance(now, list) and len(before) == len(now) == 3 \
+            and before[:2] == now[:2] and before[2] != now[2]:
+        return "%s restarted since the last converge (main PID %s, now %s): crashed and restarted by systemd, or " \
+               "restarted by hand" % (unit, before[2], now[2])
+    return None
 
 
 def host_fact(task_vars: dict, name: str, default=None):
