@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from ansible.module_utils.gpunuma.common import seal
-from ansible_run import run_playbook_json as run_json
+from ansible_run import run_playbook, run_playbook_json as run_json
 from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.ansible
@@ -289,3 +289,16 @@ def test_a_misspelt_variable_is_named_once_with_the_one_meant(tmp_path):
     said = [line for line in out.splitlines() if "gpunuma_profle is not a variable gpunuma reads" in line]
     assert len(said) == 1 and "did you mean gpunuma_profile?" in said[0], said
     assert "gpu-a01 (and 1 more host): gpunuma_profle" in said[0], said
+
+
+@pytest.mark.parametrize("playbook", ["playbooks/plan.yml", "playbooks/site.yml"])
+def test_an_inventory_that_does_not_parse_stops_the_run(tmp_path, playbook):
+    """ansible.cfg's unparsed_is_failed: without it Ansible warns, falls back to the implicit localhost and ends
+    green having done nothing."""
+    inventory = tmp_path / "fleet.yml"
+    inventory.write_text("all:\n  hosts:\n    gpu-a01: {ansible_connection: local\n  vars: [\n")
+    proc = run_playbook(playbook, str(inventory))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "No inventory was parsed" in out and str(inventory) in out, out[-3000:]
+    assert "PLAY RECAP" not in out
