@@ -1810,6 +1810,13 @@ def test_vllm_flags_need_a_version_and_the_fence():
     assert any("newer than the newest vLLM" in w for w in inst["warnings"])
 
 
+@pytest.mark.parametrize("flag", ["--numa_bind", "--numa_bind_nodes=0", "--numa-bind_cpus"])
+def test_vllm_reads_underscores_as_dashes_so_does_the_planner(flag):
+    """vLLM's FlexibleArgumentParser takes --numa_bind for --numa-bind: a command with it binds its own workers."""
+    _, inst = _tp8(command=VLLM_CMD + [flag])
+    assert inst["engine_args"] == [] and any("binds its workers itself (%s)" % flag in w for w in inst["warnings"])
+
+
 def test_command_that_binds_itself_is_fenced_not_bound_twice():
     _, inst = _tp8(command=VLLM_CMD + ["--numa-bind"])
     assert inst["engine_args"] == [] and inst["worker_cpus"] is None
@@ -2160,4 +2167,13 @@ def test_a_memoryless_node_without_distances_is_refused_naming_it():
     gpu = next(g["index"] for g in topo["gpus"] if g["numa_node"] == 1)
     problems = problems_of(topo, [{"name": "w", "gpus": [gpu], "memory": "8G", "command": ["/bin/x"]}])
     assert any("NUMA node 1 has CPUs but no memory" in p and "no SLIT distances" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("version", [0.30, 1.10, 1, 0.3])
+def test_an_unquoted_engine_version_is_refused_not_reread(version):
+    """YAML reads engine_version: 0.30 as the number 0.3: planned as vLLM 0.3.0 it would lose the release's flags."""
+    problems = problems_of("hgx-h200-8gpu-2socket-ht", [{"name": "v", "gpus": [0], "engine": "vllm",
+                                                          "engine_version": version, "command": ["/x"]}])
+    assert any(p.startswith("gpunuma_instances[0].engine_version: %r is a number, not a release" % version)
+               and '"0.23.0"' in p for p in problems), problems
 

@@ -68,10 +68,19 @@ def parse_version(text):
     return tuple(int(part or 0) for part in match.groups())
 
 
+def _flag_name(engine, arg):
+    """The option name of ``arg`` as the engine reads it: vLLM's FlexibleArgumentParser (vllm/utils) takes
+    ``--numa_bind`` for ``--numa-bind``, so its underscores count as dashes."""
+    name = arg.split("=", 1)[0]
+    if engine == "vllm" and name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name
+
+
 def self_binding_flags(engine, command):
     """The engine binding flags already in ``command`` (the engine then binds its workers itself)."""
     flags = ENGINE_FLAGS.get(engine, ())
-    return [arg for arg in command or [] if isinstance(arg, str) and arg.split("=", 1)[0] in flags]
+    return [arg for arg in command or [] if isinstance(arg, str) and _flag_name(engine, arg) in flags]
 
 
 def split_worker_shares(spec, topo):

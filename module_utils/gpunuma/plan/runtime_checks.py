@@ -154,7 +154,11 @@ def _check_nic_environment(raw, spec, topo, problems):
 def _check_engine(raw, spec, topo, problems):
     engine = raw.get("engine")
     version = raw.get("engine_version")
-    if version is not None:
+    if isinstance(version, (int, float)) and not isinstance(version, bool):
+        # YAML reads an unquoted 0.30 as the number 0.3, and 1.10 as 1.1: which release was meant cannot be told.
+        problems.append("%s.engine_version: %r is a number, not a release (YAML reads an unquoted 0.30 as 0.3); "
+                        "allowed: the release quoted, such as \"0.23.0\"" % (spec.path, version))
+    elif version is not None:
         spec.engine_version = parse_version(version)
         if spec.engine_version is None:
             problems.append("%s.engine_version: %r is not a release number; allowed: the installed engine's version "
