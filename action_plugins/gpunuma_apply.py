@@ -73,7 +73,6 @@ class ActionModule(NormalAction):
             files = topology_store.host_controller_files(
                 task_vars, self._templar.copy_with_new_env(available_variables=task_vars))
             seal_path = files and files["seal"]
-        if record is not None and not self._task.check_mode:
             controller = dict((p, converge.file_state(p)) for p in record.get("controller_files") or [])
             controller.update((d["path"], state_after(d)) for d in decisions)
             request, why = converge.record_request(task_vars, record.get("path") or converge.DEFAULT_PATH,
@@ -91,20 +90,10 @@ class ActionModule(NormalAction):
         if seal_path and not result.get("failed") and "recorded" in answer:
             # The node kept this request's record (sealed as asked) or removed its record (no seal). A step that
             # failed left the node's record as it was, and its seal with it.
-            failed = self.keep_seal(seal_path, converge.request_seal(request) if answer["recorded"] else None)
+            failed = converge.keep_seal(seal_path, converge.request_seal(request) if answer["recorded"] else None)
             if failed:
                 return dict(result, **failed)
         return result
-
-    @staticmethod
-    def keep_seal(path, value):
-        """converge.keep_seal, or the failed result that names the controller file it could not write."""
-        try:
-            converge.keep_seal(path, value)
-        except (OSError, converge.ConvergeError) as exc:
-            return {"failed": True, "changed": False,
-                    "msg": "the controller's seal of the converge record (%s): %s" % (path, exc)}
-        return None
 
     def write_copies(self, result, decisions):
         fs = NodeFiles()

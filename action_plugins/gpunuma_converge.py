@@ -176,8 +176,10 @@ class ActionModule(ActionBase):
         result["gpunuma_round_trips"] = 1
         if answer.get("failed") or answer.get("unreachable"):
             return dict(result, **answer)
-        if seal_path:
-            converge.keep_seal(seal_path, converge.request_seal(module_args) if answer.get("recorded") else None)
+        failed = seal_path and converge.keep_seal(
+            seal_path, converge.request_seal(module_args) if answer.get("recorded") else None)
+        if failed:
+            return dict(result, **failed)
         reasons = ([why] if why else []) + list(answer.get("reasons") or [])
         result.update(recorded=bool(answer.get("recorded")), reasons=reasons,
                       lock_released=bool(answer.get("lock_released")))

@@ -495,3 +495,17 @@ def test_any_change_to_a_record_changes_its_seal(forge):
     forged = copy.deepcopy(record)
     forge(forged)
     assert converge.record_seal(forged) != converge.request_seal(request)
+
+
+def test_a_seal_that_is_no_regular_file_is_no_seal_and_an_unwritable_one_is_named(tmp_path):
+    """The seal is read through the bounded reader: a FIFO (which would block a plain read) or a link is none."""
+    fifo = tmp_path / "h.converged.seal"
+    os.mkfifo(str(fifo))
+    assert converge.read_seal(str(fifo)) is None
+    target = tmp_path / "elsewhere"
+    target.write_text(converge.digest({"x": 1}) + "\n")
+    link = tmp_path / "l.converged.seal"
+    link.symlink_to(target)
+    assert converge.read_seal(str(link)) is None
+    failed = converge.keep_seal(str(tmp_path / "missing-dir" / "h.converged.seal"), converge.digest({"x": 1}))
+    assert failed["failed"] is True and "missing-dir" in failed["msg"]

@@ -267,21 +267,26 @@ def record_seal(record):
 def read_seal(path):
     """The seal a controller kept at ``path`` (None when there is none or it is not one)."""
     try:
-        with open(path, "rb") as handle:
-            text = handle.read(256).decode("ascii", "replace").strip()
-    except (OSError, IOError):
+        # A regular file only, never a link, FIFO or device, and small: a seal is one line.
+        text = bounded.read_bounded(path, limit=256, what="a converge seal").decode("ascii", "replace").strip()
+    except OSError:
         return None
     return text if text.startswith("sha256:") and len(text) == 71 else None
 
 
 def keep_seal(path, value):
-    """Write the controller's seal ``value`` at ``path`` (0600), or remove it when ``value`` is None."""
-    if value is None:
-        if os.path.lexists(path):
-            os.unlink(path)
-        return
-    if read_seal(path) != value:
-        atomic.write_atomic(path, value + "\n", 0o600)
+    """Write the controller's seal ``value`` at ``path`` (0600), or remove it when ``value`` is None; the
+    failed result naming the file when that cannot be done, else None (both converge actions return it)."""
+    try:
+        if value is None:
+            if os.path.lexists(path):
+                os.unlink(path)
+        elif read_seal(path) != value:
+            atomic.write_atomic(path, value + "\n", 0o600)
+    except OSError as exc:
+        return {"failed": True, "changed": False,
+                "msg": "the controller's seal of the converge record (%s): %s" % (path, exc)}
+    return None
 
 
 def build_record(inputs, reads, own, view, facts, controller):
