@@ -32,9 +32,9 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
-from ansible.module_utils.gpunuma.node.apply_files import (  # noqa: E402
+from ansible.module_utils.gpunuma.node.apply.files import (  # noqa: E402
     ApplyError, file_diff, normalise_files, os_error_text, plan_files, quiet_state_diff)
-from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles  # noqa: E402
+from ansible.module_utils.gpunuma.node.apply.fs import NodeFiles  # noqa: E402
 from ansible.module_utils.gpunuma.operate import converge, topology_store  # noqa: E402
 
 

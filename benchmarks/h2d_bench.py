@@ -4,7 +4,7 @@
     python3 benchmarks/h2d_bench.py [--runs 5] [--large-bytes N] [--repeats 10] [--small-repeats 1000]
                                     [--pinned-alloc register|host_alloc] [--json out.json]
 
-First the gpunuma probe (``module_utils/gpunuma/verify/h2d.py``, libcuda through
+First the gpunuma probe (``module_utils/gpunuma/verify/h2d/probe.py``, libcuda through
 ctypes, each placement in a bound child process), then PyTorch in this
 process: ``copy_(non_blocking=True)`` from a pinned (``pin_memory=True``)
 and a pageable tensor, event-timed on a dedicated stream after the same
@@ -40,7 +40,7 @@ from gpunuma_controller.core import use_core  # noqa: E402
 # The probe core needs only the standard library and libcuda: GPU machines need no Ansible.
 use_core(standalone=True)
 
-from ansible.module_utils.gpunuma.verify import h2d  # noqa: E402
+from ansible.module_utils.gpunuma.verify.h2d import probe as h2d  # noqa: E402
 
 BANDWIDTH_RATIO_MIN = 0.98
 

@@ -30,7 +30,8 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
-from ansible.module_utils.gpunuma.verify import audit, h2d_report  # noqa: E402
+from ansible.module_utils.gpunuma.verify import audit  # noqa: E402
+from ansible.module_utils.gpunuma.verify.h2d import report as h2d_report
 from ansible.module_utils.gpunuma.node import limits  # noqa: E402
 from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
 from ansible.module_utils.gpunuma.operate import topology_store  # noqa: E402

@@ -12,7 +12,7 @@ module: gpunuma_apply
 short_description: Reconcile gpunuma's files and instance units on a node in one step
 description:
   - Takes every file the controller rendered (units, drop-ins, limits, sysctl files, the applied plan) and makes
-    the node match, in one round trip (module_utils/gpunuma/node/apply.py).
+    the node match, in one round trip (module_utils/gpunuma/node/apply/reconcile.py).
   - Every changed file is validated first (O(files[].validate)); one failure stops the module before anything is
     written. Files are written atomically (a temporary file in the same directory, then rename), each replaced file
     kept as a backup (C(<path>.<pid>.<time>~), as Ansible's own modules name them, itself written atomically).
@@ -384,9 +384,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import node_paths
-from ansible.module_utils.gpunuma.node.apply import Apply
-from ansible.module_utils.gpunuma.node.apply_files import ApplyError, normalise_files, quiet_state_diff
-from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles
+from ansible.module_utils.gpunuma.node.apply.reconcile import Apply
+from ansible.module_utils.gpunuma.node.apply.files import ApplyError, normalise_files, quiet_state_diff
+from ansible.module_utils.gpunuma.node.apply.fs import NodeFiles
 from ansible.module_utils.gpunuma.node.probe import read_file
 from ansible.module_utils.gpunuma.operate import lock as locklib
 from ansible.module_utils.gpunuma.operate import state as statelib

@@ -12,7 +12,7 @@ module: gpunuma_copy
 short_description: Write whole files atomically, keeping a backup of a replaced one
 description:
   - Each file of O(files) gets the whole O(files[].content) and O(files[].mode), written the way
-    M(gpunuma.fleet.gpunuma_apply) writes a node's files (module_utils/gpunuma/node/apply_fs.py) - a temporary file
+    M(gpunuma.fleet.gpunuma_apply) writes a node's files (module_utils/gpunuma/node/apply/fs.py) - a temporary file
     in the same directory, flushed, then renamed over the target, the replaced file kept as C(<path>.<pid>.<time>~)
     when O(files[].backup) is set, missing parent directories created. A file that already holds the content and
     mode is left alone. A link (or anything but a regular file) at a target is refused, naming it, before any file
@@ -57,9 +57,9 @@ files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.node.apply_files import (
+from ansible.module_utils.gpunuma.node.apply.files import (
     ApplyError, file_diff, normalise_files, os_error_text, plan_files, quiet_state_diff)
-from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles
+from ansible.module_utils.gpunuma.node.apply.fs import NodeFiles
 
 MODULE_SPEC = dict(
     argument_spec=dict(

@@ -109,7 +109,7 @@ options:
     default: libamdhip64.so
   load:
     description:
-      - Load while measuring (module_utils/gpunuma/verify/h2d_load.py, docs/probe.md) - C(idle); C(copies), every
+      - Load while measuring (module_utils/gpunuma/verify/h2d/load.py, docs/probe.md) - C(idle); C(copies), every
         probed GPU copying host to device at once from a pinned buffer, one process each; C(memory),
         O(load_memory_workers) DRAM copy loops bound to O(load_memory_node) (default the node farthest from the
         first GPU); C(both). The stressors are confined to O(load_cpus), stop themselves after
@@ -203,7 +203,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import atomic, documents, node_paths
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.operate import state as statelib
-from ansible.module_utils.gpunuma.verify import h2d, h2d_load
+from ansible.module_utils.gpunuma.verify.h2d import probe as h2d
+from ansible.module_utils.gpunuma.verify.h2d import load as h2d_load
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 

@@ -143,8 +143,8 @@ from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.operate import state
 from ansible.module_utils.gpunuma.verify import node_checks
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.discovery import nvml
-from ansible.module_utils.gpunuma.discovery.sysfs import read_bounded
+from ansible.module_utils.gpunuma.discovery.nvidia import nvml
+from ansible.module_utils.gpunuma.discovery.sysfs.host import read_bounded
 
 _SMI_Q_LIMIT = 8 << 20
 

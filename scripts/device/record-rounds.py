@@ -18,7 +18,7 @@ from gpunuma_controller.core import use_core  # noqa: E402
 
 use_core(standalone=True)
 
-from ansible.module_utils.gpunuma.verify import h2d  # noqa: E402
+from ansible.module_utils.gpunuma.verify.h2d import probe as h2d  # noqa: E402
 
 
 def main(argv):

@@ -12,7 +12,7 @@ placement from the VM's own sysfs: the recorded CPU affinity and NVML NUMA
 id, which describe the recording machine, are replaced by
 {"nvml_error": "NotMapped"} unless --keep-* is given.
 
-The work is module_utils/gpunuma/discovery/nvml.py's remap_dump(). Needs ansible-core
+The work is module_utils/gpunuma/discovery/nvidia/nvml.py's remap_dump(). Needs ansible-core
 importable (the repository's virtualenv python). Exit status 2 on bad input,
 with the reason on stderr.
 """
@@ -34,7 +34,7 @@ except ImportError:
     sys.exit("remap-nvml-dump: ansible-core is not importable; run this with the virtualenv's python (.venv/bin/python)")
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
-from ansible.module_utils.gpunuma.discovery.nvml import load_dump, remap_dump  # noqa: E402
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml import load_dump, remap_dump  # noqa: E402
 
 
 def parse_args(argv):

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
-from ansible.module_utils.gpunuma.discovery import sysfs
+from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
 from ansible.module_utils.gpunuma.discovery.topology import build_topology
 from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
 from ansible.module_utils.gpunuma.plan.profiles import load_profile

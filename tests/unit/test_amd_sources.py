@@ -1,4 +1,4 @@
-"""AMD sources (discovery/amd.py, amd_topology.py): the KFD topology, rocm-smi and amd-smi, on published captures.
+"""AMD sources (discovery/amd/sources.py, amd_topology.py): the KFD topology, rocm-smi and amd-smi, on published captures.
 
 Fixtures (tests/fixtures/published/amd/, each naming its source):
 * kfd-*.json: KFD topology trees captured on real nodes, published as ROCm/k8s-device-plugin test data
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils.gpunuma.discovery import amd
+from ansible.module_utils.gpunuma.discovery.amd import sources as amd
 from ansible.module_utils.gpunuma.discovery.discover import discover
 from ansible.module_utils.gpunuma.plan.planner import build_plan
 from ansible.module_utils.gpunuma.plan.profiles import load_profile

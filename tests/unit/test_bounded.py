@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ansible.module_utils.gpunuma.common import bounded
-from ansible.module_utils.gpunuma.discovery import nvml
+from ansible.module_utils.gpunuma.discovery.nvidia import nvml
 from ansible.module_utils.gpunuma.kubelet import config as kubelet_config
 from ansible.module_utils.gpunuma.kubelet.plan import checkpoint_policy
 from ansible.module_utils.gpunuma.operate import role_inputs, state

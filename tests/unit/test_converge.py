@@ -403,8 +403,8 @@ _apply_spec.loader.exec_module(apply_action)
 
 @pytest.mark.parametrize("before", [None, "old text\n", "same text\n"])
 def test_the_record_holds_the_state_a_controller_copy_has_once_written(tmp_path, before):
-    from ansible.module_utils.gpunuma.node.apply_files import normalise_files, plan_files
-    from ansible.module_utils.gpunuma.node.apply_fs import NodeFiles
+    from ansible.module_utils.gpunuma.node.apply.files import normalise_files, plan_files
+    from ansible.module_utils.gpunuma.node.apply.fs import NodeFiles
     path = tmp_path / "host.plan.json"
     if before is not None:
         path.write_text(before)

@@ -11,7 +11,7 @@ import pytest
 
 import sysfs_factory
 from conftest import FIXTURES
-from ansible.module_utils.gpunuma.discovery import sysfs
+from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
 from ansible.module_utils.gpunuma.discovery.discover import discover
 from ansible.module_utils.gpunuma.common.errors import NvmlError, SysfsError, TopoParseError
 from test_nvml import fake_pynvml

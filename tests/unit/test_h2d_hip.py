@@ -1,4 +1,4 @@
-"""The H2D probe through HIP (verify/h2d_hip.py) against a fake libamdhip64 built here with gcc
+"""The H2D probe through HIP (verify/h2d/hip.py) against a fake libamdhip64 built here with gcc
 (tests/unit/test_h2d_fake_libhip.c, the fake libcuda under HIP's names and signatures).
 
 No AMD GPU has been available: these prove that the probe's measurement, placements, binding
@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from ansible.module_utils.gpunuma.verify import h2d, h2d_hip, h2d_load
+from ansible.module_utils.gpunuma.verify.h2d import probe as h2d
+from ansible.module_utils.gpunuma.verify.h2d import hip as h2d_hip
+from ansible.module_utils.gpunuma.verify.h2d import load as h2d_load
 from test_h2d_probe import FAKE_ENV, SMALL, one_node_root
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""The probe under load (verify/h2d_load.py) against the fake libcuda: what runs, what the report says, and
+"""The probe under load (verify/h2d/load.py) against the fake libcuda: what runs, what the report says, and
 that no stressor outlives the probe - stopped when it has measured, killed with it, or stopped on Ctrl-C."""
 
 import json
@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from ansible.module_utils.gpunuma.verify import h2d, h2d_load
+from ansible.module_utils.gpunuma.verify.h2d import probe as h2d
+from ansible.module_utils.gpunuma.verify.h2d import load as h2d_load
 from conftest import REPO_ROOT
 from test_h2d_probe import clean_env, fake_libcuda, one_node_root, opts  # noqa: F401 (fixtures)
 
@@ -94,7 +95,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, %(repo)r)
 from gpunuma_controller.core import use_core
 use_core(standalone=True)
-from ansible.module_utils.gpunuma.verify import h2d
+from ansible.module_utils.gpunuma.verify.h2d import probe as h2d
 os.environ["FAKE_CUDA_SPIN_US"] = "2000"
 report = h2d.probe({"libcuda_path": %(lib)r, "placements": ["local"], "rounds": 50, "repeats": 3,
                     "small_repeats": 200, "large_bytes": 1 << 20, "load": "both", "load_memory_workers": 2},

@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from ansible.module_utils.gpunuma.verify import h2d, h2d_report
+from ansible.module_utils.gpunuma.verify.h2d import probe as h2d
+from ansible.module_utils.gpunuma.verify.h2d import report as h2d_report
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import os
 import pytest
 import yaml
 
-from ansible.module_utils.gpunuma.verify import h2d_report
+from ansible.module_utils.gpunuma.verify.h2d import report as h2d_report
 from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit

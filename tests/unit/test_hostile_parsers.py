@@ -30,9 +30,10 @@ import pytest
 import sysfs_factory as factory
 from conftest import FIXTURES
 from ansible.module_utils.gpunuma.common import cpulist
-from ansible.module_utils.gpunuma.discovery import sysfs, topology
+from ansible.module_utils.gpunuma.discovery import topology
+from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.discovery.topo_parse import (
+from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import (
     MAX_DEVICE_COLUMNS,
     MAX_LINE_CHARS,
     MAX_LINES,

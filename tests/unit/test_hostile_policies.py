@@ -20,7 +20,7 @@ import yaml
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.operate import policy
-from ansible.module_utils.gpunuma.verify import h2d_report
+from ansible.module_utils.gpunuma.verify.h2d import report as h2d_report
 from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit

@@ -1,6 +1,6 @@
-"""gpunuma_apply's core (module_utils/gpunuma/node/apply.py) on real files under tmp_path.
+"""gpunuma_apply's core (module_utils/gpunuma/node/apply/reconcile.py) on real files under tmp_path.
 
-Files go through the module's own ``NodeFiles`` (module_utils/gpunuma/node/apply_fs.py)
+Files go through the module's own ``NodeFiles`` (module_utils/gpunuma/node/apply/fs.py)
 with a small stand-in for AnsibleModule (backup_local, run_command); systemd
 is a fake that keeps per-unit state and records every command.
 """
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ansible.module_utils.gpunuma.node.apply import (
+from ansible.module_utils.gpunuma.node.apply.reconcile import (
     Apply,
     ApplyError,
     find_stale,
@@ -989,7 +989,7 @@ def test_readiness_command_of_an_unknown_account_never_runs_and_rolls_back(node,
 def test_readiness_argv(user, group, expect, monkeypatch):
     import pwd
 
-    from ansible.module_utils.gpunuma.node.apply import readiness_argv
+    from ansible.module_utils.gpunuma.node.apply.reconcile import readiness_argv
     entry = pwd.struct_passwd(("gpunuma", "x", 990, 985, "", "/", "/usr/sbin/nologin"))
     monkeypatch.setattr(pwd, "getpwnam", lambda name: entry)
     monkeypatch.setattr(pwd, "getpwuid", lambda uid: entry)
@@ -1169,7 +1169,7 @@ def test_without_the_run_reload_enable_reloads_itself(node):
 
 
 def test_a_json_state_diff_is_cut_to_a_line_and_a_unit_diff_is_kept():
-    from ansible.module_utils.gpunuma.node.apply_files import file_diff, quiet_state_diff
+    from ansible.module_utils.gpunuma.node.apply.files import file_diff, quiet_state_diff
 
     unit = file_diff("/etc/systemd/system/gpunuma-a.service", None, b"[Service]\n")
     assert quiet_state_diff(unit) == unit

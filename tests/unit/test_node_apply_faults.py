@@ -33,7 +33,7 @@ import tempfile
 
 import pytest
 
-from ansible.module_utils.gpunuma.node.apply import TEMP_PREFIX, Apply, ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node.apply.reconcile import TEMP_PREFIX, Apply, ApplyError, normalise_files
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit
@@ -66,10 +66,10 @@ class _Both:
 
 
 def _load_module():
-    """Private copies of gpunuma_apply's writer (module_utils/gpunuma/node/apply_fs.py, NodeFiles) and the atomic
+    """Private copies of gpunuma_apply's writer (module_utils/gpunuma/node/apply/fs.py, NodeFiles) and the atomic
     writer it calls, so os and tempfile can be swapped."""
     module = _private("gpunuma_apply_fs_faults",
-                      os.path.join(REPO_ROOT, "module_utils", "gpunuma", "node", "apply_fs.py"))
+                      os.path.join(REPO_ROOT, "module_utils", "gpunuma", "node", "apply", "fs.py"))
     module.atomic = _private("gpunuma_atomic_faults",
                              os.path.join(REPO_ROOT, "module_utils", "gpunuma", "common", "atomic.py"))
     return _Both(module)

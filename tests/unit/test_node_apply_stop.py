@@ -1,4 +1,4 @@
-"""gpunuma_apply's restart mode ``stop`` (module_utils/gpunuma/node/apply_stop.py) on real files under tmp_path.
+"""gpunuma_apply's restart mode ``stop`` (module_utils/gpunuma/node/apply/stop.py) on real files under tmp_path.
 
 A kubelet-like service: it must be stopped before its config changes and its
 stale checkpoint goes, started after, and put back - config, removed
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from ansible.module_utils.gpunuma.node.apply import Apply, ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node.apply.reconcile import Apply, ApplyError, normalise_files
 from test_node_apply import FakeModule, FakeSystemd, NodeFiles, running, stopped
 
 pytestmark = pytest.mark.unit

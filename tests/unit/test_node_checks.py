@@ -6,7 +6,7 @@ import os
 import pytest
 
 from ansible.module_utils.gpunuma.verify import node_checks as nc
-from ansible.module_utils.gpunuma.discovery.nvml import validate_dump
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml import validate_dump
 from conftest import FIXTURES
 from sysfs_factory import NVIDIA, build_tree, node_platform
 

@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from ansible.module_utils.gpunuma.discovery import nvml
+from ansible.module_utils.gpunuma.discovery.nvidia import nvml
 from ansible.module_utils.gpunuma.common.errors import NvmlError
 
 pytestmark = pytest.mark.unit

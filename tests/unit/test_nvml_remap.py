@@ -7,7 +7,8 @@ import os
 import pytest
 
 from conftest import FIXTURES
-from ansible.module_utils.gpunuma.discovery import nvml, topology
+from ansible.module_utils.gpunuma.discovery import topology
+from ansible.module_utils.gpunuma.discovery.nvidia import nvml
 from ansible.module_utils.gpunuma.common.errors import NvmlError
 
 pytestmark = pytest.mark.unit

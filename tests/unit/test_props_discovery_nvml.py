@@ -28,7 +28,9 @@ from hypothesis import strategies as st
 
 import sysfs_factory as factory
 from ansible.module_utils.gpunuma.common import cpulist
-from ansible.module_utils.gpunuma.discovery import nvml, sysfs, topology
+from ansible.module_utils.gpunuma.discovery import topology
+from ansible.module_utils.gpunuma.discovery.nvidia import nvml
+from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
 from ansible.module_utils.gpunuma.common.errors import GpunumaError, NvmlError
 
 pytestmark = pytest.mark.unit

@@ -31,7 +31,7 @@ from conftest import examples, FIXTURES
 from ansible.module_utils.gpunuma.common import cpulist
 from ansible.module_utils.gpunuma.discovery import topology
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
+from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import parse_topo_matrix
 
 pytestmark = pytest.mark.unit
 
@@ -290,7 +290,7 @@ def test_builder_refuses_exactly_the_overlapping_nodes(gpus):
 def eight_gpu_host(tmp_path_factory):
     """Built once, outside the examples (building a tree is the slow part)."""
     import sysfs_factory
-    from ansible.module_utils.gpunuma.discovery import sysfs
+    from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
 
     return sysfs.read_host(sysfs_factory.two_socket_8gpu_ht(str(tmp_path_factory.mktemp("host"))))
 
@@ -300,7 +300,7 @@ def eight_gpu_host(tmp_path_factory):
 def test_builder_with_sysfs_keeps_every_text_gpu_whatever_the_labels(eight_gpu_host, labels, sysfs_gpus):
     import copy
 
-    from ansible.module_utils.gpunuma.discovery import sysfs
+    from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
 
     host = copy.deepcopy(eight_gpu_host)
     gpus = sorted(p["pci_bus_id"] for p in sysfs.gpu_functions(host))

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import FIXTURES
 from ansible.module_utils.gpunuma.discovery.discover import discover
-from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
+from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import parse_topo_matrix
 
 pytestmark = pytest.mark.unit
 

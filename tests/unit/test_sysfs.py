@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import sysfs_factory as factory
-from ansible.module_utils.gpunuma.discovery import sysfs
+from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import SysfsError
 from conftest import FIXTURES

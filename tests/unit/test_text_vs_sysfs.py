@@ -350,7 +350,7 @@ H200_RAW = os.path.join(FIXTURES, "captured", "h200-1gpu-vm", "raw")
 @pytest.mark.parametrize("name", ["lscpu_e.txt", "lscpu.txt"])
 def test_recorded_lscpu_of_the_h200_vm_reads_as_its_sysfs(name):
     """Both lscpu captures of the lent H200 VM (lscpu -e and the summary, as recorded) give its sysfs layout."""
-    from ansible.module_utils.gpunuma.discovery import sysfs
+    from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
 
     with open(os.path.join(H200_RAW, name)) as handle:
         layout = cpu_layout.parse_lscpu(handle.read())

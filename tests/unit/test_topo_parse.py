@@ -10,7 +10,7 @@ import re
 import pytest
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError, TopoParseError
-from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
+from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import parse_topo_matrix
 
 pytestmark = pytest.mark.unit
 

@@ -6,9 +6,10 @@ import pytest
 
 import sysfs_factory as factory
 from ansible.module_utils.gpunuma.common import cpulist
-from ansible.module_utils.gpunuma.discovery import nodes as nodes_lib, sysfs, topology
+from ansible.module_utils.gpunuma.discovery import nodes as nodes_lib, topology
+from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
 from ansible.module_utils.gpunuma.common.errors import TopologyError
-from ansible.module_utils.gpunuma.discovery.nvml import DUMP_SCHEMA
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml import DUMP_SCHEMA
 
 pytestmark = pytest.mark.unit
 
@@ -230,7 +231,7 @@ OVERLAPS = [
 
 
 def smi_of(cpus):
-    from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
+    from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import parse_topo_matrix
 
     return parse_topo_matrix(topo_text([("GPU0", cpus[0], "0"), ("GPU1", cpus[1], "1")]))
 
@@ -298,7 +299,7 @@ def test_repeated_node_id_is_refused(tmp_path):
 
 
 def test_topo_gpu_label_gap_with_sysfs_is_a_warning_not_an_index_error(tmp_path):
-    from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
+    from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import parse_topo_matrix
 
     host = copy.deepcopy(host_of(factory.two_socket_8gpu_ht, tmp_path))
     keep = sorted(p["pci_bus_id"] for p in sysfs.gpu_functions(host))[:2]
@@ -313,7 +314,7 @@ def test_topo_gpu_label_gap_with_sysfs_is_a_warning_not_an_index_error(tmp_path)
 
 
 def test_topo_gpu_label_gap_with_nvml_says_which_rows_are_unused(tmp_path):
-    from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
+    from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import parse_topo_matrix
 
     host = host_of(factory.two_socket_8gpu_ht, tmp_path)
     dump = nvml_dump_for(host)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 
-from ansible.module_utils.gpunuma.discovery import amd as amd_source
-from ansible.module_utils.gpunuma.discovery import nvml as nvml_source
-from ansible.module_utils.gpunuma.discovery import sysfs as sysfs_source
+from ansible.module_utils.gpunuma.discovery.amd import sources as amd_source
+from ansible.module_utils.gpunuma.discovery.nvidia import nvml as nvml_source
+from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs_source
 from ansible.module_utils.gpunuma.discovery.cpu_layout import MAX_LSCPU_CHARS, LscpuError, parse_lscpu
 from ansible.module_utils.gpunuma.common.errors import NvmlError, SysfsError, TopoParseError
-from ansible.module_utils.gpunuma.discovery.topo_parse import parse_topo_matrix
+from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import parse_topo_matrix
 from ansible.module_utils.gpunuma.discovery.topology import build_topology
 
 ALL_SOURCES = ("nvml", "nvidia_smi", "sysfs", "amd_smi", "rocm_smi")

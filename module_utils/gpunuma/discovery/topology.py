@@ -33,9 +33,9 @@ from ansible.module_utils.gpunuma.discovery.nodes import (
     nodes_from_layout,
     nodes_from_smi,
 )
-from ansible.module_utils.gpunuma.discovery.amd_topology import amd_identities, overlay as _overlay
-from ansible.module_utils.gpunuma.discovery.nvml import gpu_link_matrix, is_error
-from ansible.module_utils.gpunuma.discovery.sysfs import (
+from ansible.module_utils.gpunuma.discovery.amd.topology import amd_identities, overlay as _overlay
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml import gpu_link_matrix, is_error
+from ansible.module_utils.gpunuma.discovery.sysfs.host import (
     NVIDIA_VENDOR, gpu_functions, nic_functions, nvme_functions, pcie_gen_from_speed)
 from ansible.module_utils.gpunuma.common import schemas
 
@@ -134,7 +134,7 @@ def build_topology(hostname, host=None, nvml=None, smi=None, warnings=None, sour
 
     ``cpu_layout_host``: a user's lscpu capture (``cpu_layout.parse_lscpu``), read in place of
     sysfs's CPU layout where sysfs is not a source. ``amd``: ``{"kfd": amd.read_kfd(), "smi": a parsed
-    amd-smi or rocm-smi document}`` (each optional) for AMD GPUs (:mod:`gpunuma.discovery.amd`).
+    amd-smi or rocm-smi document}`` (each optional) for AMD GPUs (:mod:`gpunuma.discovery.amd.sources`).
     """
     warnings = list(warnings or [])
     sources = list(sources or [])

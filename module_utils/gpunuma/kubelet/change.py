@@ -6,7 +6,7 @@ stale checkpoints, write the config, start it (kubernetes.io, "Changing the
 CPU Manager Policy"; docs/kubelet.md). ``change_request`` turns the plan of
 :func:`kubelet.plan.plan_kubelet` and the Memory Manager checkpoint check's
 files (kubelet/guard.py) into the request that does it in restart mode
-``stop`` (node/apply_stop.py): the config and the stale checkpoints carry the
+``stop`` (node/apply/stop.py): the config and the stale checkpoints carry the
 kubelet unit in that mode, every checkpoint the kubelet keeps is a state file
 put back as it was when the kubelet does not come back, and the check's files
 go with the kubelet (written without a restart; put back with the config).

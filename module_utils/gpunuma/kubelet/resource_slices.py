@@ -27,7 +27,7 @@ Attribute values are typed as the resource.k8s.io API writes them:
 from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common.errors import NvmlError, ProblemsError
-from ansible.module_utils.gpunuma.discovery.nvml import normalize_bus_id
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml import normalize_bus_id
 from ansible.module_utils.gpunuma.kubelet.dra import DRA_GPU_DRIVERS
 
 NUMA_NODE = "resource.kubernetes.io/numaNode"
@@ -61,7 +61,7 @@ def _attr(attributes, name, driver):
 
 
 def _bus_id(value):
-    """A PCI address as the topology writes it (``discovery.nvml.normalize_bus_id``), or None when it is not one."""
+    """A PCI address as the topology writes it (``discovery.nvidia.nvml.normalize_bus_id``), or None when it is not one."""
     try:
         return normalize_bus_id(value)
     except NvmlError:

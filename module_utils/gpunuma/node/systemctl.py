@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """``systemctl show`` for several units in one call: the node read (node/probe.py) and the apply step's unit steps
-(node/apply_units.py) read unit properties the same way."""
+(node/apply/units.py) read unit properties the same way."""
 
 from __future__ import annotations
 

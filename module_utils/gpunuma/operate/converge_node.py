@@ -14,7 +14,7 @@ import os
 from ansible.module_utils.gpunuma.common import atomic, node_paths
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.discovery.module_run import discover_with
-from ansible.module_utils.gpunuma.node.apply_files import ApplyError, find_stale
+from ansible.module_utils.gpunuma.node.apply.files import ApplyError, find_stale
 from ansible.module_utils.gpunuma.node.probe import module_runner, node_read_params, probe_with, read_file, unit_states
 from ansible.module_utils.gpunuma.operate import converge
 

@@ -18,7 +18,7 @@ shows of them is checked here, read-only, beside node_checks' own checks:
   (gpunuma's own rule for bound workers stays node_checks' ``numa_balancing``).
 
 AMD Instinct GPUs are what discovery counts as such
-(``discovery.sysfs.is_amd_instinct``). A node without one gets none of these
+(``discovery.sysfs.host.is_amd_instinct``). A node without one gets none of these
 findings. Findings are returned as plain tuples
 ``(check, severity, subject, message, [(file, value)], fix)``;
 node_checks turns them into its records.

@@ -37,7 +37,7 @@ from ansible.module_utils.gpunuma.verify.node_facts import (  # noqa: F401  # py
     NodeChecksError, NodeFacts, PciLink, acs_bits, acs_control_from_config,
     parse_cmdline_iommu, parse_governor, parse_link_speed, parse_link_width, parse_numa_balancing,
     parse_nvidia_smi_q, parse_thp, read_node)
-from ansible.module_utils.gpunuma.discovery.sysfs import quote
+from ansible.module_utils.gpunuma.discovery.sysfs.host import quote
 
 SEVERITIES = ("info", "warning", "error")
 PROFILES = ("strict", "preferred", "interleave", "off")

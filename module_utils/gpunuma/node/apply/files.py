@@ -4,7 +4,7 @@ Pure reading and deciding, no change to the node: ``normalise_files`` and
 ``normalise_absent`` check what the controller asked for (paths, modes,
 validation commands, restart modes), ``plan_files`` reads each target and
 decides what would change (with a diff), ``find_stale`` lists the files
-gpunuma wrote that the plan no longer has. ``node/apply.py`` then makes the
+gpunuma wrote that the plan no longer has. ``node/apply/reconcile.py`` then makes the
 changes (``Apply``).
 """
 
@@ -113,7 +113,7 @@ def _restart_mode(value, where):
     """A file's restart mode: ``changed`` (default: the unit restarts when the file changed; an instance
     service listed in units.services even when stopped), ``if-running`` (only a running unit restarts),
     ``never`` (written, systemd reloaded, nothing restarted), ``stop`` (a running unit stops before the first
-    write and starts once every file is written, put back when it does not come back: node/apply_stop.py)."""
+    write and starts once every file is written, put back when it does not come back: node/apply/stop.py)."""
     if value is None:
         return "changed"
     if value not in RESTART_MODES:
@@ -125,7 +125,7 @@ def normalise_absent(absent, field="absent"):
     """``absent`` entries as ``(paths, {path: unit}, {path: unit})``: a path, or ``{path, unit, restart}``. With
     ``restart: if-running`` (the default) the unit restarts, when running, once the path is removed (a drop-in of
     a service gpunuma does not own, e.g. irqbalance); with ``restart: stop`` the unit is stopped before the path
-    goes and started after (node/apply_stop.py; a checkpoint the kubelet must not read under a new policy)."""
+    goes and started after (node/apply/stop.py; a checkpoint the kubelet must not read under a new policy)."""
     paths, units, stops = [], {}, {}
     for index, entry in enumerate(absent or []):
         where = "%s[%d]" % (field, index)

@@ -1,5 +1,5 @@
 """The validation policy (``gpunuma.validation-policy/v1``, policies/validation/h2d.yml) of the H2D report
-(verify/h2d_report.py): its controls, verdict keys and ladder, and ``load_policy``, which names every bad field."""
+(verify/h2d/report.py): its controls, verdict keys and ladder, and ``load_policy``, which names every bad field."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``gpunuma.nvml-dump/v1`` document (discovery/nvml.py): its constants, bus ids, and the check that names
+"""The ``gpunuma.nvml-dump/v1`` document (discovery/nvidia/nvml.py): its constants, bus ids, and the check that names
 every bad field."""
 
 from __future__ import annotations

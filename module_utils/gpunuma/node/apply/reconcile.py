@@ -61,7 +61,7 @@ import stat
 
 from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.node import accounts
-from ansible.module_utils.gpunuma.node.apply_files import (
+from ansible.module_utils.gpunuma.node.apply.files import (
     TEMP_PREFIX,
     ApplyError,
     backup_stamp,
@@ -75,9 +75,9 @@ from ansible.module_utils.gpunuma.node.apply_files import (
     read_file,
 )
 # The unit steps (start, batches, settle, readiness, rollback), re-exported with their helpers.
-from ansible.module_utils.gpunuma.node.apply_units import (  # noqa: F401  # pylint: disable=unused-import
+from ansible.module_utils.gpunuma.node.apply.units import (  # noqa: F401  # pylint: disable=unused-import
     ACTIVE_STATES, SETPRIV, UnitSteps, _http_get, readiness_argv)
-from ansible.module_utils.gpunuma.node.apply_stop import StopSteps, check_stop_units
+from ansible.module_utils.gpunuma.node.apply.stop import StopSteps, check_stop_units
 
 
 class Apply(UnitSteps, StopSteps):
@@ -233,7 +233,7 @@ class Apply(UnitSteps, StopSteps):
 
         ``secret_absent``: files holding secrets that must go, with every backup of them. ``account``: the account
         the units run as, created when missing (node/accounts.py) before any file is validated or written.
-        ``stopped_path``: the list of units stopped for a change in restart mode ``stop`` (node/apply_stop.py)."""
+        ``stopped_path``: the list of units stopped for a change in restart mode ``stop`` (node/apply/stop.py)."""
         units, (absent, removal_units, self._absent_stops) = units or {}, normalise_absent(absent)
         if isinstance(backups_keep, bool) or not isinstance(backups_keep, int) or backups_keep < 0:
             raise ApplyError("backups_keep: %r is not allowed; allowed: 0 (keep every backup) or the number of "

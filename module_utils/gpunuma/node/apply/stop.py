@@ -1,4 +1,4 @@
-"""Restart mode ``stop`` of ``gpunuma_apply`` (node/apply.py): stop before the write, start after, put back when the
+"""Restart mode ``stop`` of ``gpunuma_apply`` (node/apply/reconcile.py): stop before the write, start after, put back when the
 unit does not come back.
 
 Some services must not run while their files change: the kubelet refuses to
@@ -12,9 +12,9 @@ file (or an ``absent`` path) in mode ``stop`` asks for exactly that:
    the next one, which starts what is still listed), the files it keeps
    itself (``units.state_files``: the kubelet's checkpoints) are read and,
    with ``units.backup_dir``, copied there, and it is stopped;
-2. every file is written and every absent path removed (node/apply.py);
+2. every file is written and every absent path removed (node/apply/reconcile.py);
 3. it is started, must stay active ``settle_seconds`` and answer its
-   ``units.readiness`` check (node/apply_units.py's ``_settle``);
+   ``units.readiness`` check (node/apply/units.py's ``_settle``);
 4. when it does not come back: its last journal lines are read (its own
    reason for refusing), it is stopped, its files this run wrote go back, the
    paths this run removed are recreated, its state files are put back as
@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import os
 
-from ansible.module_utils.gpunuma.node.apply_files import ApplyError, read_file
-from ansible.module_utils.gpunuma.node.apply_units import ACTIVE_STATES, _journal, _show
+from ansible.module_utils.gpunuma.node.apply.files import ApplyError, read_file
+from ansible.module_utils.gpunuma.node.apply.units import ACTIVE_STATES, _journal, _show
 
 
 def check_stop_units(decisions, units):
@@ -62,7 +62,7 @@ def check_stop_units(decisions, units):
 
 
 class StopSteps:
-    """The ``stop`` restart mode, a mixin of :class:`node.apply.Apply` (its state: runner, fs, result, check mode)."""
+    """The ``stop`` restart mode, a mixin of :class:`node.apply.reconcile.Apply` (its state: runner, fs, result, check mode)."""
 
     def _stops_wanted(self, decisions, absent_stops):
         """Units of mode ``stop`` whose file changes or whose absent path is still there, in order."""

@@ -1,4 +1,4 @@
-"""One placement measured on one GPU: the copies, their figures and the resources they hold (verify/h2d.py)."""
+"""One placement measured on one GPU: the copies, their figures and the resources they hold (verify/h2d/probe.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import mmap
 import statistics
 import time
 
-from ansible.module_utils.gpunuma.verify.h2d_cuda import (
+from ansible.module_utils.gpunuma.verify.h2d.cuda import (
     CU_EVENT_DEFAULT, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTREGISTER_PORTABLE, CU_STREAM_NON_BLOCKING, CudaError)
-from ansible.module_utils.gpunuma.verify.h2d_options import SMALL_WARMUP_COPIES
+from ansible.module_utils.gpunuma.verify.h2d.options import SMALL_WARMUP_COPIES
 
 # ---------------------------------------------------------------- measurement
 

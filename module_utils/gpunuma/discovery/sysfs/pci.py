@@ -1,5 +1,5 @@
 """PCI functions as sysfs describes them, and which of them are GPUs, NICs and NVMe controllers
-(discovery/sysfs.py's reader)."""
+(discovery/sysfs/host.py's reader)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import stat
 
 from ansible.module_utils.gpunuma.common.bounded import file_kind as _file_kind
 from ansible.module_utils.gpunuma.common.errors import CpuListError
-from ansible.module_utils.gpunuma.discovery.sysfs_reader import BDF_RE, _HEX_RE, _MISSING, Reader, quote
+from ansible.module_utils.gpunuma.discovery.sysfs.reader import BDF_RE, _HEX_RE, _MISSING, Reader, quote
 
 NVIDIA_VENDOR = "0x10de"
 # AMD Instinct GPUs: vendor 0x1002 with the class of a processing accelerator (0x1200, MI300 series), a

@@ -3,14 +3,14 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The AMD GPUs of a topology: which GPUs (partitions included), their NUMA candidates and link words.
 
-Called by :func:`gpunuma.discovery.topology.build_topology` with what :mod:`gpunuma.discovery.amd`
+Called by :func:`gpunuma.discovery.topology.build_topology` with what :mod:`gpunuma.discovery.amd.sources`
 read; the rules are documented in docs/amd.md.
 """
 
 from __future__ import annotations
 
-from ansible.module_utils.gpunuma.discovery.amd import kfd_gpus, kfd_links, same_gpu, smi_words
-from ansible.module_utils.gpunuma.discovery.sysfs import amd_gpu_uuid
+from ansible.module_utils.gpunuma.discovery.amd.sources import kfd_gpus, kfd_links, same_gpu, smi_words
+from ansible.module_utils.gpunuma.discovery.sysfs.host import amd_gpu_uuid
 
 
 def _record(bus, unique_id=None):

@@ -38,9 +38,9 @@ import select
 import signal
 import time
 
-from ansible.module_utils.gpunuma.verify.h2d_cuda import CU_MEMHOSTALLOC_PORTABLE, CudaError
-from ansible.module_utils.gpunuma.verify.h2d_hip import open_runtime
-from ansible.module_utils.gpunuma.verify.h2d_host import MPOL_BIND, Libc
+from ansible.module_utils.gpunuma.verify.h2d.cuda import CU_MEMHOSTALLOC_PORTABLE, CudaError
+from ansible.module_utils.gpunuma.verify.h2d.hip import open_runtime
+from ansible.module_utils.gpunuma.verify.h2d.host import MPOL_BIND, Libc
 
 LOADS = ("idle", "copies", "memory", "both")
 MiB = 1024 * 1024

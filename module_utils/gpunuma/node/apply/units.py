@@ -1,4 +1,4 @@
-"""The unit steps of ``gpunuma_apply`` (node/apply.py): start, restart in batches, settle, readiness, abandon and
+"""The unit steps of ``gpunuma_apply`` (node/apply/reconcile.py): start, restart in batches, settle, readiness, abandon and
 roll back, and the readiness command's account switch."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pwd
 import stat
 
 from ansible.module_utils.gpunuma.node import systemctl
-from ansible.module_utils.gpunuma.node.apply_files import ApplyError, os_error_text
+from ansible.module_utils.gpunuma.node.apply.files import ApplyError, os_error_text
 
 ACTIVE_STATES = ("active", "activating", "reloading")
 
@@ -73,7 +73,7 @@ def readiness_argv(command, user, group):
 
 
 class UnitSteps:
-    """The unit half of :class:`node.apply.Apply` (its state: runner, sleep, result, check mode)."""
+    """The unit half of :class:`node.apply.reconcile.Apply` (its state: runner, sleep, result, check mode)."""
 
     def _to_restart(self, decisions, services, unbound, pending):
         """Units to restart, in order: changed instances that ran before, and running units whose files changed."""
@@ -104,7 +104,7 @@ class UnitSteps:
 
     def _enable(self, units):
         """Before the reload: read the services' states (one call) and enable those that are not, without the reload
-        ``systemctl enable`` makes of its own (``--no-reload``): the run's one ``daemon-reload`` follows (node/apply.py
+        ``systemctl enable`` makes of its own (``--no-reload``): the run's one ``daemon-reload`` follows (node/apply/reconcile.py
         forces it when a unit was enabled). A new unit file is loaded from disk when asked about, and writing a unit's
         file leaves its enablement as it was, so the states read before the reload are the states after it."""
         services = list(units.get("services") or []) if units.get("start", False) else []

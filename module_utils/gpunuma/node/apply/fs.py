@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The file system side of gpunuma_apply and gpunuma_copy: how a file is written (atomic, with a backup of the file
 it replaces, named as Ansible's own modules name them), restored, removed, and how old backups go.
-``node/apply.py`` decides what is written; this writes it."""
+``node/apply/reconcile.py`` decides what is written; this writes it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import tempfile
 import time
 
 from ansible.module_utils.gpunuma.common import atomic
-from ansible.module_utils.gpunuma.node.apply_files import TEMP_PREFIX, backup_stamp
+from ansible.module_utils.gpunuma.node.apply.files import TEMP_PREFIX, backup_stamp
 
 
 def _uid(name):

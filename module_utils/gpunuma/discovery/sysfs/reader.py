@@ -1,7 +1,7 @@
 # Copyright: gpunuma contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The low-level reading of sysfs and procfs discovery rests on (discovery/sysfs.py's reader, whose
+"""The low-level reading of sysfs and procfs discovery rests on (discovery/sysfs/host.py's reader, whose
 docstring states the rules: bounded reads, errors for the files that define the topology, warnings and
 ``lost`` for the rest)."""
 

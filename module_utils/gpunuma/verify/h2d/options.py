@@ -1,12 +1,12 @@
-"""The probe's options, their defaults and their check (verify/h2d.py)."""
+"""The probe's options, their defaults and their check (verify/h2d/probe.py)."""
 
 from __future__ import annotations
 
 
 from ansible.module_utils.gpunuma.common import schemas
-from ansible.module_utils.gpunuma.verify import h2d_load
-from ansible.module_utils.gpunuma.verify.h2d_hip import DEFAULT_PATH as HIP_DEFAULT_PATH, RUNTIMES
-from ansible.module_utils.gpunuma.verify.h2d_host import (
+from ansible.module_utils.gpunuma.verify.h2d import load as h2d_load
+from ansible.module_utils.gpunuma.verify.h2d.hip import DEFAULT_PATH as HIP_DEFAULT_PATH, RUNTIMES
+from ansible.module_utils.gpunuma.verify.h2d.host import (
     ProbeError)
 
 SCHEMA = schemas.H2D_PROBE
@@ -30,12 +30,12 @@ DEFAULTS = {
     "pinned_alloc": "register",
     "timeout_s": 120,
     "libcuda_path": "libcuda.so.1",
-    # CUDA's driver API or HIP (verify/h2d_hip.py); auto: CUDA where libcuda loads, else HIP.
+    # CUDA's driver API or HIP (verify/h2d/hip.py); auto: CUDA where libcuda loads, else HIP.
     "runtime": "auto",
     "libhip_path": HIP_DEFAULT_PATH,
     "remote_node": None,
     "gpus": None,
-    # Load while measuring (verify/h2d_load.py): idle, copies, memory or both.
+    # Load while measuring (verify/h2d/load.py): idle, copies, memory or both.
     "load": "idle",
     "load_memory_workers": h2d_load.DEFAULT_MEMORY_WORKERS,
     "load_max_seconds": h2d_load.DEFAULT_MAX_SECONDS,

@@ -5,10 +5,10 @@
 
 :class:`HipRuntime` answers the probe's driver-API calls (``cuMemAlloc``, ``cuMemcpyHtoDAsync``, ...) with
 their HIP counterparts (``hipMalloc``, ``hipMemcpyHtoDAsync``, ...), so the measurement, placements,
-binding checks and statistics of ``verify/h2d.py`` are the same code for both vendors. HIP has no context
+binding checks and statistics of ``verify/h2d/probe.py`` are the same code for both vendors. HIP has no context
 object: ``cuCtxCreate`` is ``hipSetDevice`` and ``cuCtxDestroy`` has nothing to release. HIP keeps CUDA's
 numbers for the errors the probe explains (2 out of memory, 35 insufficient driver, 100 no device).
-A failing call raises :class:`~gpunuma.verify.h2d_cuda.CudaError` naming the HIP function and error.
+A failing call raises :class:`~gpunuma.verify.h2d.cuda.CudaError` naming the HIP function and error.
 
 Part of the probe; standard library only.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ansible.module_utils.gpunuma.verify.h2d_cuda import CudaDriver, CudaError, DriverMissing, Runtime
+from ansible.module_utils.gpunuma.verify.h2d.cuda import CudaDriver, CudaError, DriverMissing, Runtime
 
 HIP_SUCCESS = 0
 DEFAULT_PATH = "libamdhip64.so"

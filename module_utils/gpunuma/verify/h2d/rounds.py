@@ -1,4 +1,4 @@
-"""Placements measured in child processes, in interleaved rounds, and the GPUs a probe selects (verify/h2d.py)."""
+"""Placements measured in child processes, in interleaved rounds, and the GPUs a probe selects (verify/h2d/probe.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import time
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.verify.h2d_cuda import (
+from ansible.module_utils.gpunuma.verify.h2d.cuda import (
     BUSY_CODES, CUDA_ERROR_NO_DEVICE, CudaError)
-from ansible.module_utils.gpunuma.verify.h2d_hip import open_runtime
-from ansible.module_utils.gpunuma.verify.h2d_host import (
+from ansible.module_utils.gpunuma.verify.h2d.hip import open_runtime
+from ansible.module_utils.gpunuma.verify.h2d.host import (
     MPOL_BIND, MPOL_DEFAULT, ProbeError, Libc, read_status_binding)
-from ansible.module_utils.gpunuma.verify.h2d_measure import measure_device
+from ansible.module_utils.gpunuma.verify.h2d.measure import measure_device
 
 # ---------------------------------------------------------------- placements in children
 

@@ -1,4 +1,4 @@
-"""The text side of the ``nvidia-smi topo -m`` parser (discovery/topo_parse.py): input caps, the words and
+"""The text side of the ``nvidia-smi topo -m`` parser (discovery/nvidia/topo_parse.py): input caps, the words and
 patterns of the matrix, line clean-up, the header, and the cell readers (each returns ``[(value, end), ...]`` for
 text starting at ``s[i]``)."""
 

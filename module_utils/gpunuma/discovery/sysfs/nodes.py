@@ -1,4 +1,4 @@
-"""NUMA nodes and CPUs as sysfs and procfs describe them (discovery/sysfs.py's reader)."""
+"""NUMA nodes and CPUs as sysfs and procfs describe them (discovery/sysfs/host.py's reader)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError, SysfsError
-from ansible.module_utils.gpunuma.discovery.sysfs_reader import (
+from ansible.module_utils.gpunuma.discovery.sysfs.reader import (
     _CPU_DIR_RE, _DIR_ID_RE, _DISTANCE_RE, _HUGEPAGES_DIR_RE, _MAX_DIR_ID, _MEMINFO_NODE_RE, _MEMINFO_RE, _MISSING,
     _MISSING_ERRNOS, _NODE_DIR_RE, Reader, _lkind, quote)
 

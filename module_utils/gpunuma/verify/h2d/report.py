@@ -14,7 +14,7 @@ import statistics
 from ansible.module_utils.gpunuma.common import schemas
 from ansible.module_utils.gpunuma.verify import stats
 # The policy and its loader (re-exported).
-from ansible.module_utils.gpunuma.verify.h2d_policy import (  # noqa: F401  # pylint: disable=unused-import
+from ansible.module_utils.gpunuma.verify.h2d.policy import (  # noqa: F401  # pylint: disable=unused-import
     CHECKS, DEFAULT_LADDER, POLICY_SCHEMA, VERDICT_KEYS, VERDICT_OPTIONAL, PolicyError, ReportError, load_policy)
 
 REPORT_SCHEMA = schemas.VALIDATION
@@ -92,7 +92,7 @@ def _waived(policy, control_id, hostname):
     return None
 
 
-# Loads whose stressors copy over the GPUs' own links (verify/h2d_load.py): the link is shared by design.
+# Loads whose stressors copy over the GPUs' own links (verify/h2d/load.py): the link is shared by design.
 LINK_SHARING_LOADS = ("copies", "both")
 
 
@@ -323,7 +323,7 @@ def _build_report(probe, policy, hostname, profile, ladder, generated_at, previo
 
 def load_not_run(load):
     """Why a probe asked to measure under load did not (None when it ran idle, or under the load it asked for):
-    every stressor must have answered with the throughput it drove (verify/h2d_load.py, ``describe``)."""
+    every stressor must have answered with the throughput it drove (verify/h2d/load.py, ``describe``)."""
     if not isinstance(load, dict) or load.get("kind", "idle") == "idle":
         return None
     stressors = load.get("stressors")

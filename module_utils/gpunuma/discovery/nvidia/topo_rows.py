@@ -1,11 +1,11 @@
-"""The rows of an ``nvidia-smi topo -m`` matrix (discovery/topo_parse.py): each row's readings, the one reading
+"""The rows of an ``nvidia-smi topo -m`` matrix (discovery/nvidia/topo_parse.py): each row's readings, the one reading
 of the whole matrix, symmetry, the NIC legend and a GPU's entry."""
 
 from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common.cpulist import MAX_NUMA_NODES, canonical_cpulist, parse_nodelist, shown
 from ansible.module_utils.gpunuma.common.errors import CpuListError
-from ansible.module_utils.gpunuma.discovery.topo_text import (
+from ansible.module_utils.gpunuma.discovery.nvidia.topo_text import (
     _ALLOWED_CODES, _code_candidates, _CodeReader, _COLUMN_TITLE, _GPU_LABEL_RE, _header_tokens, _KNOWN_PIECES_RE,
     _LEGEND_DEVICE_RE, _MAX_SKIP_WARNINGS, _MAX_STEPS, _NIC_LEGEND_ENTRY_RE, _NIC_LEGEND_LABEL_RE, _P2P_CODES,
     _read_cells, _span, _value_candidates, _VALUE_HELP)
