@@ -6,7 +6,7 @@
 (docs/architecture.md, "The converge record"):
 
 ``record`` (``facts``, ``controller_files``, ``release_lock``): the converge record, kept by the module once every
-unit settled (module_utils/gpunuma/operate/converge_node.py). Its inputs and reads are the run's (this host's converge
+unit settled (module_utils/gpunuma/run/converge_node.py). Its inputs and reads are the run's (this host's converge
 check and journal, converge.record_request), its writes the journal's and this step's own. Not in check mode.
 
 ``controller_copies`` (``path``, ``content``, ``mode``): files of the controller written once the node applied (the
@@ -35,7 +35,8 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
 from ansible.module_utils.gpunuma.node.apply.files import (  # noqa: E402
     ApplyError, file_diff, normalise_files, os_error_text, plan_files, quiet_state_diff)
 from ansible.module_utils.gpunuma.node.apply.fs import NodeFiles  # noqa: E402
-from ansible.module_utils.gpunuma.operate import converge, topology_store  # noqa: E402
+from ansible.module_utils.gpunuma.run import converge  # noqa: E402
+from ansible.module_utils.gpunuma.run import topology_store
 
 
 display = Display()

@@ -28,8 +28,8 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
         ansible.module_utils.__path__.append(_path)
 
 from ansible.module_utils.gpunuma.common import layout, node_paths  # noqa: E402
-from ansible.module_utils.gpunuma.operate import converge  # noqa: E402
-from ansible.module_utils.gpunuma.operate import topology_store  # noqa: E402
+from ansible.module_utils.gpunuma.run import converge  # noqa: E402
+from ansible.module_utils.gpunuma.run import topology_store  # noqa: E402
 
 # The variables a run decides from: every variable of gpunuma's roles and playbooks.
 PREFIXES = ("gpunuma_", "gpu_topology_", "numa_binding_", "memlock_", "autonuma_", "kubelet_", "policy_gate_",

@@ -31,7 +31,8 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
         ansible.module_utils.__path__.append(_path)
 
 from ansible.module_utils.gpunuma.common import layout  # noqa: E402
-from ansible.module_utils.gpunuma.operate import converge, role_inputs  # noqa: E402
+from ansible.module_utils.gpunuma.run import converge  # noqa: E402
+from ansible.module_utils.gpunuma.run import role_inputs
 
 display = Display()
 # Per controller process: the names gpunuma's code spells, by code root.

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The action of the modules that read or write a node: gpunuma_node_info, gpu_topology_info, gpunuma_state and
 gpunuma_apply (the other three files are links to this one). Each runs its module as usual and adds the call to the
-run's journal: the reads and writes the converge record keeps (module_utils/gpunuma/operate/converge.py)."""
+run's journal: the reads and writes the converge record keeps (module_utils/gpunuma/run/converge.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
-from ansible.module_utils.gpunuma.operate.converge import journal_call  # noqa: E402
+from ansible.module_utils.gpunuma.run.converge import journal_call  # noqa: E402
 
 
 class ActionModule(NormalAction):

@@ -1,7 +1,7 @@
 # Copyright: gpunuma contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The ``lock`` option of the modules that change a node (module_utils/gpunuma/operate/lock.py: module_options)."""
+"""The ``lock`` option of the modules that change a node (module_utils/gpunuma/node/lock.py: module_options)."""
 
 
 class ModuleDocFragment:
@@ -9,7 +9,7 @@ class ModuleDocFragment:
 options:
   lock:
     description:
-      - The node lock (module_utils/gpunuma/operate/lock.py; C(gpunuma_lock)). The step runs under an exclusive flock of
+      - The node lock (module_utils/gpunuma/node/lock.py; C(gpunuma_lock)). The step runs under an exclusive flock of
         the lease file, holding the run's lease (O(lock.token)) or, without a token, a lease of its own for the step
         only. Another run's live lease makes the step wait up to O(lock.timeout) seconds, then fail naming its holder,
         before anything is written. The first step of a run given its token takes the run's lease (or renews it).

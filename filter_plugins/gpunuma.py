@@ -33,15 +33,16 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
 from ansible.module_utils.gpunuma.verify import audit  # noqa: E402
 from ansible.module_utils.gpunuma.verify.h2d import report as h2d_report
 from ansible.module_utils.gpunuma.node import limits  # noqa: E402
-from ansible.module_utils.gpunuma.operate import role_inputs  # noqa: E402
-from ansible.module_utils.gpunuma.operate import topology_store  # noqa: E402
+from ansible.module_utils.gpunuma.run import role_inputs  # noqa: E402
+from ansible.module_utils.gpunuma.run import topology_store  # noqa: E402
 from ansible.module_utils.gpunuma.plan import node_plan  # noqa: E402
 from ansible.module_utils.gpunuma.node import accounts as accountslib  # noqa: E402
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib  # noqa: E402
 from ansible.module_utils.gpunuma.node import housekeeping as housekeepinglib  # noqa: E402
 from ansible.module_utils.gpunuma.node import programs as programslib  # noqa: E402
-from ansible.module_utils.gpunuma.operate import state as statelib  # noqa: E402
+from ansible.module_utils.gpunuma.plan import state as statelib  # noqa: E402
 from ansible.module_utils.gpunuma.common import seal as seallib  # noqa: E402
+from ansible.module_utils.gpunuma.common import text as textlib  # noqa: E402
 from ansible.module_utils.gpunuma.common import secrets as secretslib  # noqa: E402
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.kubelet import guard as kubeletguard  # noqa: E402
@@ -215,7 +216,7 @@ def autonuma_input_problems(options, values, aliases=None):
             "autonuma_numa_balancing: %s is invalid; allowed: auto (follow the profile and the kernel), "
             "0 (AutoNUMA off), 1 (on), or null (leave it alone)%s"
             % (
-                role_inputs.shown(balancing),
+                textlib.shown(balancing),
                 (
                     " - YAML read an unquoted off/on/no/yes as a boolean; write 0 or 1"
                     if isinstance(balancing, bool)
@@ -237,7 +238,7 @@ def autonuma_input_problems(options, values, aliases=None):
 
 
 # ================================================================ gpu_topology
-# Controller file names (gpunuma.role_inputs) and the persisted-topology decision (gpunuma.operate.topology_store).
+# Controller file names (gpunuma.role_inputs) and the persisted-topology decision (gpunuma.run.topology_store).
 
 
 # The one name of a host's controller files (topology, plan, audit and
@@ -371,14 +372,14 @@ gpunuma_profile_variant = _filter(profile_variant)
 
 
 def gpunuma_effective_profile(read, rollback_target, cli_profile, inventory_profile):
-    """``[profile, source]`` the node runs this run (operate/state.effective_profile)."""
+    """``[profile, source]`` the node runs this run (plan/state.effective_profile)."""
     return list(statelib.effective_profile(rollback_target, cli_profile, read, inventory_profile))
 
 
 def gpunuma_state_read(files, path):
     """gpunuma_state's read of a node (mode read), from the run's node read: ``files`` holds the state file
     (``gpunuma_state``) and the applied plan (``gpunuma_state_plan``) as gpunuma_node_info reads them. The same
-    ``{gpunuma_state, warnings}`` the module returns, decided by the same code (operate/state.read_summary), or
+    ``{gpunuma_state, warnings}`` the module returns, decided by the same code (plan/state.read_summary), or
     ``{error}`` for a state file of a newer gpunuma."""
     try:
         result, corrupt = statelib.read_summary(statelib.text_of_read(files.get("gpunuma_state")),
@@ -482,12 +483,12 @@ def memlock_limit_problem(value, variable="memlock_limit"):
         return (
             "%s: %s is %d bytes; allowed: unlimited, infinity, or a size from 1K to below 16E "
             "(0 locks no memory at all: pinned CUDA and NCCL buffers fail)"
-            % (variable, role_inputs.shown(value), limit)
+            % (variable, textlib.shown(value), limit)
         )
     if limit % 1024:
         return (
             "%s: %s is %d bytes, not a whole number of KiB (limits.conf counts KiB); allowed: a multiple "
-            "of 1024 bytes, or a size such as 512M" % (variable, role_inputs.shown(value), limit)
+            "of 1024 bytes, or a size such as 512M" % (variable, textlib.shown(value), limit)
         )
     return None
 
@@ -668,7 +669,7 @@ def numa_binding_limit_problem(value, variable):
         return (
             "%s: %s is %d bytes; allowed: unlimited, infinity, or from 1K (1024 bytes) to below 16E "
             "(a limit of 0 locks no memory at all: pinned CUDA and NCCL buffers fail)"
-            % (variable, role_inputs.shown(value), limit)
+            % (variable, textlib.shown(value), limit)
         )
     return None
 

@@ -388,9 +388,9 @@ from ansible.module_utils.gpunuma.node.apply.reconcile import Apply
 from ansible.module_utils.gpunuma.node.apply.files import ApplyError, normalise_files, quiet_state_diff
 from ansible.module_utils.gpunuma.node.apply.fs import NodeFiles
 from ansible.module_utils.gpunuma.node.probe import read_file
-from ansible.module_utils.gpunuma.operate import lock as locklib
-from ansible.module_utils.gpunuma.operate import state as statelib
-from ansible.module_utils.gpunuma.operate.converge_node import RECORD_OPTIONS, recorded
+from ansible.module_utils.gpunuma.node import lock as locklib
+from ansible.module_utils.gpunuma.plan import state as statelib
+from ansible.module_utils.gpunuma.run.converge_node import RECORD_OPTIONS, recorded
 
 
 class Controller:

@@ -106,7 +106,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import bounded, documents, node_paths, seal
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib
-from ansible.module_utils.gpunuma.operate import metrics as metricslib
+from ansible.module_utils.gpunuma.verify import metrics as metricslib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 from ansible.module_utils.gpunuma.verify import audit as auditlib
 from ansible.module_utils.gpunuma.verify.audit import Finding

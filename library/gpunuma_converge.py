@@ -15,7 +15,7 @@ description:
     inputs' digests on the controller and passes the run's reads and writes; call the action, not this module alone.
   - O(state=checked) reads the record (O(path)), compares O(inputs) with it, reads the node again with the
     recorded reads and compares what they answer, the files gpunuma wrote, the paths it removed and the services
-    it started (module_utils/gpunuma/operate/converge.py). Never changes anything.
+    it started (module_utils/gpunuma/run/converge.py). Never changes anything.
   - O(state=recorded) reads the node with O(reads), digests what O(writes) own and writes the record atomically,
     mode 0600, unless something keeps the node from being converged (a service not active, a stale unit, a
     pending restart), then no record is left. O(state=absent) removes the record. In check mode nothing is written.
@@ -123,9 +123,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.node.probe import read_file
-from ansible.module_utils.gpunuma.operate import converge
-from ansible.module_utils.gpunuma.operate import lock as locklib
-from ansible.module_utils.gpunuma.operate.converge_node import RECORD_OPTIONS, recorded, view_now
+from ansible.module_utils.gpunuma.run import converge
+from ansible.module_utils.gpunuma.node import lock as locklib
+from ansible.module_utils.gpunuma.run.converge_node import RECORD_OPTIONS, recorded, view_now
 
 
 def checked(module):

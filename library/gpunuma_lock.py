@@ -13,7 +13,7 @@ short_description: Take or give back a node's gpunuma lock
 description:
   - One gpunuma run changes a node at a time. A run takes a lease on the node (a JSON record under C(/run/gpunuma),
     naming its controller, user and playbook, with a token only that run knows) before its first change and gives it
-    back after its last (module_utils/gpunuma/operate/lock.py). C(gpunuma_apply) and C(gpunuma_state) take the same
+    back after its last (module_utils/gpunuma/node/lock.py). C(gpunuma_apply) and C(gpunuma_state) take the same
     lease under an exclusive flock for each change, with the run's token or, used alone, their own.
   - A second run waits up to O(timeout) seconds, then fails naming the holder. A lease older than O(ttl) seconds
     (its run died with its controller) is taken over, and the result says so; O(break_lock) takes it over at once.
@@ -92,7 +92,7 @@ waited_s:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.operate import lock as locklib
+from ansible.module_utils.gpunuma.node import lock as locklib
 
 
 def main():

@@ -68,7 +68,7 @@ policy:
 import datetime
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.operate import policy
+from ansible.module_utils.gpunuma.gate import policy
 
 
 MODULE_SPEC = dict(

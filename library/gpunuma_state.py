@@ -103,8 +103,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import atomic, node_paths
-from ansible.module_utils.gpunuma.operate import lock as locklib
-from ansible.module_utils.gpunuma.operate import state as statelib
+from ansible.module_utils.gpunuma.node import lock as locklib
+from ansible.module_utils.gpunuma.plan import state as statelib
 
 
 def main():

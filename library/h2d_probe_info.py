@@ -202,7 +202,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import atomic, documents, node_paths
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
-from ansible.module_utils.gpunuma.operate import state as statelib
+from ansible.module_utils.gpunuma.plan import state as statelib
 from ansible.module_utils.gpunuma.verify.h2d import probe as h2d
 from ansible.module_utils.gpunuma.verify.h2d import load as h2d_load
 from ansible.module_utils.gpunuma.common.errors import GpunumaError

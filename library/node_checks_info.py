@@ -140,7 +140,7 @@ from ansible.module_utils.basic import AnsibleModule
 import os
 
 from ansible.module_utils.gpunuma.common import node_paths
-from ansible.module_utils.gpunuma.operate import state
+from ansible.module_utils.gpunuma.plan import state
 from ansible.module_utils.gpunuma.verify import node_checks
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.discovery.nvidia import nvml

@@ -12,7 +12,8 @@ import signal
 
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.operate import policy, policy_checks
+from ansible.module_utils.gpunuma.gate import policy
+from ansible.module_utils.gpunuma.gate import checks as policy_checks
 from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
 
 

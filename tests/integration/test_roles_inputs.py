@@ -9,7 +9,8 @@ import os
 import pytest
 import yaml
 
-from ansible.module_utils.gpunuma.operate import role_inputs
+from ansible.module_utils.gpunuma.common import seal
+from ansible.module_utils.gpunuma.run import role_inputs
 from ansible.module_utils.gpunuma.plan.profiles import profile_choice_problem
 from conftest import REPO_ROOT
 
@@ -234,7 +235,7 @@ def _b64(text):
     ],
 )
 def test_damaged_state_file_is_a_sentence_naming_the_file(content, needle):
-    result = role_inputs.read_state_file(_b64(content), "n1:/etc/gpunuma/plan.json", "gpunuma.plan/v1", "Move it aside.")
+    result = seal.read_state_file(_b64(content), "n1:/etc/gpunuma/plan.json", "gpunuma.plan/v1", "Move it aside.")
     assert result["data"] is None
     assert result["problem"].startswith("n1:/etc/gpunuma/plan.json ") and needle in result["problem"]
     assert result["problem"].endswith("It is left as it is. Move it aside.")
@@ -242,5 +243,5 @@ def test_damaged_state_file_is_a_sentence_naming_the_file(content, needle):
 
 def test_good_state_file_is_read():
     plan = {"schema": "gpunuma.plan/v1", "instances": []}
-    result = role_inputs.read_state_file(_b64(json.dumps(plan)), "p", "gpunuma.plan/v1", "")
+    result = seal.read_state_file(_b64(json.dumps(plan)), "p", "gpunuma.plan/v1", "")
     assert result == {"data": plan, "problem": None, "sealed": False}  # written before gpunuma sealed its files

@@ -415,7 +415,7 @@ def test_damaged_kfd_trees_read_without_crashing(tmp_path_factory, damage):
 
 def test_metrics_of_the_cpx_plan(tmp_path):
     """The metrics collector reads an AMD node's plan unchanged: one info series per instance, no error."""
-    from ansible.module_utils.gpunuma.operate import metrics
+    from ansible.module_utils.gpunuma.verify import metrics
     topo = discover("mi300x-cpx", sysfs_root=cpx_host(tmp_path / "host"))["topology"]
     plan = build_plan(topo, load_profile("strict", PROFILES),
                       [{"name": "tp8", "gpus_per_instance": 8, "command": ["/usr/bin/true"]},

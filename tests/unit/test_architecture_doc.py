@@ -14,7 +14,7 @@ from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit
 
-STAGES = ("common", "discovery", "plan", "node", "kubelet", "operate", "verify")
+STAGES = ("common", "discovery", "node", "plan", "kubelet", "gate", "verify", "run")
 NAME_RE = re.compile(r"\b(?:%s)(?:\.[A-Za-z_][A-Za-z0-9_]*)+" % "|".join(STAGES))
 
 

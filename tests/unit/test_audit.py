@@ -235,7 +235,7 @@ def test_numa_balancing_findings():
 
 def _every_process(maps_by_pid, threads):
     """What gpunuma_audit_info hands over for a unit: pages of every process by kind, every thread's CPUs."""
-    from ansible.module_utils.gpunuma.operate import metrics
+    from ansible.module_utils.gpunuma.verify import metrics
 
     pages = {"anon": {}, "file": {}}
     for maps in maps_by_pid.values():

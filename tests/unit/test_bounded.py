@@ -10,7 +10,8 @@ from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.discovery.nvidia import nvml
 from ansible.module_utils.gpunuma.kubelet import config as kubelet_config
 from ansible.module_utils.gpunuma.kubelet.plan import checkpoint_policy
-from ansible.module_utils.gpunuma.operate import role_inputs, state
+from ansible.module_utils.gpunuma.common import seal
+from ansible.module_utils.gpunuma.plan import state
 from conftest import examples
 
 pytestmark = pytest.mark.unit
@@ -41,13 +42,13 @@ def test_shallow_documents_load_as_json_loads_them(value):
         assert bounded.loads_json(text) == json.loads(text)
 
 
-@pytest.mark.parametrize("reader", ["state", "role_inputs", "checkpoint", "kubelet", "nvml"])
+@pytest.mark.parametrize("reader", ["state", "seal", "checkpoint", "kubelet", "nvml"])
 def test_every_reader_of_gpunumas_json_refuses_a_deep_document_with_its_own_message(reader, tmp_path):
     if reader == "state":
         with pytest.raises(state.StateCorrupt, match="state.json: not valid JSON"):
             state.parse_state(DEEP, "/etc/gpunuma/state.json")
-    elif reader == "role_inputs":
-        result = role_inputs.read_state_file(DEEP, "/etc/gpunuma/plan.json", "gpunuma.plan/v1", "move it aside",
+    elif reader == "seal":
+        result = seal.read_state_file(DEEP, "/etc/gpunuma/plan.json", "gpunuma.plan/v1", "move it aside",
                                              encoding="text")
         assert "not valid JSON" in result["problem"] and result["data"] is None
     elif reader == "checkpoint":

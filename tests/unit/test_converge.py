@@ -1,4 +1,4 @@
-"""The converge record (module_utils/gpunuma/operate/converge.py and the gpunuma_converge action's rules).
+"""The converge record (module_utils/gpunuma/run/converge.py and the gpunuma_converge action's rules).
 
 What a run owns is taken from gpunuma_apply's arguments; what it read is asked again; the comparison names every
 difference; a run with a read that cannot be asked again is never recorded. The container behaviour (a converged
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO_ROOT
-from ansible.module_utils.gpunuma.operate import converge
+from ansible.module_utils.gpunuma.run import converge
 
 pytestmark = pytest.mark.unit
 

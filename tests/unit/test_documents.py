@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible.module_utils.gpunuma.common import documents, schemas
-from ansible.module_utils.gpunuma.operate import state as statelib
+from ansible.module_utils.gpunuma.plan import state as statelib
 from conftest import FIXTURES, REPO_ROOT, examples
 
 pytestmark = pytest.mark.unit

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.operate import policy
+from ansible.module_utils.gpunuma.gate import policy
 from ansible.module_utils.gpunuma.verify.h2d import report as h2d_report
 from conftest import FIXTURES, REPO_ROOT
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible.module_utils.gpunuma.operate import metrics
+from ansible.module_utils.gpunuma.verify import metrics
 from conftest import REPO_ROOT
 
 # The role's entry script imports the renderer installed beside it (gpunuma_metrics_collect.py): here, module_utils'.

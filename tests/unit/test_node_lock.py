@@ -1,4 +1,4 @@
-"""The node lock (module_utils/gpunuma/operate/lock.py): one gpunuma run changes a node at a time."""
+"""The node lock (module_utils/gpunuma/node/lock.py): one gpunuma run changes a node at a time."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ansible.module_utils.gpunuma.operate import lock
+from ansible.module_utils.gpunuma.node import lock
 
 pytestmark = pytest.mark.unit
 

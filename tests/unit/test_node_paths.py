@@ -90,7 +90,9 @@ def test_the_metrics_collector_spells_the_same_paths():
 
 def test_the_modules_take_their_defaults_from_node_paths():
     """The argument specs' defaults are the constants (the sanity test holds the documentation to the specs)."""
-    from ansible.module_utils.gpunuma.operate import converge, lock, state
+    from ansible.module_utils.gpunuma.run import converge
+    from ansible.module_utils.gpunuma.node import lock
+    from ansible.module_utils.gpunuma.plan import state
     from ansible.module_utils.gpunuma.plan import model
     assert (converge.DEFAULT_PATH, converge.DEFAULT_PENDING, converge.DEFAULT_STOPPED) == (
         node_paths.CONVERGED, node_paths.PENDING_RESTARTS, node_paths.STOPPED_FOR_CHANGE)

@@ -9,7 +9,7 @@ import os
 import pytest
 import yaml
 
-from ansible.module_utils.gpunuma.operate import policy
+from ansible.module_utils.gpunuma.gate import policy
 from ansible.module_utils.gpunuma.plan.planner import build_plan
 from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import REPO_ROOT

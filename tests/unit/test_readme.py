@@ -79,7 +79,7 @@ def test_worked_inventory_passes_the_shipped_policies():
     """The README's example, planned on an HGX node, passes every shipped rule the gate can judge from the plan."""
     import datetime
 
-    from ansible.module_utils.gpunuma.operate import policy
+    from ansible.module_utils.gpunuma.gate import policy
 
     host_vars = worked_inventory()["all"]["children"]["gpu_nodes"]["vars"]
     with open(HGX, encoding="utf-8") as handle:

@@ -386,7 +386,7 @@ def test_mutated_topology_renders_or_is_a_clear_problem(tmp_path_factory, docs, 
 
 def test_policy_violations_of_the_audit(tmp_path, docs):
     """audit.yml adds the policy results to the report: a violation without a finding is still drift."""
-    from ansible.module_utils.gpunuma.operate import policy
+    from ansible.module_utils.gpunuma.gate import policy
 
     fleet = copy.deepcopy(docs)
     audit = fleet["h200-vm"]["audit"]

@@ -10,7 +10,8 @@ import os
 import pytest
 import yaml
 
-from ansible.module_utils.gpunuma.operate import role_inputs
+from ansible.module_utils.gpunuma.common import text as textlib
+from ansible.module_utils.gpunuma.run import role_inputs
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit
@@ -53,7 +54,7 @@ def test_control_characters_are_refused_in_every_text_option(role, name, spec, o
 def test_whole_numbers_have_a_floor(name, value, floor):
     problems = role_inputs.input_problems(_options("numa_binding"), {name: value})
     assert problems == ["%s: %s is below %d; allowed: a whole number %d or more"
-                        % (name, role_inputs.shown(value), floor, floor)]
+                        % (name, textlib.shown(value), floor, floor)]
 
 
 def test_every_floor_names_a_whole_number_option():

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.unit
 
 SCHEMA_RE = re.compile(r"^gpunuma\.[a-z0-9-]+/v[0-9]+$")
 OWNER = os.path.join("module_utils", "gpunuma", "common", "schemas.py")
-STANDALONE = (os.path.join("module_utils", "gpunuma", "operate", "metrics.py"),)
+STANDALONE = (os.path.join("module_utils", "gpunuma", "verify", "metrics.py"),)
 
 
 def _literals(path):

@@ -16,8 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible.module_utils.gpunuma.common import schemas, seal
-from ansible.module_utils.gpunuma.operate import role_inputs
-from ansible.module_utils.gpunuma.operate import state as statelib
+from ansible.module_utils.gpunuma.plan import state as statelib
 from conftest import FIXTURES, REPO_ROOT, examples
 
 pytestmark = pytest.mark.unit
@@ -76,7 +75,7 @@ def test_a_checksum_field_of_another_shape_is_refused(stored):
 
 def _read(doc, schema=schemas.TOPOLOGY):
     content = base64.b64encode(json.dumps(doc, indent=1).encode()).decode()
-    return role_inputs.read_state_file(content, "gpu-a01:/etc/gpunuma/topology.json", schema, "Recover so.")
+    return seal.read_state_file(content, "gpu-a01:/etc/gpunuma/topology.json", schema, "Recover so.")
 
 
 def test_the_node_file_readers_refuse_an_edited_file_naming_it():

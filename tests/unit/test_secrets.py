@@ -184,7 +184,7 @@ def _spec_options():
 
 def _messages(instances):
     """Every message the input check and the planner give for ``instances``."""
-    from ansible.module_utils.gpunuma.operate import role_inputs
+    from ansible.module_utils.gpunuma.run import role_inputs
     out = list(role_inputs.input_problems(_spec_options(), {"numa_binding_instances": instances}))
     try:
         build_plan(topology("h200-1gpu-vm"), profile("strict"), instances)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible.module_utils.gpunuma.operate import state as statelib
+from ansible.module_utils.gpunuma.plan import state as statelib
 from ansible.module_utils.gpunuma.plan.profiles import load_profiles
 from conftest import REPO_ROOT
 

@@ -1,4 +1,4 @@
-"""The gpu_topology role's one decision over the persisted inventories (operate/topology_store.decide)."""
+"""The gpu_topology role's one decision over the persisted inventories (run/topology_store.decide)."""
 
 import base64
 import copy
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible.module_utils.gpunuma.common import seal
-from ansible.module_utils.gpunuma.operate import topology_store
+from ansible.module_utils.gpunuma.run import topology_store
 from conftest import FIXTURES
 
 pytestmark = pytest.mark.unit

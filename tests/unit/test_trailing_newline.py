@@ -10,7 +10,7 @@ import pytest
 from ansible.module_utils.gpunuma.common import secrets
 from ansible.module_utils.gpunuma.kubelet import guard, values
 from ansible.module_utils.gpunuma.node import accounts, housekeeping
-from ansible.module_utils.gpunuma.operate import metrics
+from ansible.module_utils.gpunuma.verify import metrics
 from ansible.module_utils.gpunuma.plan import profiles
 
 pytestmark = pytest.mark.unit

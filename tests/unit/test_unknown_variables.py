@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from ansible.module_utils.gpunuma.operate import role_inputs
+from ansible.module_utils.gpunuma.run import role_inputs
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit

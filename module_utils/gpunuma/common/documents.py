@@ -15,7 +15,7 @@ The schemas state the shape readers rely on: required keys and their types,
 down to each list's entries. Additive minor versions add optional keys, so
 unknown keys are allowed (readers of v1 ignore what they do not know). The
 meaning of a value (a CPU list that parses, a node that exists) stays with
-the module that owns it (``plan.topology``, ``operate.state``); the shape is
+the module that owns it (``plan.topology``, ``plan.state``); the shape is
 checked here first, by every reader, in one way.
 """
 
@@ -181,7 +181,7 @@ PLAN_SCHEMA = _doc(schemas.PLAN, "gpunuma plan (docs/plan-v1.md)",
                    ["profile", "instances"], _PLAN_PROPERTIES)
 
 # A node's state file is read back leniently (an older gpunuma's file has no pinned nor history): only what
-# is there must have its type; the profile names and times in it are checked by operate.state.
+# is there must have its type; the profile names and times in it are checked by plan.state.
 _STATE_PROPERTIES = {
     "hostname": _t("string", null=True),
     "profile": _t("string", null=True),

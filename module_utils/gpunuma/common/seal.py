@@ -14,13 +14,16 @@ the checksum covers everything the planner reads (cores, L3 groups, memory).
 A document without the field was written before gpunuma sealed its files:
 it is read as before, and sealed the next time gpunuma writes it.
 
-Standard library only.
+:func:`read_state_file` reads one such document back and says what is wrong with it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+
+from ansible.module_utils.gpunuma.common import bounded
+from ansible.module_utils.gpunuma.common.text import shown
 
 FIELD = "checksum"
 PREFIX = "sha256:"
@@ -60,3 +63,48 @@ def problem(doc):
         return ("was changed after gpunuma wrote it: its content no longer matches its checksum "
                 "(edited by hand, or written by another tool)")
     return None
+
+
+def read_state_file(content, path, schema, recovery, encoding="base64"):
+    """A JSON state file gpunuma keeps (``/etc/gpunuma/topology.json``, ``plan.json``).
+
+    ``content``: the file's text (``encoding="text"``) or Ansible's slurp
+    ``content`` (``"base64"``). Returns ``{"data": mapping or None, "problem":
+    None or a sentence, "sealed": bool}``; the sentence names ``path``, says
+    what is wrong and ends with ``recovery``. A file that is not a ``schema``
+    JSON object, or whose content no longer matches its checksum (common/seal.py),
+    is a problem, never a crash and never silently treated as absent.
+    ``sealed`` is false for a file written before gpunuma sealed its files.
+    """
+    import base64
+    import binascii
+
+    def refused(what):
+        return {"data": None, "problem": "%s %s. It is left as it is. %s" % (path, what, recovery), "sealed": False}
+
+    text = content
+    if encoding == "base64":
+        try:
+            raw = base64.b64decode(content or "", validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            return refused("could not be read back (not base64)")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return refused("is not UTF-8 text (byte %d)" % exc.start)
+    if not isinstance(text, str):
+        return refused("is not text")
+    if not text.strip():
+        return refused("is empty (a write cut short?)")
+    try:
+        data = bounded.loads_json(text)
+    except ValueError as exc:
+        return refused("is not valid JSON (%s)" % exc)
+    if not isinstance(data, dict):
+        return refused("holds a JSON %s, not a %s object" % (type(data).__name__, schema))
+    if data.get("schema") != schema:
+        return refused("is not a %s document (schema: %s)" % (schema, shown(data.get("schema"))))
+    edited = problem(data)
+    if edited:
+        return refused(edited)
+    return {"data": data, "problem": None, "sealed": is_sealed(data)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pwd
 import re
 
-from ansible.module_utils.gpunuma.operate.role_inputs import control_problem
+from ansible.module_utils.gpunuma.common.text import control_problem
 
 # useradd's default NAME_REGEX (shadow-utils, Debian and RHEL alike), without the trailing "$" of machine accounts.
 NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")

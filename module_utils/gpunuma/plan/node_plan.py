@@ -17,7 +17,7 @@ from ansible.module_utils.gpunuma.common import schemas
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.node import accounts as accountslib
 from ansible.module_utils.gpunuma.node import programs as programslib
-from ansible.module_utils.gpunuma.operate.role_inputs import read_state_file
+from ansible.module_utils.gpunuma.common.seal import read_state_file
 from ansible.module_utils.gpunuma.plan.planner import build_plan
 from ansible.module_utils.gpunuma.plan.profiles import profile_variant
 

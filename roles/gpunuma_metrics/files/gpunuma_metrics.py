@@ -1,7 +1,7 @@
 """gpunuma-metrics: write the node's gpunuma metrics for node_exporter's textfile collector.
 
 Installed by the gpunuma_metrics role, beside ``gpunuma_metrics_collect.py``
-(module_utils/gpunuma/operate/metrics.py, which renders the metrics), and run
+(module_utils/gpunuma/verify/metrics.py, which renders the metrics), and run
 by gpunuma-metrics.timer. Standard library only. This script does what the
 renderer leaves to its caller: it asks systemctl for the MainPID of a unit
 whose processes no cgroup file lists, and writes the file atomically: a

@@ -16,7 +16,7 @@ from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.discovery.module_run import discover_with
 from ansible.module_utils.gpunuma.node.apply.files import ApplyError, find_stale
 from ansible.module_utils.gpunuma.node.probe import module_runner, node_read_params, probe_with, read_file, unit_states
-from ansible.module_utils.gpunuma.operate import converge
+from ansible.module_utils.gpunuma.run import converge
 
 # The options of a record request (gpunuma_converge's state=recorded, gpunuma_apply's record).
 RECORD_OPTIONS = dict(

@@ -1,4 +1,4 @@
-"""The policy gate's checks (operate/policy.py): each takes a :class:`operate.policy.Context` and the rule's
+"""The policy gate's checks (gate/policy.py): each takes a :class:`gate.policy.Context` and the rule's
 params and returns violation sentences (empty: pass) or None (not applicable); their parameter and kubelet
 setting checks."""
 

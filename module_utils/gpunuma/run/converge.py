@@ -68,7 +68,7 @@ def stable_view(module, result):
     """``result`` of reader ``module`` without what changes by itself and no decision reads.
 
     gpu_topology_info: a NUMA node's free memory (the planner sizes by total memory, never free memory:
-    operate/policy.py); its node read (``node_info``) is seen as gpunuma_node_info's. gpunuma_node_info: of PID
+    gate/policy.py); its node read (``node_info``) is seen as gpunuma_node_info's. gpunuma_node_info: of PID
     1's status only the capability lines (node/limits.py reads CapEff; the rest are counters).
     """
     result = _strip(result)

@@ -31,7 +31,7 @@ import os
 import re
 
 # The checks, their parameters and the kubelet settings (re-exported).
-from ansible.module_utils.gpunuma.operate.policy_checks import (  # noqa: F401  # pylint: disable=unused-import
+from ansible.module_utils.gpunuma.gate.checks import (  # noqa: F401  # pylint: disable=unused-import
     CHECKS, INFINITY, KUBELET_SETTINGS, PARAMS, TOPOLOGY_MANAGER_POLICIES, PolicyError, _params_problems,
     validate_kubelet)
 

@@ -24,11 +24,9 @@ name to a name safe to use as one path component.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping
 
-from ansible.module_utils.gpunuma.common import bounded, seal, secrets
+from ansible.module_utils.gpunuma.common.text import control_problem, shown, yaml_kind
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 # A spec default like "{{ gpunuma_profile | default('strict') }}": the option
@@ -54,38 +52,6 @@ MAX_STEM = 240
 
 class RoleInputError(GpunumaError):
     """A value the roles cannot use (raised only by helpers that need one answer)."""
-
-
-# The longest value a message quotes (a whole instance list is no help in one line).
-MAX_SHOWN = 300
-
-
-def shown(value):
-    """``value`` as the user wrote it, in JSON (``false``, ``"off"``, ``[1, 2]``), secrets redacted
-    (secrets.redact_value: malformed input included) and cut at MAX_SHOWN characters."""
-    value = secrets.redact_value(value)
-    try:
-        text = json.dumps(value, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
-
-
-def yaml_kind(value):
-    """What a value is, in YAML's words: ``a list``, ``text``, ``a boolean``..."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return "a %s" % type(value).__name__
 
 
 def _is_int(value):
@@ -115,20 +81,6 @@ def _is_str(value):
     # Ansible would turn numbers into strings; a boolean turned into 'True'
     # is never what was meant.
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
-
-
-# Text that reaches a rendered file (a unit, a drop-in, limits.d, sysctl.d) or a
-# command line must be one line: a newline in a path or name would start a
-# new directive ("[Service]\nExecStartPre=+/bin/sh -c ...") in what gpunuma
-# writes as root. C0 control characters and DEL are refused in every text
-# value of a spec, list items included.
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def control_problem(value):
-    if isinstance(value, str) and _CONTROL_RE.search(value):
-        return "holds a control character (newline, tab, ...); allowed: one line of printable text"
-    return None
 
 
 def _type_problem(kind, value, elements=None):
@@ -376,51 +328,6 @@ def host_file_stem(host):
             % (shown(host), len(stem), MAX_STEM)
         )
     return stem
-
-
-def read_state_file(content, path, schema, recovery, encoding="base64"):
-    """A JSON state file gpunuma keeps (``/etc/gpunuma/topology.json``, ``plan.json``).
-
-    ``content``: the file's text (``encoding="text"``) or Ansible's slurp
-    ``content`` (``"base64"``). Returns ``{"data": mapping or None, "problem":
-    None or a sentence, "sealed": bool}``; the sentence names ``path``, says
-    what is wrong and ends with ``recovery``. A file that is not a ``schema``
-    JSON object, or whose content no longer matches its checksum (common/seal.py),
-    is a problem, never a crash and never silently treated as absent.
-    ``sealed`` is false for a file written before gpunuma sealed its files.
-    """
-    import base64
-    import binascii
-
-    def problem(what):
-        return {"data": None, "problem": "%s %s. It is left as it is. %s" % (path, what, recovery), "sealed": False}
-
-    text = content
-    if encoding == "base64":
-        try:
-            raw = base64.b64decode(content or "", validate=True)
-        except (binascii.Error, ValueError, TypeError):
-            return problem("could not be read back (not base64)")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return problem("is not UTF-8 text (byte %d)" % exc.start)
-    if not isinstance(text, str):
-        return problem("is not text")
-    if not text.strip():
-        return problem("is empty (a write cut short?)")
-    try:
-        data = bounded.loads_json(text)
-    except ValueError as exc:
-        return problem("is not valid JSON (%s)" % exc)
-    if not isinstance(data, dict):
-        return problem("holds a JSON %s, not a %s object" % (type(data).__name__, schema))
-    if data.get("schema") != schema:
-        return problem("is not a %s document (schema: %s)" % (schema, shown(data.get("schema"))))
-    edited = seal.problem(data)
-    if edited:
-        return problem(edited)
-    return {"data": data, "problem": None, "sealed": seal.is_sealed(data)}
 
 
 # -- variables nobody reads -----------------------------------------------------------------------------------

@@ -12,13 +12,14 @@ returns what to write, what to say and why to stop; the role only carries it out
 from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common import schemas
-from ansible.module_utils.gpunuma.operate.role_inputs import host_file_stem, read_state_file
+from ansible.module_utils.gpunuma.common.seal import read_state_file
+from ansible.module_utils.gpunuma.run.role_inputs import host_file_stem
 
 
 def controller_files(host, directory):
     """``{stem, topology, pending, plan, seal}``: the controller files of inventory host ``host`` in ``directory``
     (one documented mapping of the host name, role_inputs.host_file_stem; docs/roles.md). ``seal``: the digest of
-    the node's converge record as this controller asked for it (operate/converge.seal)."""
+    the node's converge record as this controller asked for it (run/converge.seal)."""
     stem = host_file_stem(host)
     base = directory.rstrip("/") + "/" + stem
     return {"stem": stem, "topology": base + ".json", "pending": base + ".pending.json", "plan": base + ".plan.json",

@@ -1,0 +1,1 @@
+"""The policy gate: rules kept as data (policies/), judged against a plan before anything changes."""

@@ -1,0 +1,1 @@
+"""A run on the controller: role inputs, the converge record, the persisted topology copies."""
