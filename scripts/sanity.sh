@@ -19,10 +19,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 VENV=$REPO/.venv
+CORE=2.21
 if [ "${1:-}" = --core ]; then
   case "${2:-}" in
     2.21) ;;
-    2.20) VENV=$REPO/.venv/cores/2.20 ;;
+    2.20) VENV=$REPO/.venv/cores/2.20; CORE=2.20 ;;
     *) echo "gpunuma: --core '${2:-}': allowed: 2.20, 2.21" >&2; exit 2 ;;
   esac
   shift 2
@@ -41,7 +42,9 @@ if ! echo "$PIP_WHEEL_SHA256  $wheel" | sha256sum -c --status 2>/dev/null; then
   echo "$PIP_WHEEL_SHA256  $wheel" | sha256sum -c --status \
     || { echo "gpunuma: $wheel does not match its pinned sha256" >&2; exit 1; }
 fi
-cat > "$bootstrap.tmp" <<EOF
+# Each run writes its own copy, then renames it: two cores checked at once never share a half-written file.
+bootstrap_tmp=$(mktemp "$bootstrap.XXXXXX")
+cat > "$bootstrap_tmp" <<EOF
 # Written by gpunuma's scripts/sanity.sh: stands in for get-pip.py $PIP_VERSION.
 # Installs the packages ansible-test asks for (pip==$PIP_VERSION among them)
 # with the pip of the PyPI wheel $wheel.
@@ -51,11 +54,13 @@ from pip._internal.cli.main import main
 args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
 sys.exit(main(["install", "--quiet"] + args))
 EOF
-mv "$bootstrap.tmp" "$bootstrap"
+chmod 0644 "$bootstrap_tmp"
+mv -f "$bootstrap_tmp" "$bootstrap"
 
 # Outside the checkout: inside it, ansible-test would list the collection's
-# files with git, which ignores build/.
-out="${TMPDIR:-/tmp}/gpunuma-sanity"
+# files with git, which ignores build/. One tree per core: the suite checks
+# both cores at once, and a rebuild must not pull files from under the other.
+out="${TMPDIR:-/tmp}/gpunuma-sanity-$CORE"
 collection=$(.venv/bin/python scripts/build-collection.py --out "$out" | tail -1)
 cd "$collection"
 exec env PATH="$VENV/bin:$PATH" "$VENV/bin/ansible-test" sanity --local --python "$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
