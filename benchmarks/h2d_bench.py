@@ -41,6 +41,8 @@ from gpunuma_controller.core import use_core  # noqa: E402
 use_core(standalone=True)
 
 from ansible.module_utils.gpunuma.verify.h2d import probe as h2d  # noqa: E402
+from ansible.module_utils.gpunuma.verify.h2d import measure as h2d_measure  # noqa: E402
+from ansible.module_utils.gpunuma.verify.h2d import options as h2d_options  # noqa: E402
 
 BANDWIDTH_RATIO_MIN = 0.98
 
@@ -77,12 +79,12 @@ def torch_measure(torch, index, large, small, repeats, small_repeats, warmup):
         return [fn() for _ in range(count)]
 
     # The probe's small-copy warm-up, on both sides.
-    small_warmup = max(warmup, h2d.SMALL_WARMUP_COPIES)
+    small_warmup = max(warmup, h2d_options.SMALL_WARMUP_COPIES)
     out = {
-        "h2d_pinned": h2d.bandwidth_stats(large, series(lambda: event_copy(d_large, pinned), repeats)),
-        "d2h_pinned": h2d.bandwidth_stats(large, series(lambda: event_copy(pinned, d_large), repeats)),
-        "h2d_pageable": h2d.bandwidth_stats(large, series(lambda: wall_copy(d_large, pageable), repeats)),
-        "small_h2d_pinned": h2d.latency_stats(series(lambda: event_copy(d_small, pinned_small), small_repeats,
+        "h2d_pinned": h2d_measure.bandwidth_stats(large, series(lambda: event_copy(d_large, pinned), repeats)),
+        "d2h_pinned": h2d_measure.bandwidth_stats(large, series(lambda: event_copy(pinned, d_large), repeats)),
+        "h2d_pageable": h2d_measure.bandwidth_stats(large, series(lambda: wall_copy(d_large, pageable), repeats)),
+        "small_h2d_pinned": h2d_measure.latency_stats(series(lambda: event_copy(d_small, pinned_small), small_repeats,
                                                      small_warmup)),
     }
     with torch.cuda.stream(stream):
@@ -207,12 +209,12 @@ def main():
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="runs of each side; figures are min/median/max over them")
-    ap.add_argument("--large-bytes", type=int, default=h2d.DEFAULTS["large_bytes"])
-    ap.add_argument("--small-bytes", type=int, default=h2d.DEFAULTS["small_bytes"])
+    ap.add_argument("--large-bytes", type=int, default=h2d_options.DEFAULTS["large_bytes"])
+    ap.add_argument("--small-bytes", type=int, default=h2d_options.DEFAULTS["small_bytes"])
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--small-repeats", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--pinned-alloc", default="register", choices=h2d.PINNED_ALLOCS)
+    ap.add_argument("--pinned-alloc", default="register", choices=h2d_options.PINNED_ALLOCS)
     ap.add_argument("--json", help="write every run, the spreads and the ratios here")
     args = ap.parse_args()
     if args.runs < 1:

@@ -32,6 +32,7 @@ for _path in C.DEFAULT_MODULE_UTILS_PATH or []:
 
 from ansible.module_utils.gpunuma.verify import audit  # noqa: E402
 from ansible.module_utils.gpunuma.verify.h2d import report as h2d_report
+from ansible.module_utils.gpunuma.verify.h2d import policy as h2d_policy
 from ansible.module_utils.gpunuma.node import limits  # noqa: E402
 from ansible.module_utils.gpunuma.run import role_inputs  # noqa: E402
 from ansible.module_utils.gpunuma.run import topology_store  # noqa: E402
@@ -49,7 +50,8 @@ from ansible.module_utils.gpunuma.kubelet import guard as kubeletguard  # noqa: 
 from ansible.module_utils.gpunuma.kubelet import change as kubeletchange  # noqa: E402
 from ansible.module_utils.gpunuma.kubelet import dra as kubeletdra  # noqa: E402
 from ansible.module_utils.gpunuma.kubelet import resource_slices as resourceslices  # noqa: E402
-from ansible.module_utils.gpunuma.plan.planner import systemd_environment_assignment, systemd_exec_line  # noqa: E402
+from ansible.module_utils.gpunuma.plan.systemd_words import (  # noqa: E402
+    systemd_environment_assignment, systemd_exec_line)
 from ansible.module_utils.gpunuma.plan.profiles import (  # noqa: E402
     ProfileError, base_profile, load_profiles, profile_choice_problem, profile_variant)
 
@@ -325,7 +327,7 @@ def gpu_topology_input_problems(options, values, aliases=None, host=None):
 
 @_filter
 def gpu_validate_policy(data, source="policy"):
-    return h2d_report.load_policy(data, source)
+    return h2d_policy.load_policy(data, source)
 
 
 @_filter

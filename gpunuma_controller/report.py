@@ -16,12 +16,12 @@ never a traceback; a missing or empty directory is a ``ReportError``.
 
 from __future__ import annotations
 
-# The report's parts, one file each (their public names re-exported): report_base (schemas, limits, colours,
-# errors, escaping, CPU lists), report_load (loading and shape checks), report_svg (the drawings).
-from .report_base import (  # noqa: F401  # pylint: disable=unused-import
-    HOUSEKEEPING_FILL, KINDS, PALETTE, ReportError, ShapeError, esc, format_ids, parse_cpulist, shown)
-from .report_load import CHECKS, load_fleet  # noqa: F401  # pylint: disable=unused-import
-from .report_svg import _host_model, legend_html, matrix_svg, topology_svg  # noqa: F401  # pylint: disable=unused-import
+# The report's parts, one file each: report_base (schemas, limits, colours, errors, escaping, CPU lists),
+# report_load (loading and shape checks), report_svg (the drawings).
+from .report_base import KINDS, ReportError, esc, shown
+from .report_load import load_fleet
+from .report_svg import _host_model, legend_html, matrix_svg, topology_svg
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids  # pylint: disable=wrong-import-order
 
 
 # ---------------------------------------------------------------- tables

@@ -13,7 +13,6 @@ from .core import use_core
 # (use_core standalone).
 use_core(standalone=True)
 from ansible.module_utils.gpunuma.common import schemas  # noqa: E402  # pylint: disable=wrong-import-position
-from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids  # noqa: E402,F401  # pylint: disable=wrong-import-position,unused-import
 
 SCHEMAS = {
     schemas.TOPOLOGY: "topology",

@@ -4,8 +4,9 @@ picture, link matrices and the legend, as inline SVG."""
 from __future__ import annotations
 
 from .report_base import (
-    CROSS_COLOUR, FREE_FILL, HOUSEKEEPING_FILL, LINK_COLOURS, PALETTE, esc, format_ids, parse_cpulist, shown)
+    CROSS_COLOUR, FREE_FILL, HOUSEKEEPING_FILL, LINK_COLOURS, PALETTE, esc, parse_cpulist, shown)
 from .report_load import _int
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids  # pylint: disable=wrong-import-order
 
 # ---------------------------------------------------------------- model for drawing
 

@@ -109,6 +109,7 @@ from ansible.module_utils.gpunuma.node import autonuma as autonumalib
 from ansible.module_utils.gpunuma.verify import metrics as metricslib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 from ansible.module_utils.gpunuma.verify import audit as auditlib
+from ansible.module_utils.gpunuma.verify import proc_texts
 from ansible.module_utils.gpunuma.verify.audit import Finding
 from ansible.module_utils.gpunuma.common import schemas
 
@@ -292,8 +293,8 @@ def _unit_view(p, item, props):
     for path in (props.get("DropInPaths") or "").split():
         if path != own:
             text = _read(path) or ""
-            if any(auditlib.parse_unit(text).get(k) for k in ("CPUAffinity", "NUMAPolicy", "NUMAMask", "LimitMEMLOCK",
-                                                              "AllowedCPUs", "exec")):
+            keys = ("CPUAffinity", "NUMAPolicy", "NUMAMask", "LimitMEMLOCK", "AllowedCPUs", "exec")
+            if any(proc_texts.parse_unit(text).get(k) for k in keys):
                 extra.append(path)
     try:
         pid = int(props.get("MainPID") or 0)

@@ -69,6 +69,7 @@ import datetime
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.gate import policy
+from ansible.module_utils.gpunuma.gate import checks as policy_checks
 
 
 MODULE_SPEC = dict(
@@ -103,8 +104,8 @@ def run(module):
     try:
         rules = policy.load_rules(p["rules_dir"], yaml.safe_load)
         waivers = policy.validate_waivers(p["waivers"], set(r["id"] for r in rules))
-        p["settings"]["kubelet"] = policy.validate_kubelet(p["settings"].get("kubelet"))
-    except policy.PolicyError as exc:
+        p["settings"]["kubelet"] = policy_checks.validate_kubelet(p["settings"].get("kubelet"))
+    except policy_checks.PolicyError as exc:
         module.fail_json(msg="%s: the policies cannot be used:\n%s" % (p["host"], exc), problems=exc.problems)
     ctx = policy.Context(p["host"], p["topology"], p["plan"], p["settings"], p["live"])
     results, expired = policy.evaluate(rules, ctx, waivers, p["groups"], today)

@@ -204,6 +204,8 @@ from ansible.module_utils.gpunuma.common import atomic, documents, node_paths
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.plan import state as statelib
 from ansible.module_utils.gpunuma.verify.h2d import probe as h2d
+from ansible.module_utils.gpunuma.verify.h2d import hip as h2d_hip
+from ansible.module_utils.gpunuma.verify.h2d import options as h2d_options
 from ansible.module_utils.gpunuma.verify.h2d import load as h2d_load
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
@@ -247,20 +249,20 @@ def _nvml():
 
 ARGUMENT_SPEC = dict(
     gpus=dict(type="list", elements="str"),
-    placements=dict(type="list", elements="str", default=list(h2d.PLACEMENTS)),
-    large_bytes=dict(type="int", default=h2d.DEFAULTS["large_bytes"]),
-    small_bytes=dict(type="int", default=h2d.DEFAULTS["small_bytes"]),
-    repeats=dict(type="int", default=h2d.DEFAULTS["repeats"]),
-    small_repeats=dict(type="int", default=h2d.DEFAULTS["small_repeats"]),
-    warmup=dict(type="int", default=h2d.DEFAULTS["warmup"]),
-    rounds=dict(type="int", default=h2d.DEFAULTS["rounds"]),
-    warmup_round=dict(type="bool", default=h2d.DEFAULTS["warmup_round"]),
-    pinned_alloc=dict(type="str", default="register", choices=list(h2d.PINNED_ALLOCS)),
+    placements=dict(type="list", elements="str", default=list(h2d_options.PLACEMENTS)),
+    large_bytes=dict(type="int", default=h2d_options.DEFAULTS["large_bytes"]),
+    small_bytes=dict(type="int", default=h2d_options.DEFAULTS["small_bytes"]),
+    repeats=dict(type="int", default=h2d_options.DEFAULTS["repeats"]),
+    small_repeats=dict(type="int", default=h2d_options.DEFAULTS["small_repeats"]),
+    warmup=dict(type="int", default=h2d_options.DEFAULTS["warmup"]),
+    rounds=dict(type="int", default=h2d_options.DEFAULTS["rounds"]),
+    warmup_round=dict(type="bool", default=h2d_options.DEFAULTS["warmup_round"]),
+    pinned_alloc=dict(type="str", default="register", choices=list(h2d_options.PINNED_ALLOCS)),
     remote_node=dict(type="int"),
-    timeout_s=dict(type="int", default=h2d.DEFAULTS["timeout_s"]),
+    timeout_s=dict(type="int", default=h2d_options.DEFAULTS["timeout_s"]),
     libcuda_path=dict(type="str", default="libcuda.so.1"),
-    runtime=dict(type="str", default="auto", choices=list(h2d.RUNTIMES)),
-    libhip_path=dict(type="str", default=h2d.DEFAULTS["libhip_path"]),
+    runtime=dict(type="str", default="auto", choices=list(h2d_hip.RUNTIMES)),
+    libhip_path=dict(type="str", default=h2d_options.DEFAULTS["libhip_path"]),
     load=dict(type="str", default="idle", choices=list(h2d_load.LOADS)),
     load_memory_workers=dict(type="int", default=h2d_load.DEFAULT_MEMORY_WORKERS),
     load_max_seconds=dict(type="int", default=h2d_load.DEFAULT_MAX_SECONDS),
@@ -290,7 +292,7 @@ def main():
     if params["gpus"] is not None:
         params["gpus"] = [int(g) if g.isdigit() else g for g in params["gpus"]]
     try:
-        h2d.check_options(params)
+        h2d_options.check_options(params)
     except GpunumaError as exc:
         module.fail_json(msg=str(exc))
     nvml = _nvml()

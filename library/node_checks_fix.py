@@ -54,7 +54,7 @@ applied:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpunuma.discovery.sysfs.host import read_bounded
+from ansible.module_utils.gpunuma.common.bounded import read_bounded
 
 _BUS_RE = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", re.ASCII)
 _KINDS = ("governor", "persistence")

@@ -142,9 +142,11 @@ import os
 from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.plan import state
 from ansible.module_utils.gpunuma.verify import node_checks
+from ansible.module_utils.gpunuma.verify import node_facts
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.discovery.nvidia import nvml
-from ansible.module_utils.gpunuma.discovery.sysfs.host import read_bounded
+from ansible.module_utils.gpunuma.discovery.nvidia import nvml_dump
+from ansible.module_utils.gpunuma.common.bounded import read_bounded
 
 _SMI_Q_LIMIT = 8 << 20
 
@@ -169,7 +171,7 @@ def _live_nvml():
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             try:
-                bus = nvml.normalize_bus_id(pynvml.nvmlDeviceGetPciInfo(handle).busId)
+                bus = nvml_dump.normalize_bus_id(pynvml.nvmlDeviceGetPciInfo(handle).busId)
                 modes[bus] = bool(pynvml.nvmlDeviceGetPersistenceMode(handle))
             except Exception:  # pynvml's NVMLError family, or a bus id NVML garbled
                 continue
@@ -193,7 +195,7 @@ def _smi_q(module, path):
         module.fail_json(msg="nvidia_smi_q_file %s is not UTF-8 text; a saved 'nvidia-smi -q' output was expected"
                          % path)
     try:
-        return node_checks.parse_nvidia_smi_q(text)
+        return node_facts.parse_nvidia_smi_q(text)
     except ValueError as exc:
         module.fail_json(msg="nvidia_smi_q_file %s: %s" % (path, exc))
 
@@ -217,7 +219,7 @@ def main():
     offline = params["sysfs_root"] is not None
     sources = ["sysfs"]
     try:
-        facts = node_checks.read_node(params["sysfs_root"] if offline else "/")
+        facts = node_facts.read_node(params["sysfs_root"] if offline else "/")
         if params["nvml_dump"]:
             node_checks.apply_nvml_pcie(facts, nvml.load_dump(params["nvml_dump"]))
             sources.append("nvml_dump")
@@ -238,7 +240,7 @@ def main():
                 rc, out, _unused = module.run_command([smi, "-q"], environ_update={"LC_ALL": "C"})
                 if rc == 0:
                     try:
-                        node_checks.apply_persistence(facts, node_checks.parse_nvidia_smi_q(out), "nvidia-smi -q")
+                        node_checks.apply_persistence(facts, node_facts.parse_nvidia_smi_q(out), "nvidia-smi -q")
                         sources.append("nvidia_smi")
                     except ValueError:
                         pass

@@ -19,7 +19,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from gpunuma_controller import core, report  # noqa: E402  (standard library only: no ansible needed)
+from gpunuma_controller import core, report, report_base  # noqa: E402  (standard library only: no ansible needed)
 
 core.use_core(standalone=True)
 from ansible.module_utils.gpunuma.common import atomic  # noqa: E402
@@ -45,7 +45,7 @@ def main(argv=None):
     out = args.output or os.path.join(args.dir, "fleet-report.html")
     try:
         page, fleet = report.build_report(args.dir, args.title, args.host)
-    except report.ReportError as exc:
+    except report_base.ReportError as exc:
         print("report: %s" % printable(exc), file=sys.stderr)
         return 2
     try:

@@ -14,7 +14,8 @@ from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.gate import policy
 from ansible.module_utils.gpunuma.gate import checks as policy_checks
-from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
+from ansible.module_utils.gpunuma.plan.model import PlanError
+from ansible.module_utils.gpunuma.plan.planner import build_plan
 
 
 class Overran(Exception):

@@ -20,8 +20,8 @@ from conftest import FIXTURES, REPO_ROOT
 
 sys.path.insert(0, os.path.join(FIXTURES, "report"))
 import make_artefacts  # noqa: E402
-from gpunuma_controller import report  # noqa: E402
-from gpunuma_controller.report import HOUSEKEEPING_FILL, PALETTE  # noqa: E402
+from gpunuma_controller import report_base  # noqa: E402
+from gpunuma_controller.report_base import HOUSEKEEPING_FILL, PALETTE  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "report.py")
@@ -207,7 +207,7 @@ def test_screenshot_of_the_8_gpu_host_shows_its_picture(tmp_path):
     assert (width, height) == (WIDTH, HEIGHT)
     plan = make_artefacts.fleet()["gpu-a01"]["plan"]
     colours = {i["name"]: PALETTE[k] for k, i in enumerate(plan["instances"])}
-    housekeeping = sum(len(report.parse_cpulist(c, "housekeeping")) for c in plan["housekeeping"].values())
+    housekeeping = sum(len(report_base.parse_cpulist(c, "housekeeping")) for c in plan["housekeeping"].values())
     assert housekeeping == 4
     assert picture_problems(pixels, colours, housekeeping_cells=housekeeping) == []
 

@@ -12,6 +12,7 @@ import pytest
 
 from ansible.module_utils.gpunuma.verify import amd_checks
 from ansible.module_utils.gpunuma.verify import node_checks as nc
+from ansible.module_utils.gpunuma.verify import node_facts
 from sysfs_factory import NVIDIA, build_tree, node_platform
 
 pytestmark = pytest.mark.unit
@@ -45,14 +46,14 @@ def mi300x_host(root, nps=1, cmdline=GOOD_CMDLINE, c2_enabled=(), numa_balancing
 
 
 def amd_findings(root, profile="strict"):
-    facts = nc.read_node(root)
+    facts = node_facts.read_node(root)
     return [f for f in nc.evaluate(facts, profile) if f.check in amd_checks.CHECKS]
 
 
 def test_a_node_set_up_as_the_guide_says_has_no_amd_finding(tmp_path):
     root = mi300x_host(tmp_path)
     assert [f.as_dict() for f in amd_findings(root)] == []
-    assert nc.read_node(root).amd["gpus"][0] == "0000:05:00.0"
+    assert node_facts.read_node(root).amd["gpus"][0] == "0000:05:00.0"
 
 
 def test_nps4_is_a_warning_naming_each_split_socket_and_citing_the_guide(tmp_path):
@@ -101,7 +102,7 @@ def test_numa_balancing_on_is_measured_advice(tmp_path):
 def test_only_amd_accelerators_count(tmp_path, gpu_class, vendor, instinct):
     root = mi300x_host(tmp_path, nps=4, cmdline="ro", gpu_class=gpu_class, vendor=vendor)
     assert bool(amd_findings(root)) is instinct
-    assert (nc.read_node(root).amd is not None) is instinct
+    assert (node_facts.read_node(root).amd is not None) is instinct
 
 
 def test_the_findings_are_known_checks_of_node_checks():

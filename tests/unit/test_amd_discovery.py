@@ -14,8 +14,10 @@ import pytest
 
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
+from ansible.module_utils.gpunuma.discovery.sysfs import pci as sysfs_pci
 from ansible.module_utils.gpunuma.discovery.topology import build_topology
-from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
+from ansible.module_utils.gpunuma.plan.model import PlanError
+from ansible.module_utils.gpunuma.plan.planner import build_plan
 from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import REPO_ROOT
 from sysfs_factory import MI300X_GPUS, mi300x_8gpu_2socket
@@ -41,7 +43,7 @@ def test_mi300x_gpus_are_discovered_on_their_nodes_with_their_rocm_uuids(tmp_pat
 @pytest.mark.parametrize("unique_id, uuid", [("0x5b4ac59a0da2a6a0", "GPU-5b4ac59a0da2a6a0"), ("ABC", "GPU-0000000000000abc"),
                                              ("0", None), ("", None), ("not hex", None), (None, None)])
 def test_amd_uuid_from_unique_id(unique_id, uuid):
-    assert sysfs.amd_gpu_uuid(unique_id) == uuid
+    assert sysfs_pci.amd_gpu_uuid(unique_id) == uuid
 
 
 def test_one_instance_per_gpu_is_local_exclusive_and_selected_by_rocr(tmp_path):
@@ -97,7 +99,7 @@ def test_the_fleet_report_draws_the_mi300x_host(tmp_path):
     import json
     import re
 
-    from gpunuma_controller import report
+    from gpunuma_controller import report, report_base
 
     topo = mi300x(tmp_path / "sys")
     plan = build_plan(topo, load_profile("strict", PROFILES),
@@ -112,7 +114,7 @@ def test_the_fleet_report_draws_the_mi300x_host(tmp_path):
     sec = page[start:page.index("</section>", start)]
     assert re.findall(r'<tr class="instance" data-instance="([^"]*)"', sec) == ["llm%d" % i for i in range(8)]
     for gpu in range(8):
-        assert re.search(r'data-gpu="%d"><rect [^>]*fill="%s"' % (gpu, report.PALETTE[gpu]), sec), gpu
+        assert re.search(r'data-gpu="%d"><rect [^>]*fill="%s"' % (gpu, report_base.PALETTE[gpu]), sec), gpu
     # No instance crosses a node or socket (the markers test_report.py checks on a host that does).
     assert "cross-badge" not in sec and '<line class="cross"' not in sec
 

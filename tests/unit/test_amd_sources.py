@@ -163,7 +163,7 @@ def test_a_tensor_parallel_group_stays_on_one_gpus_partitions(tmp_path):
 
 @pytest.mark.parametrize("better, worse", [("XGMI0", "XGMI1"), ("XGMI1", "XGMI2"), ("XGMI3", "PIX"), ("XGMI1", "SYS")])
 def test_xgmi_link_ranks(better, worse):
-    from ansible.module_utils.gpunuma.plan.topology import link_rank
+    from ansible.module_utils.gpunuma.plan.topology_readers import link_rank
     assert link_rank(better) > link_rank(worse)
 
 

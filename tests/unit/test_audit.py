@@ -6,6 +6,7 @@ import os
 import pytest
 
 from ansible.module_utils.gpunuma.verify import audit
+from ansible.module_utils.gpunuma.verify import proc_texts
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit
@@ -94,9 +95,9 @@ def test_systemd_binding_method():
 
 
 def test_parse_helpers():
-    assert audit.parse_numa_maps("a default N0=1\nb default N1=3\nc interleave:0-1 N0=1\n")[:2] == ("default", [])
-    assert audit.memlock_bytes("64M") == 64 << 20 and audit.memlock_bytes("infinity") == "infinity"
-    assert audit.parse_memlock("Max locked memory  unlimited unlimited bytes\n") == "infinity"
+    assert proc_texts.parse_numa_maps("a default N0=1\nb default N1=3\nc interleave:0-1 N0=1\n")[:2] == ("default", [])
+    assert proc_texts.memlock_bytes("64M") == 64 << 20 and proc_texts.memlock_bytes("infinity") == "infinity"
+    assert proc_texts.parse_memlock("Max locked memory  unlimited unlimited bytes\n") == "infinity"
 
 
 def test_status_and_fleet_lines():

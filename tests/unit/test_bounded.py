@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.discovery.nvidia import nvml
+from ansible.module_utils.gpunuma.common import errors
 from ansible.module_utils.gpunuma.kubelet import config as kubelet_config
 from ansible.module_utils.gpunuma.kubelet.plan import checkpoint_policy
 from ansible.module_utils.gpunuma.common import seal
@@ -60,7 +61,7 @@ def test_every_reader_of_gpunumas_json_refuses_a_deep_document_with_its_own_mess
     else:
         dump = tmp_path / "nvml-dump.json"
         dump.write_text(DEEP)
-        with pytest.raises(nvml.NvmlError, match="is not valid JSON: nested deeper than 64 levels"):
+        with pytest.raises(errors.NvmlError, match="is not valid JSON: nested deeper than 64 levels"):
             nvml.load_dump(str(dump))
 
 

@@ -13,6 +13,10 @@ import time
 import pytest
 
 from ansible.module_utils.gpunuma.verify.h2d import probe as h2d
+from ansible.module_utils.gpunuma.verify.h2d import cuda as h2d_cuda
+from ansible.module_utils.gpunuma.verify.h2d import host as h2d_host
+from ansible.module_utils.gpunuma.verify.h2d import measure as h2d_measure
+from ansible.module_utils.gpunuma.verify.h2d import options as h2d_options
 from ansible.module_utils.gpunuma.verify.h2d import hip as h2d_hip
 from ansible.module_utils.gpunuma.verify.h2d import load as h2d_load
 from test_h2d_probe import FAKE_ENV, SMALL, one_node_root
@@ -57,7 +61,7 @@ def test_probe_measures_amd_gpus_through_hip(fake_libhip, tmp_path):
     assert local["status"] == "ok" and local["binding"]["cpus_verified"] and local["binding"]["mem_verified"]
     # the fake copies at 50 GB/s with 5 us a copy: the events HIP returns give those figures back
     assert 40 < local["measurement"]["h2d_pinned"]["gbps_median"] <= 50
-    assert len(local["rounds"]) == SMALL.get("rounds", h2d.DEFAULTS["rounds"])
+    assert len(local["rounds"]) == SMALL.get("rounds", h2d_options.DEFAULTS["rounds"])
 
 
 def test_auto_takes_hip_where_libcuda_is_missing(fake_libhip, tmp_path):
@@ -91,12 +95,13 @@ def test_nothing_left_allocated_through_hip(fake_libhip, monkeypatch, kind):
     monkeypatch.setenv("FAKE_CUDA_OOM", kind)
     hip = h2d_hip.HipRuntime(fake_libhip)
     hip.init()
-    o = h2d.check_options(hip_opts(fake_libhip, pinned_alloc="host_alloc" if kind == "host_alloc" else "register"))
+    alloc = "host_alloc" if kind == "host_alloc" else "register"
+    o = h2d_options.check_options(hip_opts(fake_libhip, pinned_alloc=alloc))
     if kind:
-        with pytest.raises(h2d.CudaError, match="hipErrorOutOfMemory"):
-            h2d.measure_device(hip, 0, o)
+        with pytest.raises(h2d_cuda.CudaError, match="hipErrorOutOfMemory"):
+            h2d_measure.measure_device(hip, 0, o)
     else:
-        h2d.measure_device(hip, 0, o)
+        h2d_measure.measure_device(hip, 0, o)
     assert hip.lib.fake_outstanding() == 0
 
 
@@ -110,7 +115,7 @@ def test_copies_load_runs_through_hip(fake_libhip, tmp_path):
 
 
 def test_runtime_option_is_checked():
-    with pytest.raises(h2d.ProbeError, match="runtime is 'rocm'; allowed: auto, cuda, hip"):
-        h2d.check_options({"runtime": "rocm"})
-    with pytest.raises(h2d.ProbeError, match="libhip_path is ''"):
-        h2d.check_options({"libhip_path": ""})
+    with pytest.raises(h2d_host.ProbeError, match="runtime is 'rocm'; allowed: auto, cuda, hip"):
+        h2d_options.check_options({"runtime": "rocm"})
+    with pytest.raises(h2d_host.ProbeError, match="libhip_path is ''"):
+        h2d_options.check_options({"libhip_path": ""})

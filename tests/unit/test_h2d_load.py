@@ -11,6 +11,8 @@ import time
 import pytest
 
 from ansible.module_utils.gpunuma.verify.h2d import probe as h2d
+from ansible.module_utils.gpunuma.verify.h2d import host as h2d_host
+from ansible.module_utils.gpunuma.verify.h2d import options as h2d_options
 from ansible.module_utils.gpunuma.verify.h2d import load as h2d_load
 from conftest import REPO_ROOT
 from test_h2d_probe import clean_env, fake_libcuda, one_node_root, opts  # noqa: F401 (fixtures)
@@ -41,8 +43,8 @@ def _children(pid):
 
 
 def test_load_options_are_checked_and_named():
-    with pytest.raises(h2d.ProbeError) as err:
-        h2d.check_options({"load": "heavy", "load_memory_workers": 0, "load_max_seconds": 5,
+    with pytest.raises(h2d_host.ProbeError) as err:
+        h2d_options.check_options({"load": "heavy", "load_memory_workers": 0, "load_max_seconds": 5,
                            "load_memory_node": -1, "load_cpus": []})
     text = str(err.value)
     for needle in ("load is 'heavy'; allowed: idle, copies, memory, both",

@@ -13,6 +13,12 @@ import subprocess
 import pytest
 
 from ansible.module_utils.gpunuma.verify.h2d import probe as h2d
+from ansible.module_utils.gpunuma.common import cpulist
+from ansible.module_utils.gpunuma.verify.h2d import cuda as h2d_cuda
+from ansible.module_utils.gpunuma.verify.h2d import host as h2d_host
+from ansible.module_utils.gpunuma.verify.h2d import measure as h2d_measure
+from ansible.module_utils.gpunuma.verify.h2d import options as h2d_options
+from ansible.module_utils.gpunuma.verify.h2d import rounds as h2d_rounds
 from ansible.module_utils.gpunuma.verify.h2d import report as h2d_report
 
 pytestmark = pytest.mark.unit
@@ -64,7 +70,7 @@ def sysfs_tree(root, nodes, gpu_nodes):
 
 
 def one_node_root(tmp_path):
-    cpus = h2d.format_cpulist(os.sched_getaffinity(0))
+    cpus = cpulist.format_cpulist(os.sched_getaffinity(0))
     return sysfs_tree(tmp_path, {0: (cpus, [10])}, {"0000:06:00.0": "-1", "0000:07:00.0": "0"})
 
 
@@ -86,19 +92,19 @@ def one_node_root(tmp_path):
     ({"large_bytes": 8192, "small_bytes": 65536}, "small_bytes is 65536, larger than large_bytes (8192)"),
 ])
 def test_bad_options_are_named_with_what_is_allowed(bad, field):
-    with pytest.raises(h2d.ProbeError) as err:
-        h2d.check_options(bad)
+    with pytest.raises(h2d_host.ProbeError) as err:
+        h2d_options.check_options(bad)
     assert field in str(err.value)
 
 
 def test_all_bad_options_reported_at_once():
-    with pytest.raises(h2d.ProbeError) as err:
-        h2d.check_options({"repeats": 0, "warmup": -1})
+    with pytest.raises(h2d_host.ProbeError) as err:
+        h2d_options.check_options({"repeats": 0, "warmup": -1})
     assert "repeats is 0" in str(err.value) and "warmup is -1" in str(err.value)
 
 
 def test_placements_keep_canonical_order():
-    assert h2d.check_options({"placements": ["unbound", "local"]})["placements"] == ["local", "unbound"]
+    assert h2d_options.check_options({"placements": ["unbound", "local"]})["placements"] == ["local", "unbound"]
 
 
 # ------------------------------------------------------------ PCIe, statistics, placement choice
@@ -108,18 +114,18 @@ def test_placements_keep_canonical_order():
     (5, 16, 64.0, 63.015), (4, 16, 32.0, 31.508), (3, 8, 8.0, 7.877), (2, 16, 10.0, 8.0), (6, 16, 128.0, 121.0),
 ])
 def test_pcie_theoretical(gen, width, raw, encoded):
-    r, e = h2d.pcie_theoretical_gbps(gen, width)
+    r, e = h2d_host.pcie_theoretical_gbps(gen, width)
     assert r == raw and round(e, 3) == encoded
 
 
 def test_pcie_unknown_is_none():
-    assert h2d.pcie_theoretical_gbps(None, 16) == (None, None)
-    assert h2d.pcie_theoretical_gbps(7, 16) == (None, None)
+    assert h2d_host.pcie_theoretical_gbps(None, 16) == (None, None)
+    assert h2d_host.pcie_theoretical_gbps(7, 16) == (None, None)
 
 
 def test_pcie_link_from_sysfs_uses_max_link(tmp_path):
     root = one_node_root(tmp_path)
-    link = h2d.pcie_link("0000:06:00.0", nvml=None, root=root)
+    link = h2d_host.pcie_link("0000:06:00.0", nvml=None, root=root)
     assert link["source"] == "sysfs" and (link["gen_max"], link["width_max"]) == (5, 16)
     assert link["gen_current"] == 1  # idle links train down; the max is the link's capability
     assert link["theoretical_gbps"] == 63.015
@@ -127,49 +133,49 @@ def test_pcie_link_from_sysfs_uses_max_link(tmp_path):
 
 def test_percentile_nearest_rank():
     values = list(range(1, 101))
-    assert h2d.percentile(values, 50) == 50
-    assert h2d.percentile(values, 99) == 99
-    assert h2d.percentile(values, 100) == 100
-    assert h2d.percentile([7.0], 99) == 7.0
+    assert h2d_measure.percentile(values, 50) == 50
+    assert h2d_measure.percentile(values, 99) == 99
+    assert h2d_measure.percentile(values, 100) == 100
+    assert h2d_measure.percentile([7.0], 99) == 7.0
     with pytest.raises(ValueError):
-        h2d.percentile([], 50)
+        h2d_measure.percentile([], 50)
 
 
 def test_bandwidth_stats_median_best_worst():
-    stats = h2d.bandwidth_stats(1_000_000_000, [0.02, 0.025, 0.05])
+    stats = h2d_measure.bandwidth_stats(1_000_000_000, [0.02, 0.025, 0.05])
     assert (stats["gbps_median"], stats["gbps_best"], stats["gbps_worst"]) == (40.0, 50.0, 20.0)
 
 
 def test_latency_stats():
-    stats = h2d.latency_stats([5e-6] * 98 + [9e-6, 20e-6])
+    stats = h2d_measure.latency_stats([5e-6] * 98 + [9e-6, 20e-6])
     assert (stats["us_p50"], stats["us_p99"], stats["us_max"]) == (5.0, 9.0, 20.0)
 
 
 def test_remote_is_farthest_cpu_bearing_node():
     nodes = {0: {"cpus": {0}, "distances": [10, 12, 32, 32]}, 1: {"cpus": {1}, "distances": [12, 10, 32, 32]},
              2: {"cpus": {2}, "distances": [32, 32, 10, 12]}, 3: {"cpus": set(), "distances": [40, 40, 40, 10]}}
-    assert h2d.choose_remote(0, nodes) == 2  # node 3 has no CPUs (Grace HBM style): never chosen
-    assert h2d.choose_remote(0, nodes, override=1) == 1
-    with pytest.raises(h2d.ProbeError, match="remote_node is 3; it must be a CPU-bearing NUMA node of this host"):
-        h2d.choose_remote(0, nodes, override=3)
-    with pytest.raises(h2d.ProbeError, match="the GPU's own node"):
-        h2d.choose_remote(0, nodes, override=0)
-    assert h2d.choose_remote(0, {0: nodes[0]}) is None
+    assert h2d_host.choose_remote(0, nodes) == 2  # node 3 has no CPUs (Grace HBM style): never chosen
+    assert h2d_host.choose_remote(0, nodes, override=1) == 1
+    with pytest.raises(h2d_host.ProbeError, match="remote_node is 3; it must be a CPU-bearing NUMA node of this host"):
+        h2d_host.choose_remote(0, nodes, override=3)
+    with pytest.raises(h2d_host.ProbeError, match="the GPU's own node"):
+        h2d_host.choose_remote(0, nodes, override=0)
+    assert h2d_host.choose_remote(0, {0: nodes[0]}) is None
 
 
 def test_gpu_node_from_sysfs_then_local_cpulist(tmp_path):
     root = sysfs_tree(tmp_path, {0: ("0-3", [10, 21]), 1: ("4-7", [21, 10])},
                       {"0000:06:00.0": "1", "0000:07:00.0": "-1"})
     (tmp_path / "sys/bus/pci/devices/0000:07:00.0/local_cpulist").write_text("0-3\n")
-    nodes = h2d.read_numa_nodes(root)
-    assert h2d.gpu_numa_node("0000:06:00.0", nodes, root) == (1, "sysfs numa_node")
-    assert h2d.gpu_numa_node("0000:07:00.0", nodes, root) == (0, "sysfs local_cpulist")
-    assert h2d.gpu_numa_node("0000:99:00.0", nodes, root) == (None, "unknown")
+    nodes = h2d_host.read_numa_nodes(root)
+    assert h2d_host.gpu_numa_node("0000:06:00.0", nodes, root) == (1, "sysfs numa_node")
+    assert h2d_host.gpu_numa_node("0000:07:00.0", nodes, root) == (0, "sysfs local_cpulist")
+    assert h2d_host.gpu_numa_node("0000:99:00.0", nodes, root) == (None, "unknown")
 
 
 def test_bus_id_normalised():
-    assert h2d.normalise_bus_id("00000000:1A:00.0") == "0000:1a:00.0"
-    assert h2d.normalise_bus_id("0001:06:00.0") == "0001:06:00.0"
+    assert h2d_cuda.normalise_bus_id("00000000:1A:00.0") == "0000:1a:00.0"
+    assert h2d_cuda.normalise_bus_id("0001:06:00.0") == "0001:06:00.0"
 
 
 # ------------------------------------------------------------ fake driver: measurements
@@ -226,7 +232,7 @@ def test_cpu_overhead_is_the_copying_threads_cpu_time(fake_libcuda, tmp_path, mo
 def test_local_binding_is_applied_and_verified(fake_libcuda, tmp_path):
     report = h2d.probe(opts(fake_libcuda, placements=["local", "unbound"]), root=one_node_root(tmp_path))
     local = report["gpus"][0]["placements"]["local"]["binding"]
-    assert local["cpus_allowed"] == h2d.format_cpulist(os.sched_getaffinity(0))
+    assert local["cpus_allowed"] == cpulist.format_cpulist(os.sched_getaffinity(0))
     assert local["mempolicy"] == "bind" and local["mempolicy_nodes"] == [0]
     assert local["cpus_verified"] and local["mem_verified"] and local["pages_verified"]
     assert local["buffer_pages"]["pinned"] == {"0": 256} or set(local["buffer_pages"]["pinned"]) == {"0"}
@@ -237,7 +243,8 @@ def test_local_binding_is_applied_and_verified(fake_libcuda, tmp_path):
 def test_child_binding_narrower_cpu_set(fake_libcuda):
     """The child really narrows its CPUs: bind to one CPU and read it back from /proc/self/status."""
     cpu = min(os.sched_getaffinity(0))
-    out = h2d.run_in_child(h2d._child_measure, (0, "local", [cpu], [0], h2d.check_options(opts(fake_libcuda))), 30)
+    options = h2d_options.check_options(opts(fake_libcuda))
+    out = h2d_rounds.run_in_child(h2d_rounds._child_measure, (0, "local", [cpu], [0], options), 30)
     binding = out["ok"]["binding"]
     assert binding["cpus_allowed"] == str(cpu) and binding["cpus_verified"]
     assert os.sched_getaffinity(0) != {cpu} or len(os.sched_getaffinity(0)) == 1  # the parent is untouched
@@ -254,7 +261,7 @@ def test_select_gpus_by_index_uuid_and_bus(fake_libcuda, tmp_path):
     assert [g["index"] for g in report["gpus"]] == [1]
     report = h2d.probe(opts(fake_libcuda, gpus=["GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"], placements=["unbound"]), root=root)
     assert [g["index"] for g in report["gpus"]] == [0]
-    with pytest.raises(h2d.ProbeError, match=r"gpus names 5, not on this node; it has 0 \(GPU-"):
+    with pytest.raises(h2d_host.ProbeError, match=r"gpus names 5, not on this node; it has 0 \(GPU-"):
         h2d.probe(opts(fake_libcuda, gpus=[5]), root=root)
 
 
@@ -331,23 +338,23 @@ def test_allocation_failure_names_gpu_and_buffer(fake_libcuda, tmp_path, monkeyp
 def test_nothing_left_allocated(fake_libcuda, monkeypatch, kind):
     """In-process: every context, stream, event and buffer is released, on success and on failure."""
     monkeypatch.setenv("FAKE_CUDA_OOM", kind)
-    cuda = h2d.CudaDriver(fake_libcuda)
+    cuda = h2d_cuda.CudaDriver(fake_libcuda)
     cuda.init()
-    o = h2d.check_options(opts(fake_libcuda, pinned_alloc="host_alloc" if kind == "host_alloc" else "register"))
+    o = h2d_options.check_options(opts(fake_libcuda, pinned_alloc="host_alloc" if kind == "host_alloc" else "register"))
     if kind:
-        with pytest.raises(h2d.CudaError, match="CUDA_ERROR_OUT_OF_MEMORY"):
-            h2d.measure_device(cuda, 0, o)
+        with pytest.raises(h2d_cuda.CudaError, match="CUDA_ERROR_OUT_OF_MEMORY"):
+            h2d_measure.measure_device(cuda, 0, o)
     else:
-        h2d.measure_device(cuda, 0, o)
+        h2d_measure.measure_device(cuda, 0, o)
     assert cuda.lib.fake_outstanding() == 0
 
 
 def test_busy_in_process_leaves_nothing(fake_libcuda, monkeypatch):
     monkeypatch.setenv("FAKE_CUDA_BUSY", "0")
-    cuda = h2d.CudaDriver(fake_libcuda)
+    cuda = h2d_cuda.CudaDriver(fake_libcuda)
     cuda.init()
-    with pytest.raises(h2d.CudaError) as err:
-        h2d.measure_device(cuda, 0, h2d.check_options(opts(fake_libcuda)))
+    with pytest.raises(h2d_cuda.CudaError) as err:
+        h2d_measure.measure_device(cuda, 0, h2d_options.check_options(opts(fake_libcuda)))
     assert err.value.code == 46 and cuda.lib.fake_outstanding() == 0
 
 
@@ -362,7 +369,7 @@ def test_hung_driver_times_out_and_child_is_killed(fake_libcuda, tmp_path, monke
 def test_crashing_child_reported():
     def boom():
         os._exit(9)
-    out = h2d.run_in_child(boom, (), 10)
+    out = h2d_rounds.run_in_child(boom, (), 10)
     assert out == {"error": "the measuring process died without an answer (exit status 9)", "type": "crash"}
 
 

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from ansible.module_utils.gpunuma.verify.h2d import report as h2d_report
+from ansible.module_utils.gpunuma.verify.h2d import policy as h2d_policy
 from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit
@@ -25,7 +26,7 @@ def probe():
 @pytest.fixture
 def policy():
     with open(POLICY_FILE) as fh:
-        return h2d_report.load_policy(yaml.safe_load(fh), POLICY_FILE)
+        return h2d_policy.load_policy(yaml.safe_load(fh), POLICY_FILE)
 
 
 # Round-to-round jitter of a quiet node: bandwidth within 0.6 %, p99 within 5 %.
@@ -189,8 +190,8 @@ def test_verdict_settings_default_and_are_checked(policy):
     with open(POLICY_FILE) as fh:
         data = yaml.safe_load(fh)
     data["verdict"]["alpha"] = 0.9
-    with pytest.raises(h2d_report.PolicyError, match=r"verdict.alpha is 0.9; it must be a number from 0.001 to 0.5"):
-        h2d_report.load_policy(data, POLICY_FILE)
+    with pytest.raises(h2d_policy.PolicyError, match=r"verdict.alpha is 0.9; it must be a number from 0.001 to 0.5"):
+        h2d_policy.load_policy(data, POLICY_FILE)
 
 
 def test_unverified_binding_fails(probe, policy):
@@ -204,11 +205,11 @@ def test_waiver_with_justification(probe):
     raw = yaml.safe_load(open(POLICY_FILE))
     raw["controls"][0]["min_fraction"] = 0.95
     raw["waivers"] = [{"control": "gpunuma-h2d-01", "hosts": ["vm"], "justification": "Gen5 riser swap pending, ticket 77"}]
-    report = h2d_report.build_report(probe, h2d_report.load_policy(raw))
+    report = h2d_report.build_report(probe, h2d_policy.load_policy(raw))
     c = controls(report)
     assert c["gpunuma-h2d-01"]["status"] == "waived" and "ticket 77" in c["gpunuma-h2d-01"]["detail"]
     assert report["status"] == "passed" and report["summary"]["waived"] == 1
-    other = h2d_report.build_report(probe, h2d_report.load_policy(raw), hostname="gpu-b")
+    other = h2d_report.build_report(probe, h2d_policy.load_policy(raw), hostname="gpu-b")
     assert controls(other)["gpunuma-h2d-01"]["status"] == "fail"
 
 
@@ -229,18 +230,18 @@ def test_waiver_with_justification(probe):
 def test_bad_policy_is_named(mutate, message):
     raw = yaml.safe_load(open(POLICY_FILE))
     mutate(raw)
-    with pytest.raises(h2d_report.PolicyError) as err:
-        h2d_report.load_policy(raw, "h2d.yml")
+    with pytest.raises(h2d_policy.PolicyError) as err:
+        h2d_policy.load_policy(raw, "h2d.yml")
     assert message in str(err.value) and "h2d.yml" in str(err.value)
 
 
 def test_policy_not_a_mapping():
-    with pytest.raises(h2d_report.PolicyError, match="the policy must be a mapping"):
-        h2d_report.load_policy(["x"])
+    with pytest.raises(h2d_policy.PolicyError, match="the policy must be a mapping"):
+        h2d_policy.load_policy(["x"])
 
 
 def test_not_a_probe_is_refused(policy):
-    with pytest.raises(h2d_report.ReportError, match="not a gpunuma.h2d-probe/v1 document"):
+    with pytest.raises(h2d_policy.ReportError, match="not a gpunuma.h2d-probe/v1 document"):
         h2d_report.build_report({"schema": "x"}, policy, hostname="h1")
 
 
@@ -273,7 +274,7 @@ def test_fleet_table_columns(probe, policy):
 ])
 def test_malformed_replay_is_a_report_error(probe, policy, damage):
     damage(probe)
-    with pytest.raises(h2d_report.ReportError, match="the probe result for h1 is malformed"):
+    with pytest.raises(h2d_policy.ReportError, match="the probe result for h1 is malformed"):
         h2d_report.build_report(probe, policy, hostname="h1")
 
 

@@ -32,14 +32,11 @@ from conftest import FIXTURES
 from ansible.module_utils.gpunuma.common import cpulist
 from ansible.module_utils.gpunuma.discovery import topology
 from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
+from ansible.module_utils.gpunuma.discovery.sysfs import pci as sysfs_pci
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import (
-    MAX_DEVICE_COLUMNS,
-    MAX_LINE_CHARS,
-    MAX_LINES,
-    MAX_TEXT_CHARS,
-    parse_topo_matrix,
-)
+from ansible.module_utils.gpunuma.discovery.nvidia.topo_text import (
+    MAX_DEVICE_COLUMNS, MAX_LINE_CHARS, MAX_LINES, MAX_TEXT_CHARS)
+from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import parse_topo_matrix
 
 pytestmark = pytest.mark.unit
 
@@ -86,7 +83,7 @@ def _host(name, keep_gpus, tmp_path_factory):
         _HOSTS[name] = sysfs.read_host(getattr(factory, name)(str(tmp_path_factory.mktemp(name))))
     host = copy.deepcopy(_HOSTS[name])
     if keep_gpus is not None:
-        gpus = sorted(p["pci_bus_id"] for p in sysfs.gpu_functions(host))
+        gpus = sorted(p["pci_bus_id"] for p in sysfs_pci.gpu_functions(host))
         drop = set(gpus[keep_gpus:])
         host["pci"] = [p for p in host["pci"] if p["pci_bus_id"] not in drop]
     return host

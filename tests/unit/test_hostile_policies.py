@@ -20,7 +20,8 @@ import yaml
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.gate import policy
-from ansible.module_utils.gpunuma.verify.h2d import report as h2d_report
+from ansible.module_utils.gpunuma.gate import checks as policy_checks
+from ansible.module_utils.gpunuma.verify.h2d import policy as h2d_policy
 from conftest import FIXTURES, REPO_ROOT
 
 pytestmark = pytest.mark.unit
@@ -48,9 +49,9 @@ def load(kind, value, tmp_path):
     if kind == "waivers":
         return policy.validate_waivers(value, RULE_IDS)
     if kind == "kubelet":
-        return policy.validate_kubelet(value)
+        return policy_checks.validate_kubelet(value)
     if kind == "validation":
-        return h2d_report.load_policy(value, "h2d.yml")
+        return h2d_policy.load_policy(value, "h2d.yml")
     raise AssertionError(kind)
 
 
@@ -140,19 +141,19 @@ def test_any_field_of_the_wrong_type_is_a_named_error_never_a_traceback(kind, tm
 def test_rule_fields_with_a_trailing_newline_are_refused(field, tmp_path):
     doc = yaml.safe_load(open(os.path.join(REPO_ROOT, "policies", "rules", "GN-SPAN-001.yml")))
     doc[field] = doc[field] + "\n"
-    with pytest.raises(policy.PolicyError) as info:
+    with pytest.raises(policy_checks.PolicyError) as info:
         load("rule", doc, tmp_path)
     assert "%s:" % field in str(info.value)
 
 
 def test_checked_kubelet_settings_reach_the_rules():
     ctx = policy.Context("gpu-a", {"numa_nodes": [{"id": n} for n in range(9)]}, {"profile": "strict"},
-                         {"kubelet": policy.validate_kubelet(dict(KUBELET, max_allowable_numa_nodes=16))})
+                         {"kubelet": policy_checks.validate_kubelet(dict(KUBELET, max_allowable_numa_nodes=16))})
     rules = policy.load_rules(os.path.join(REPO_ROOT, "policies", "rules"), yaml.safe_load)
     results, _ = policy.evaluate(rules, ctx, [], [], datetime.date(2026, 6, 1))
     [limit] = [r for r in results if r["id"] == "GN-K8S-001"]
     assert limit["status"] == "pass"
-    ctx.settings["kubelet"] = policy.validate_kubelet(KUBELET)
+    ctx.settings["kubelet"] = policy_checks.validate_kubelet(KUBELET)
     results, _ = policy.evaluate(rules, ctx, [], [], datetime.date(2026, 6, 1))
     [limit] = [r for r in results if r["id"] == "GN-K8S-001"]
     assert limit["status"] == "fail" and "9 NUMA nodes" in limit["violations"][0]

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible.module_utils.gpunuma.kubelet import managers
-from ansible.module_utils.gpunuma.kubelet.plan import KubeletPlanError, housekeeping_cpus, plan_kubelet
+from ansible.module_utils.gpunuma.kubelet.values import KubeletPlanError
+from ansible.module_utils.gpunuma.kubelet.plan import housekeeping_cpus, plan_kubelet
 from ansible.module_utils.gpunuma.kubelet.values import format_quantity, parse_quantity
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.plan.planner import build_plan

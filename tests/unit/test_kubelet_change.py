@@ -4,7 +4,7 @@ import pytest
 
 from ansible.module_utils.gpunuma.kubelet.change import CHECKPOINTS, change_request, node_read, read_request
 from ansible.module_utils.gpunuma.node import probe as node_probe
-from ansible.module_utils.gpunuma.node.apply.reconcile import normalise_files
+from ansible.module_utils.gpunuma.node.apply.files import normalise_files
 from ansible.module_utils.gpunuma.node.apply.files import normalise_absent
 
 pytestmark = pytest.mark.unit

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.kubelet import guard, resource_slices
 from ansible.module_utils.gpunuma.kubelet.dra import dra_checkpoint, dra_mode
-from ansible.module_utils.gpunuma.kubelet.plan import KubeletPlanError, plan_kubelet
+from ansible.module_utils.gpunuma.kubelet.values import KubeletPlanError
+from ansible.module_utils.gpunuma.kubelet.plan import plan_kubelet
 from ansible.module_utils.gpunuma.plan.profiles import load_profile, parse_profile_text
 from ansible.module_utils.gpunuma.verify import audit
 from conftest import FIXTURES, REPO_ROOT

@@ -12,13 +12,8 @@ import sys
 
 import pytest
 
-from ansible.module_utils.gpunuma.node.apply.reconcile import (
-    Apply,
-    ApplyError,
-    find_stale,
-    normalise_files,
-    plan_files,
-)
+from ansible.module_utils.gpunuma.node.apply.reconcile import Apply
+from ansible.module_utils.gpunuma.node.apply.files import ApplyError, find_stale, normalise_files, plan_files
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit
@@ -989,7 +984,7 @@ def test_readiness_command_of_an_unknown_account_never_runs_and_rolls_back(node,
 def test_readiness_argv(user, group, expect, monkeypatch):
     import pwd
 
-    from ansible.module_utils.gpunuma.node.apply.reconcile import readiness_argv
+    from ansible.module_utils.gpunuma.node.apply.units import readiness_argv
     entry = pwd.struct_passwd(("gpunuma", "x", 990, 985, "", "/", "/usr/sbin/nologin"))
     monkeypatch.setattr(pwd, "getpwnam", lambda name: entry)
     monkeypatch.setattr(pwd, "getpwuid", lambda uid: entry)

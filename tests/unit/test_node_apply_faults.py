@@ -33,7 +33,8 @@ import tempfile
 
 import pytest
 
-from ansible.module_utils.gpunuma.node.apply.reconcile import TEMP_PREFIX, Apply, ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node.apply.files import TEMP_PREFIX, ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node.apply.reconcile import Apply
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit

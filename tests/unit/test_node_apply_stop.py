@@ -12,7 +12,8 @@ import os
 
 import pytest
 
-from ansible.module_utils.gpunuma.node.apply.reconcile import Apply, ApplyError, normalise_files
+from ansible.module_utils.gpunuma.node.apply.reconcile import Apply
+from ansible.module_utils.gpunuma.node.apply.files import ApplyError, normalise_files
 from test_node_apply import FakeModule, FakeSystemd, NodeFiles, running, stopped
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,9 @@ import os
 import pytest
 
 from ansible.module_utils.gpunuma.verify import node_checks as nc
-from ansible.module_utils.gpunuma.discovery.nvidia.nvml import validate_dump
+from ansible.module_utils.gpunuma.verify import node_facts
+from ansible.module_utils.gpunuma.verify import pci_acs
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml_dump import validate_dump
 from conftest import FIXTURES
 from sysfs_factory import NVIDIA, build_tree, node_platform
 
@@ -43,7 +45,7 @@ def make_tree(root, gpu_speed=GEN5, gpu_width=16, cur_speed=None, cur_width=None
 
 
 def findings(root, profile=None, expect_full_speed=False, check=None, severity=None):
-    facts = nc.read_node(root)
+    facts = node_facts.read_node(root)
     out = nc.evaluate(facts, profile, expect_full_speed)
     return [f for f in out if (check is None or f.check == check) and (severity is None or f.severity == severity)]
 
@@ -92,7 +94,7 @@ def test_downtrained_upstream_bridge_is_reported_against_the_gpu(tmp_path):
 
 
 def test_acs_redirect_on_a_bridge_is_a_warning_citing_nccl(tmp_path):
-    root = make_tree(tmp_path, acs={SWITCH_DOWN: nc.ACS_RR | nc.ACS_CR | 0x1, SWITCH_UP: 0x0, ROOT_PORT: 0x0})
+    root = make_tree(tmp_path, acs={SWITCH_DOWN: pci_acs.ACS_RR | pci_acs.ACS_CR | 0x1, SWITCH_UP: 0x0, ROOT_PORT: 0x0})
     (finding,) = findings(root, check="acs")
     assert finding.severity == "warning"
     assert finding.subject == "bridge %s above gpu %s" % (SWITCH_DOWN, GPU)
@@ -153,14 +155,14 @@ def test_governor_only_on_the_gpu_nodes_cpus(tmp_path):
     assert finding.severity == "warning"
     assert "2 of the GPU nodes' CPUs (5-6)" in finding.message  # CPU 0 is on the GPU-less node
     assert [e.value for e in finding.evidence] == ["powersave", "powersave"]
-    facts = nc.read_node(root)
+    facts = node_facts.read_node(root)
     assert [f["cpu"] for f in nc.plan_fixes(facts, fix_governor=True)] == [5, 6]
     assert nc.plan_fixes(facts) == []
 
 
 def test_governor_fix_skips_cpus_without_the_performance_governor(tmp_path):
     root = make_tree(tmp_path, governors={cpu: "schedutil" for cpu in range(8)}, available="schedutil")
-    assert nc.plan_fixes(nc.read_node(root), fix_governor=True) == []
+    assert nc.plan_fixes(node_facts.read_node(root), fix_governor=True) == []
 
 
 def test_absent_cpufreq_is_info(tmp_path):
@@ -223,7 +225,7 @@ def test_numa_balancing_1_with_strict_before_5_12_or_unknown_stays_a_warning(tmp
     (finding,) = findings(root, "strict", check="numa_balancing")
     assert finding.severity == "warning"
     assert shown in finding.message and nc.KERNEL_NUMA_BALANCING_URL in finding.message
-    assert nc.read_node(root).kernel_release == release
+    assert node_facts.read_node(root).kernel_release == release
 
 
 def test_kernel_release_does_not_change_the_other_numa_balancing_findings(tmp_path):
@@ -236,7 +238,7 @@ def test_kernel_release_does_not_change_the_other_numa_balancing_findings(tmp_pa
 @pytest.mark.parametrize("profile", ["strickt", "", 1, "STRICT", ["strict"]])
 def test_unknown_profile_is_an_error_listing_the_choices(tmp_path, profile):
     root = make_tree(tmp_path)
-    with pytest.raises(nc.NodeChecksError) as err:
+    with pytest.raises(node_facts.NodeChecksError) as err:
         findings(root, profile)
     assert "strict, preferred, interleave, off" in str(err.value)
 
@@ -270,39 +272,39 @@ def test_attribute_that_is_a_fifo_or_directory_is_refused(tmp_path):
 
 
 def test_missing_root_and_root_without_sys(tmp_path):
-    with pytest.raises(nc.NodeChecksError, match="does not exist or is not a directory"):
-        nc.read_node(str(tmp_path / "nope"))
-    with pytest.raises(nc.NodeChecksError, match="has no sys/ directory"):
-        nc.read_node(str(tmp_path))
+    with pytest.raises(node_facts.NodeChecksError, match="does not exist or is not a directory"):
+        node_facts.read_node(str(tmp_path / "nope"))
+    with pytest.raises(node_facts.NodeChecksError, match="has no sys/ directory"):
+        node_facts.read_node(str(tmp_path))
 
 
 def test_parse_nvidia_smi_q_persistence():
     with open(SMI_Q) as handle:
-        assert nc.parse_nvidia_smi_q(handle.read()) == {"0000:00:06.0": False}
+        assert node_facts.parse_nvidia_smi_q(handle.read()) == {"0000:00:06.0": False}
     text = "GPU 00000000:18:00.0\n    Persistence Mode                      : Enabled\n"
-    assert nc.parse_nvidia_smi_q(text) == {"0000:18:00.0": True}
+    assert node_facts.parse_nvidia_smi_q(text) == {"0000:18:00.0": True}
     with pytest.raises(ValueError, match="Enabled, Disabled or N/A"):
-        nc.parse_nvidia_smi_q("GPU 00000000:18:00.0\n    Persistence Mode : Maybe\n")
+        node_facts.parse_nvidia_smi_q("GPU 00000000:18:00.0\n    Persistence Mode : Maybe\n")
     with pytest.raises(ValueError, match="no 'GPU 0000:18:00.0' section"):
-        nc.parse_nvidia_smi_q("NVSMI LOG\n")
+        node_facts.parse_nvidia_smi_q("NVSMI LOG\n")
 
 
 def test_acs_control_from_config_bounds():
-    assert nc.acs_control_from_config(b"\0" * 64) is None  # unprivileged read: 64 bytes
+    assert pci_acs.acs_control_from_config(b"\0" * 64) is None  # unprivileged read: 64 bytes
     data = bytearray(4096)
     data[0x100:0x104] = (0x0001 | (0xFFC << 20)).to_bytes(4, "little")
     with pytest.raises(ValueError, match="outside"):
-        nc.acs_control_from_config(bytes(data))
+        pci_acs.acs_control_from_config(bytes(data))
 
 
 # -- the recorded H200 VM ------------------------------------------------------
 
 def _recorded():
-    facts = nc.read_node(os.path.join(RECORDED, "sysfs"))
+    facts = node_facts.read_node(os.path.join(RECORDED, "sysfs"))
     with open(os.path.join(RECORDED, "nvml-dump.json")) as handle:
         nc.apply_nvml_pcie(facts, validate_dump(json.load(handle)))
     with open(SMI_Q) as handle:
-        nc.apply_persistence(facts, nc.parse_nvidia_smi_q(handle.read()), "nvidia_smi_q_file " + SMI_Q)
+        nc.apply_persistence(facts, node_facts.parse_nvidia_smi_q(handle.read()), "nvidia_smi_q_file " + SMI_Q)
     return facts
 
 
@@ -339,7 +341,7 @@ def test_governor_fix_is_never_node_wide(tmp_path):
     nodes = [{"id": 0, "cpus": "0-3", "mem_kb": 1024, "free_kb": 512}]
     root = build_tree(str(tmp_path), nodes, pci=[])
     node_platform(root, governors={cpu: "powersave" for cpu in range(4)})
-    facts = nc.read_node(root)
+    facts = node_facts.read_node(root)
     (finding,) = [f for f in nc.evaluate(facts) if f.check == "cpu_governor"]
     assert finding.severity == "warning" and "host's CPUs (0-3)" in finding.message
     assert "would be node-wide" in finding.fix
@@ -348,9 +350,9 @@ def test_governor_fix_is_never_node_wide(tmp_path):
 
 def test_real_nvidia_smi_q_of_an_h200():
     with open(os.path.join(FIXTURES, "node_checks", "h200-nvidia-smi-q.txt")) as handle:
-        modes = nc.parse_nvidia_smi_q(handle.read())
+        modes = node_facts.parse_nvidia_smi_q(handle.read())
     assert modes == {"0000:00:06.0": True}
-    facts = nc.read_node(os.path.join(RECORDED, "sysfs"))
+    facts = node_facts.read_node(os.path.join(RECORDED, "sysfs"))
     nc.apply_persistence(facts, modes, "nvidia-smi -q")
     assert [f for f in nc.evaluate(facts) if f.check == "persistence_mode"] == []
     assert nc.plan_fixes(facts, fix_persistence=True) == []
@@ -387,7 +389,7 @@ def test_damaged_files_never_raise_or_hang(tmp_path, damage):
         root = make_tree(tmp_path / str(index), acs={SWITCH_DOWN: 0x1}, iommu_groups={GPU: 3},
                          governors={cpu: "powersave" for cpu in range(8)})
         apply_damage(root, dict(damage, path=rel))
-        facts = nc.read_node(root)
+        facts = node_facts.read_node(root)
         out = nc.evaluate(facts, "strict")
         assert all(f.severity in nc.SEVERITIES and f.check in nc.CHECKS for f in out), rel
         for finding in out:

@@ -6,6 +6,7 @@ import types
 import pytest
 
 from ansible.module_utils.gpunuma.discovery.nvidia import nvml
+from ansible.module_utils.gpunuma.discovery.nvidia import nvml_dump
 from ansible.module_utils.gpunuma.common.errors import NvmlError
 
 pytestmark = pytest.mark.unit
@@ -108,7 +109,7 @@ def test_collect_records_values_and_not_supported_errors():
     assert first["mig_mode"] == {"current": 0, "pending": 0}
     assert dump["topology_levels"] == [[0, 50], [50, 0]]
     # A dump survives a JSON round trip and validates.
-    assert nvml.validate_dump(json.loads(json.dumps(dump))) == dump
+    assert nvml_dump.validate_dump(json.loads(json.dumps(dump))) == dump
 
 
 @pytest.mark.parametrize("call", ["nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo"])
@@ -170,7 +171,7 @@ def test_validate_dump_rejects_broken_dumps(mutate, message):
     dump = nvml.collect(two_gpus())
     mutate(dump)
     with pytest.raises(NvmlError) as err:
-        nvml.validate_dump(dump, source="nvml_dump x.json")
+        nvml_dump.validate_dump(dump, source="nvml_dump x.json")
     assert message in str(err.value) and "x.json" in str(err.value)
 
 
@@ -190,7 +191,7 @@ def test_load_dump_errors_name_the_file(tmp_path):
                                            ("00000019:01:00.0", "0019:01:00.0"),
                                            (b"00000000:AB:00.0", "0000:ab:00.0")])
 def test_normalize_bus_id(bus, expected):
-    assert nvml.normalize_bus_id(bus) == expected
+    assert nvml_dump.normalize_bus_id(bus) == expected
 
 
 # -- schema validation (gpunuma.nvml-dump/v1) ------------------------------------
@@ -201,12 +202,12 @@ def test_normalize_bus_id(bus, expected):
                                  "000000000:18:00.0"])
 def test_normalize_bus_id_refuses_anything_but_the_full_form(bus):
     with pytest.raises(NvmlError) as err:
-        nvml.normalize_bus_id(bus)
+        nvml_dump.normalize_bus_id(bus)
     assert "is not of the form DOMAIN:BUS:DEVICE.FUNCTION" in str(err.value) and "0000:18:00.0" in str(err.value)
 
 
 def test_normalize_bus_id_keeps_wide_vmd_domains():
-    assert nvml.normalize_bus_id("00010000:01:1F.7") == "10000:01:1f.7"
+    assert nvml_dump.normalize_bus_id("00010000:01:1F.7") == "10000:01:1f.7"
 
 
 def test_validate_dump_collects_every_problem_with_its_field_path():
@@ -216,7 +217,7 @@ def test_validate_dump_collects_every_problem_with_its_field_path():
     dump["gpus"][1]["cpu_affinity_words"] = [0, "x"]
     dump["cpu_word_bits"] = -64
     with pytest.raises(NvmlError) as err:
-        nvml.validate_dump(dump, source="nvml_dump d.json")
+        nvml_dump.validate_dump(dump, source="nvml_dump d.json")
     message = str(err.value)
     assert message.startswith("nvml_dump d.json: 4 problems: ")
     for needle in ("gpus[0].pci_bus_id is 'zzzz:18:00.0'; allowed: DOMAIN:BUS:DEVICE.FUNCTION",
@@ -231,14 +232,14 @@ def test_fields_nvml_may_not_answer_accept_errors_and_null(field):
     for value in ({"nvml_error": "NotSupported"}, None):
         dump = nvml.collect(two_gpus())
         dump["gpus"][0][field] = value
-        assert nvml.validate_dump(dump)["gpus"][0][field] == value
+        assert nvml_dump.validate_dump(dump)["gpus"][0][field] == value
 
 
 def test_validate_dump_normalises_bus_ids_and_nvlink_peers():
     dump = nvml.collect(two_gpus())
     dump["gpus"][0]["pci_bus_id"] = "00000000:18:00.0"
     dump["gpus"][0]["nvlinks"] = [{"link": 0, "remote_pci_bus_id": "00000000:9A:00.0"}]
-    out = nvml.validate_dump(dump)
+    out = nvml_dump.validate_dump(dump)
     assert out["gpus"][0]["pci_bus_id"] == "0000:18:00.0"
     assert out["gpus"][0]["nvlinks"][0]["remote_pci_bus_id"] == "0000:9a:00.0"
 
@@ -248,7 +249,7 @@ def test_duplicates_are_named_against_the_first_holder():
     dump["gpus"][1]["pci_bus_id"] = "00000000:18:00.0"
     dump["gpus"][1]["uuid"] = dump["gpus"][0]["uuid"]
     with pytest.raises(NvmlError) as err:
-        nvml.validate_dump(dump)
+        nvml_dump.validate_dump(dump)
     assert "gpus[1].pci_bus_id is '00000000:18:00.0'; allowed: a bus id of its own (gpus[0] is at 0000:18:00.0" \
         in str(err.value)
     assert "gpus[1].uuid is 'GPU-aaaa'; allowed: a UUID of its own (gpus[0] has this UUID as well)" in str(err.value)
@@ -259,11 +260,11 @@ def test_unknown_keys_are_ignored_and_word_bits_32_accepted():
     dump["recorded_by"] = "someone"
     dump["cpu_word_bits"] = 32
     dump["gpus"][0]["cpu_affinity_words"] = [0xFFFFFFFF]
-    assert nvml.validate_dump(dump)["recorded_by"] == "someone"
+    assert nvml_dump.validate_dump(dump)["recorded_by"] == "someone"
     dump["gpus"][0]["cpu_affinity_words"] = [1 << 32]
     with pytest.raises(NvmlError, match=r"gpus\[0\].cpu_affinity_words\[0\] is 4294967296; allowed: an integer "
                                         r"from 0 to 2\*\*32 - 1"):
-        nvml.validate_dump(dump)
+        nvml_dump.validate_dump(dump)
 
 
 def test_load_dump_refuses_a_fifo_and_a_large_file_naming_them(tmp_path):
@@ -274,8 +275,8 @@ def test_load_dump_refuses_a_fifo_and_a_large_file_naming_them(tmp_path):
     with pytest.raises(NvmlError, match="nvml_dump %s cannot be read: it is a FIFO" % fifo):
         nvml.load_dump(str(fifo))
     big = tmp_path / "big.json"
-    big.write_bytes(b" " * (nvml.MAX_DUMP_BYTES + 1))
-    with pytest.raises(NvmlError, match="larger than %d bytes" % nvml.MAX_DUMP_BYTES):
+    big.write_bytes(b" " * (nvml_dump.MAX_DUMP_BYTES + 1))
+    with pytest.raises(NvmlError, match="larger than %d bytes" % nvml_dump.MAX_DUMP_BYTES):
         nvml.load_dump(str(big))
     link = tmp_path / "link.json"
     link.symlink_to("/dev/zero")

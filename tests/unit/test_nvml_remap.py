@@ -9,6 +9,7 @@ import pytest
 from conftest import FIXTURES
 from ansible.module_utils.gpunuma.discovery import topology
 from ansible.module_utils.gpunuma.discovery.nvidia import nvml
+from ansible.module_utils.gpunuma.discovery.nvidia import nvml_dump
 from ansible.module_utils.gpunuma.common.errors import NvmlError
 
 pytestmark = pytest.mark.unit
@@ -87,7 +88,7 @@ def test_recorded_placement_is_replaced_by_not_mapped():
     out = nvml.remap_dump(original, {RECORDED_BUS: STANDIN_BUS})
     assert out["gpus"][0]["cpu_affinity_words"] == NOT_MAPPED
     assert out["gpus"][0]["numa_node_id"] == NOT_MAPPED
-    assert nvml.is_error(out["gpus"][0]["cpu_affinity_words"])
+    assert nvml_dump.is_error(out["gpus"][0]["cpu_affinity_words"])
 
 
 def test_keeping_recorded_placement_on_request():
@@ -132,7 +133,7 @@ def test_nvml_spelling_and_case_are_accepted():
 
 def test_nvlink_peers_follow_their_gpus_and_switch_ports_stay():
     dump = nvlinked_dump()
-    before = nvml.gpu_link_matrix(nvml.validate_dump(copy.deepcopy(dump)))
+    before = nvml.gpu_link_matrix(nvml_dump.validate_dump(copy.deepcopy(dump)))
     out = nvml.remap_dump(dump, {RECORDED_BUS: "0000:21:02.0", "0000:00:07.0": "0000:21:03.0"})
     first, second = out["gpus"]
     assert [link["remote_pci_bus_id"] for link in first["nvlinks"][:2]] == ["0000:21:03.0"] * 2

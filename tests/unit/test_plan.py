@@ -24,7 +24,9 @@ import pytest
 from ansible.module_utils.gpunuma.plan import planner
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan, systemd_exec_line
+from ansible.module_utils.gpunuma.plan.model import PlanError
+from ansible.module_utils.gpunuma.plan.planner import build_plan
+from ansible.module_utils.gpunuma.plan.systemd_words import systemd_exec_line
 from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import FIXTURES, REPO_ROOT
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from ansible.module_utils.gpunuma.gate import policy
+from ansible.module_utils.gpunuma.gate import checks as policy_checks
 from ansible.module_utils.gpunuma.plan.planner import build_plan
 from ansible.module_utils.gpunuma.plan.profiles import load_profile
 from conftest import REPO_ROOT
@@ -254,13 +255,13 @@ def test_expired_waiver_no_longer_applies_and_is_reported():
     ({"color": "red"}, "gpunuma_policy_waivers[0].color: unknown field"),
 ])
 def test_bad_waivers_name_the_field(bad, needle):
-    with pytest.raises(policy.PolicyError) as err:
+    with pytest.raises(policy_checks.PolicyError) as err:
         policy.validate_waivers([waiver(**bad)], set(RULES))
     assert needle in str(err.value)
 
 
 def test_waivers_must_be_a_list():
-    with pytest.raises(policy.PolicyError):
+    with pytest.raises(policy_checks.PolicyError):
         policy.validate_waivers({"control": "x"}, set(RULES))
 
 
@@ -279,7 +280,7 @@ def test_waivers_must_be_a_list():
 ])
 def test_bad_rule_files_name_the_file_and_field(tmp_path, text, needle):
     (tmp_path / "bad.yml").write_text(text)
-    with pytest.raises(policy.PolicyError) as err:
+    with pytest.raises(policy_checks.PolicyError) as err:
         policy.load_rules(str(tmp_path), yaml.safe_load)
     assert str(tmp_path / "bad.yml") in str(err.value) and needle in str(err.value)
 
@@ -288,6 +289,6 @@ def test_duplicate_ids_are_refused(tmp_path):
     text = "id: GN-X-1\ntitle: t\nseverity: error\nrationale: r\nsource: https://x\ncheck: no_span_without_interleave\n"
     (tmp_path / "a.yml").write_text(text)
     (tmp_path / "b.yml").write_text(text)
-    with pytest.raises(policy.PolicyError) as err:
+    with pytest.raises(policy_checks.PolicyError) as err:
         policy.load_rules(str(tmp_path), yaml.safe_load)
     assert "already used" in str(err.value)

@@ -30,6 +30,7 @@ import sysfs_factory as factory
 from ansible.module_utils.gpunuma.common import cpulist
 from ansible.module_utils.gpunuma.discovery import topology
 from ansible.module_utils.gpunuma.discovery.nvidia import nvml
+from ansible.module_utils.gpunuma.discovery.nvidia import nvml_dump
 from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
 from ansible.module_utils.gpunuma.common.errors import GpunumaError, NvmlError
 
@@ -91,14 +92,14 @@ def bus_ids(draw):
 def dumps(draw):
     count = draw(st.integers(0, 4))
     buses = draw(st.lists(bus_ids(), min_size=count, max_size=count,
-                          unique_by=lambda b: nvml.normalize_bus_id(b)))
+                          unique_by=lambda b: nvml_dump.normalize_bus_id(b)))
     word_bits = draw(st.sampled_from([32, 64]))
     gpus = []
     for index, bus in enumerate(buses):
         links = []
         for link in range(draw(st.integers(0, 4))):
             remote = draw(st.one_of(st.sampled_from(buses), bus_ids()))
-            if nvml.normalize_bus_id(remote) != nvml.normalize_bus_id(bus):
+            if nvml_dump.normalize_bus_id(remote) != nvml_dump.normalize_bus_id(bus):
                 links.append({"link": link, "remote_pci_bus_id": remote})
         gpus.append({
             "index": index,
@@ -114,9 +115,9 @@ def dumps(draw):
             "memory_total_bytes": draw(maybe(st.integers(0, 2 ** 40))),
             "nvlinks": links,
         })
-    levels = [[0 if i == j else draw(st.one_of(st.sampled_from(sorted(nvml.TOPOLOGY_LEVEL_CODES)), ERROR))
+    levels = [[0 if i == j else draw(st.one_of(st.sampled_from(sorted(nvml_dump.TOPOLOGY_LEVEL_CODES)), ERROR))
                for j in range(count)] for i in range(count)]
-    return {"schema": nvml.DUMP_SCHEMA, "driver_version": draw(maybe(st.just("580.159.04"))),
+    return {"schema": nvml_dump.DUMP_SCHEMA, "driver_version": draw(maybe(st.just("580.159.04"))),
             "nvml_version": "13.580.159.04", "cuda_driver_version": draw(maybe(st.just(13000))),
             "cpu_word_bits": word_bits, "gpus": gpus,
             "topology_levels": levels if count and draw(st.booleans()) else []}
@@ -163,11 +164,11 @@ def _check_replay(dump):
 @given(dump=dumps())
 def test_a_valid_dump_validates_round_trips_and_replays(dump):
     text = json.dumps(dump)
-    checked = bounded(nvml.validate_dump, json.loads(text), source=SOURCE)
+    checked = bounded(nvml_dump.validate_dump, json.loads(text), source=SOURCE)
     assert not isinstance(checked, GpunumaError), str(checked)
-    assert [g["pci_bus_id"] for g in checked["gpus"]] == [nvml.normalize_bus_id(g["pci_bus_id"])
+    assert [g["pci_bus_id"] for g in checked["gpus"]] == [nvml_dump.normalize_bus_id(g["pci_bus_id"])
                                                           for g in dump["gpus"]]
-    assert nvml.validate_dump(json.loads(json.dumps(checked))) == checked
+    assert nvml_dump.validate_dump(json.loads(json.dumps(checked))) == checked
     _check_replay(checked)
 
 
@@ -193,7 +194,7 @@ def test_a_mutated_dump_is_refused_naming_it_or_replays_soundly(dump, data):
             del parent[path[-1]]
         else:
             parent[path[-1]] = data.draw(JSON)
-    checked = bounded(nvml.validate_dump, mutated, source=SOURCE)
+    checked = bounded(nvml_dump.validate_dump, mutated, source=SOURCE)
     if isinstance(checked, GpunumaError):
         assert isinstance(checked, NvmlError) and str(checked).startswith(SOURCE + ": ")
         assert len(str(checked)) < 6000

@@ -108,7 +108,7 @@ def _op(kind, path, content=None):
 
 
 def factory_cap():
-    from ansible.module_utils.gpunuma.discovery.sysfs.host import MAX_ATTRIBUTE_BYTES
+    from ansible.module_utils.gpunuma.discovery.sysfs.reader import MAX_ATTRIBUTE_BYTES
 
     return MAX_ATTRIBUTE_BYTES
 

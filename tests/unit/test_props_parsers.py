@@ -300,10 +300,10 @@ def eight_gpu_host(tmp_path_factory):
 def test_builder_with_sysfs_keeps_every_text_gpu_whatever_the_labels(eight_gpu_host, labels, sysfs_gpus):
     import copy
 
-    from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
+    from ansible.module_utils.gpunuma.discovery.sysfs import pci as sysfs_pci
 
     host = copy.deepcopy(eight_gpu_host)
-    gpus = sorted(p["pci_bus_id"] for p in sysfs.gpu_functions(host))
+    gpus = sorted(p["pci_bus_id"] for p in sysfs_pci.gpu_functions(host))
     host["pci"] = [p for p in host["pci"] if p["pci_bus_id"] not in set(gpus[sysfs_gpus:])]
     order = sorted(labels)
     lines = ["\t" + "\t".join("GPU%d" % i for i in order) + "\tCPU Affinity\tNUMA Affinity"]

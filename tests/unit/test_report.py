@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpunuma_controller import report
+from gpunuma_controller import report, report_base
 from conftest import examples, FIXTURES, REPO_ROOT
 
 sys.path.insert(0, os.path.join(FIXTURES, "report"))
@@ -66,7 +66,7 @@ def test_every_host_and_instance_is_in_the_report(fleet_dir, docs):
     sec = section(page, "gpu-a01")
     for gpu in range(8):
         assert '<g class="gpu" data-gpu="%d">' % gpu in sec
-    colours = {i: report.PALETTE[k] for k, i in enumerate(i["name"] for i in docs["gpu-a01"]["plan"]["instances"])}
+    colours = {i: report_base.PALETTE[k] for k, i in enumerate(i["name"] for i in docs["gpu-a01"]["plan"]["instances"])}
     assert re.search(r'data-gpu="3"><rect [^>]*fill="%s"' % colours["span-34"], sec)
 
 
@@ -96,14 +96,14 @@ def test_housekeeping_cpus_are_marked(fleet_dir, docs):
         plan = docs[host]["plan"]
         expected = set()
         for cpus in plan["housekeeping"].values():
-            expected |= report.parse_cpulist(cpus, "housekeeping")
+            expected |= report_base.parse_cpulist(cpus, "housekeeping")
         assert expected
         sec = section(page, host)
         marked = {int(c) for c in re.findall(r'class="cpu housekeeping"[^>]*><title>CPU (\d+): housekeeping', sec)}
         assert marked == expected, host
         # An instance's CPU is drawn in its colour, never as housekeeping.
         first = plan["instances"][0]
-        cpu = min(report.parse_cpulist(first["cpus"], "cpus"))
+        cpu = min(report_base.parse_cpulist(first["cpus"], "cpus"))
         assert "<title>CPU %d: %s</title>" % (cpu, first["name"]) in sec
 
 
@@ -218,15 +218,15 @@ def test_broken_artefacts_are_problems_not_tracebacks(fleet_dir):
 
 
 def test_missing_and_empty_directories(tmp_path):
-    with pytest.raises(report.ReportError, match="^%s does not exist$" % re.escape(str(tmp_path / "nope"))):
+    with pytest.raises(report_base.ReportError, match="^%s does not exist$" % re.escape(str(tmp_path / "nope"))):
         report.build_report(str(tmp_path / "nope"))
-    with pytest.raises(report.ReportError, match="^%s is empty" % re.escape(str(tmp_path))):
+    with pytest.raises(report_base.ReportError, match="^%s is empty" % re.escape(str(tmp_path))):
         report.build_report(str(tmp_path))
     (tmp_path / "README").write_text("hello")
-    with pytest.raises(report.ReportError, match="holds no gpunuma artefact"):
+    with pytest.raises(report_base.ReportError, match="holds no gpunuma artefact"):
         report.build_report(str(tmp_path))
     (tmp_path / "file").write_text("x")
-    with pytest.raises(report.ReportError, match="is not a directory"):
+    with pytest.raises(report_base.ReportError, match="is not a directory"):
         report.build_report(str(tmp_path / "file"))
 
 

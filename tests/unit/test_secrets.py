@@ -7,8 +7,9 @@ import subprocess
 import pytest
 
 from ansible.module_utils.gpunuma.common import secrets
-from ansible.module_utils.gpunuma.node.apply.reconcile import normalise_files
-from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
+from ansible.module_utils.gpunuma.node.apply.files import normalise_files
+from ansible.module_utils.gpunuma.plan.model import PlanError
+from ansible.module_utils.gpunuma.plan.planner import build_plan
 from test_node_apply import FakeModule, FakeSystemd, NodeFiles, Apply
 from test_plan import profile, topology
 

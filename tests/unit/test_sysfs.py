@@ -7,6 +7,9 @@ import pytest
 
 import sysfs_factory as factory
 from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
+from ansible.module_utils.gpunuma.common import bounded
+from ansible.module_utils.gpunuma.discovery.sysfs import pci as sysfs_pci
+from ansible.module_utils.gpunuma.discovery.sysfs import reader as sysfs_reader
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import SysfsError
 from conftest import FIXTURES
@@ -88,7 +91,7 @@ def test_captured_h200_nodes_and_globals():
 def test_captured_h200_gpu_and_nic():
     host = sysfs.read_host(H200_ROOT)
     assert [dev["pci_bus_id"] for dev in host["pci"]] == ["0000:00:03.0", "0000:00:06.0"]
-    assert sysfs.gpu_functions(host) == [
+    assert sysfs_pci.gpu_functions(host) == [
         {
             "pci_bus_id": "0000:00:06.0",
             "vendor": "0x10de",
@@ -108,11 +111,11 @@ def test_captured_h200_gpu_and_nic():
             "msi_vectors": None,  # the capture has no msi_irqs/
         }
     ]
-    nics = sysfs.nic_functions(host)
+    nics = sysfs_pci.nic_functions(host)
     assert [(n["pci_bus_id"], n["vendor"], n["class"], n["numa_node"], n["max_link_speed"]) for n in nics] == [
         ("0000:00:03.0", "0x1af4", "0x020000", None, None)
     ]
-    assert sysfs.nvme_functions(host) == []
+    assert sysfs_pci.nvme_functions(host) == []
 
 
 def test_captured_h200_agrees_with_raw_command_outputs():
@@ -137,8 +140,8 @@ def test_captured_h200_agrees_with_raw_command_outputs():
 
     with open(os.path.join(H200_DIR, "raw", "nvsmi_topo.txt")) as handle:
         affinity = re.search(r"^GPU0\s+X\s+(\S+)", handle.read(), re.M).group(1)
-    assert sysfs.gpu_functions(host)[0]["local_cpulist"] == affinity == "0-15"
-    assert sysfs.pcie_gen_from_speed(sysfs.gpu_functions(host)[0]["max_link_speed"]) == 5
+    assert sysfs_pci.gpu_functions(host)[0]["local_cpulist"] == affinity == "0-15"
+    assert sysfs_pci.pcie_gen_from_speed(sysfs_pci.gpu_functions(host)[0]["max_link_speed"]) == 5
 
 
 # -- synthetic machines ------------------------------------------------------
@@ -161,7 +164,7 @@ def test_two_socket_8gpu_ht(tmp_path):
                                  "online": True}
     assert host["cpus"][96]["siblings"] == "0,96" and host["cpus"][96]["core"] == 0
 
-    gpus = sysfs.gpu_functions(host)
+    gpus = sysfs_pci.gpu_functions(host)
     assert [(g["pci_bus_id"], g["numa_node"], g["local_cpulist"]) for g in gpus] == [
         ("0000:18:00.0", 0, "0-47,96-143"),
         ("0000:2a:00.0", 0, "0-47,96-143"),
@@ -177,7 +180,7 @@ def test_two_socket_8gpu_ht(tmp_path):
     assert (gpu0["max_link_speed"], gpu0["max_link_width"]) == ("32.0 GT/s PCIe", 16)
     assert gpu0["realpath"] == "/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0"
 
-    nics = sysfs.nic_functions(host)
+    nics = sysfs_pci.nic_functions(host)
     assert [(n["pci_bus_id"], n["class"], n["numa_node"], n["rdma"], n["netdevs"]) for n in nics] == [
         ("0000:0b:00.0", "0x020000", 0, [], ["ens9f0"]),
         ("0000:19:00.0", "0x020700", 0, ["mlx5_0"], ["ibp25s0"]),
@@ -193,7 +196,7 @@ def test_two_socket_8gpu_ht(tmp_path):
     nic0 = by_id(host, "0000:19:00.0")
     assert nic0["realpath"] == "/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/0000:19:00.0"
 
-    assert [(n["pci_bus_id"], n["numa_node"], n["nvme"]) for n in sysfs.nvme_functions(host)] == [
+    assert [(n["pci_bus_id"], n["numa_node"], n["nvme"]) for n in sysfs_pci.nvme_functions(host)] == [
         ("0000:c1:00.0", 1, ["nvme0"]),
         ("0000:c2:00.0", 1, ["nvme1"]),
     ]
@@ -216,12 +219,12 @@ def test_amd_nps4_matches_published_lscpu(tmp_path):
     assert host["cpus"][200] == {"id": 200, "node": 4, "package": 1, "core": 8, "siblings": "72,200",
                                  "online": True}
 
-    gpus = sysfs.gpu_functions(host)
+    gpus = sysfs_pci.gpu_functions(host)
     assert [g["numa_node"] for g in gpus] == [3, 3, 1, 1, 7, 7, 5, 5]
     for gpu in gpus:
         assert gpu["local_cpulist"] == published[gpu["numa_node"]]
-        assert sysfs.pcie_gen_from_speed(gpu["max_link_speed"]) == 4
-    nics = sysfs.nic_functions(host)
+        assert sysfs_pci.pcie_gen_from_speed(gpu["max_link_speed"]) == 4
+    nics = sysfs_pci.nic_functions(host)
     assert [(n["rdma"][0], n["numa_node"]) for n in nics] == [
         ("mlx5_0", 3), ("mlx5_1", 3), ("mlx5_2", 1), ("mlx5_3", 1),
         ("mlx5_4", 7), ("mlx5_5", 7), ("mlx5_6", 5), ("mlx5_7", 5),
@@ -242,12 +245,12 @@ def test_grace_gh200_matches_published_numactl(tmp_path):
     assert host["numa_nodes"][1]["cpus"] == ""
     assert host["sockets"] == 1
 
-    gpu, = sysfs.gpu_functions(host)
+    gpu, = sysfs_pci.gpu_functions(host)
     assert gpu["pci_bus_id"] == "0009:01:00.0"
     assert (gpu["numa_node"], gpu["raw_numa_node"], gpu["local_cpulist"]) == (0, 0, "0-71")
     assert gpu["realpath"] == "/sys/devices/pci0009:00/0009:00:00.0/0009:01:00.0"
     assert (gpu["max_link_speed"], gpu["max_link_width"]) == (None, None)
-    assert [(n["pci_bus_id"], n["rdma"]) for n in sysfs.nic_functions(host)] == [("0002:01:00.0", ["mlx5_0"])]
+    assert [(n["pci_bus_id"], n["rdma"]) for n in sysfs_pci.nic_functions(host)] == [("0002:01:00.0", ["mlx5_0"])]
 
 
 def test_grace_dual_superchip(tmp_path):
@@ -257,7 +260,7 @@ def test_grace_dual_superchip(tmp_path):
     assert node_cpus(host)[0] == "0-71" and node_cpus(host)[1] == "72-143"
     assert [n["id"] for n in host["numa_nodes"] if not n["has_cpus"]] == list(range(2, 18))
     assert [n["id"] for n in host["numa_nodes"] if not n["has_cpus"] and n["memory_total_bytes"]] == [2, 10]
-    assert [(g["pci_bus_id"], g["numa_node"], g["local_cpulist"]) for g in sysfs.gpu_functions(host)] == [
+    assert [(g["pci_bus_id"], g["numa_node"], g["local_cpulist"]) for g in sysfs_pci.gpu_functions(host)] == [
         ("0009:01:00.0", 0, "0-71"),
         ("0019:01:00.0", 1, "72-143"),
     ]
@@ -277,13 +280,13 @@ def test_gb200_matches_published_lscpu(tmp_path):
     assert host["sockets"] == 2
     assert host["cpus"][100] == {"id": 100, "node": 1, "package": 1, "core": 28, "siblings": "100",
                                  "online": True}
-    assert [(g["pci_bus_id"], g["numa_node"], g["local_cpulist"]) for g in sysfs.gpu_functions(host)] == [
+    assert [(g["pci_bus_id"], g["numa_node"], g["local_cpulist"]) for g in sysfs_pci.gpu_functions(host)] == [
         ("0008:01:00.0", 0, "0-71"),
         ("0009:01:00.0", 0, "0-71"),
         ("0018:01:00.0", 1, "72-143"),
         ("0019:01:00.0", 1, "72-143"),
     ]
-    assert [(n["pci_bus_id"], n["rdma"][0], n["numa_node"]) for n in sysfs.nic_functions(host)] == [
+    assert [(n["pci_bus_id"], n["rdma"][0], n["numa_node"]) for n in sysfs_pci.nic_functions(host)] == [
         ("0000:03:00.0", "mlx5_0", 0),
         ("0002:03:00.0", "mlx5_1", 0),
         ("0010:03:00.0", "mlx5_4", 1),
@@ -300,20 +303,20 @@ def test_single_socket(tmp_path):
     assert host["cpus"][17]["core"] == 1
     assert host["sockets"] == 1
     assert host["numa_balancing"] == 0
-    gpu, = sysfs.gpu_functions(host)
+    gpu, = sysfs_pci.gpu_functions(host)
     assert (gpu["pci_bus_id"], gpu["device"], gpu["numa_node"], gpu["local_cpulist"]) == (
         "0000:01:00.0", "0x26b9", 0, "0-31")
-    assert sysfs.nic_functions(host) == []
+    assert sysfs_pci.nic_functions(host) == []
 
 
 def test_vm_numa_minus_one(tmp_path):
     host = sysfs.read_host(factory.vm_numa_minus_one(tmp_path))
     assert host["warnings"] == []
-    gpu, = sysfs.gpu_functions(host)
+    gpu, = sysfs_pci.gpu_functions(host)
     assert (gpu["pci_bus_id"], gpu["numa_node"], gpu["raw_numa_node"], gpu["local_cpulist"]) == (
         "0000:00:06.0", None, -1, "0-15")
     assert gpu["realpath"] == "/sys/devices/pci0000:00/0000:00:06.0"
-    nic, = sysfs.nic_functions(host)
+    nic, = sysfs_pci.nic_functions(host)
     assert (nic["pci_bus_id"], nic["numa_node"], nic["netdevs"]) == ("0000:00:03.0", None, ["ens3"])
     assert host["sockets"] == 1
 
@@ -324,10 +327,10 @@ def test_no_gpu(tmp_path):
     assert node_cpus(host) == {0: "0-7", 1: "8-15"}
     # the BMC's VGA function is a display controller, but not NVIDIA's
     assert by_id(host, "0000:03:00.0")["class"] == "0x030000"
-    assert sysfs.gpu_functions(host) == []
-    assert [(n["pci_bus_id"], n["netdevs"], n["numa_node"]) for n in sysfs.nic_functions(host)] == [
+    assert sysfs_pci.gpu_functions(host) == []
+    assert [(n["pci_bus_id"], n["netdevs"], n["numa_node"]) for n in sysfs_pci.nic_functions(host)] == [
         ("0000:41:00.0", ["eno1"], 0)]
-    assert sysfs.nvme_functions(host) == []
+    assert sysfs_pci.nvme_functions(host) == []
 
 
 def test_capture_layout_reads_like_live_layout(tmp_path):
@@ -481,7 +484,7 @@ def test_missing_optional_files(tmp_path):
 def test_uppercase_bus_id_directory_is_lowercased(tmp_path):
     root = simple_tree(tmp_path, pci=[dict(bdf="0000:AB:00.0", vendor="0x10DE", device="0x2330",
                                            numa_node=0, **{"class": "0x030200"})], symlinks=False)
-    gpu, = sysfs.gpu_functions(sysfs.read_host(root))
+    gpu, = sysfs_pci.gpu_functions(sysfs.read_host(root))
     assert (gpu["pci_bus_id"], gpu["vendor"]) == ("0000:ab:00.0", "0x10de")
 
 
@@ -719,7 +722,7 @@ def test_unlistable_netdev_dir_warns(tmp_path, monkeypatch):
     ],
 )
 def test_pcie_gen_from_speed(speed, gen):
-    assert sysfs.pcie_gen_from_speed(speed) == gen
+    assert sysfs_pci.pcie_gen_from_speed(speed) == gen
 
 
 def test_function_helpers_by_class(tmp_path):
@@ -740,10 +743,10 @@ def test_function_helpers_by_class(tmp_path):
         dict(bdf="0000:0a:00.0", vendor="0x1002", device="0x164e", numa_node=0, **{"class": "0x030000"}),
     ]
     host = sysfs.read_host(factory.build_tree(tmp_path, [{"id": 0, "cpus": "0-1"}], pci=pci))
-    assert [d["pci_bus_id"] for d in sysfs.gpu_functions(host)] == ["0000:01:00.0", "0000:02:00.0", "0000:08:00.0",
+    assert [d["pci_bus_id"] for d in sysfs_pci.gpu_functions(host)] == ["0000:01:00.0", "0000:02:00.0", "0000:08:00.0",
                                                                      "0000:09:00.0"]
-    assert [d["pci_bus_id"] for d in sysfs.nic_functions(host)] == ["0000:04:00.0", "0000:04:00.1", "0000:05:00.0"]
-    assert [d["pci_bus_id"] for d in sysfs.nvme_functions(host)] == ["0000:06:00.0"]
+    assert [d["pci_bus_id"] for d in sysfs_pci.nic_functions(host)] == ["0000:04:00.0", "0000:04:00.1", "0000:05:00.0"]
+    assert [d["pci_bus_id"] for d in sysfs_pci.nvme_functions(host)] == ["0000:06:00.0"]
 
 
 def test_factory_cpumask_matches_kernel_format():
@@ -790,11 +793,11 @@ def test_does_not_walk_unrelated_sysfs(tmp_path, monkeypatch):
 
 def test_read_bounded_reads_a_regular_file_up_to_the_cap(tmp_path):
     path = tmp_path / "attr"
-    path.write_bytes(b"x" * sysfs.MAX_ATTRIBUTE_BYTES)
-    assert len(sysfs.read_bounded(str(path))) == sysfs.MAX_ATTRIBUTE_BYTES
-    path.write_bytes(b"x" * (sysfs.MAX_ATTRIBUTE_BYTES + 1))
+    path.write_bytes(b"x" * sysfs_reader.MAX_ATTRIBUTE_BYTES)
+    assert len(bounded.read_bounded(str(path))) == sysfs_reader.MAX_ATTRIBUTE_BYTES
+    path.write_bytes(b"x" * (sysfs_reader.MAX_ATTRIBUTE_BYTES + 1))
     with pytest.raises(OSError) as err:
-        sysfs.read_bounded(str(path))
+        bounded.read_bounded(str(path))
     assert err.value.errno == errno.EFBIG and "larger than 65536 bytes" in err.value.strerror
 
 
@@ -811,7 +814,7 @@ def test_read_bounded_opens_nothing_but_regular_files(tmp_path, monkeypatch, mak
     real_open = os.open
     monkeypatch.setattr(sysfs.os, "open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k))
     with pytest.raises(OSError) as err:
-        sysfs.read_bounded(path)
+        bounded.read_bounded(path)
     assert kind in err.value.strerror and "read only as a regular file" in err.value.strerror
     assert opened == []
 
@@ -821,13 +824,13 @@ def test_read_bounded_follows_links_for_named_files_but_never_into_dev(tmp_path)
     real.write_text("hello")
     link = tmp_path / "link.txt"
     link.symlink_to(real)
-    assert sysfs.read_bounded(str(link), follow_symlinks=True) == b"hello"
+    assert bounded.read_bounded(str(link), follow_symlinks=True) == b"hello"
     zero = tmp_path / "zero"
     zero.symlink_to("/dev/zero")
     with pytest.raises(OSError, match="character device"):
-        sysfs.read_bounded(str(zero), follow_symlinks=True)
+        bounded.read_bounded(str(zero), follow_symlinks=True)
     with pytest.raises(OSError, match="symbolic link"):
-        sysfs.read_bounded(str(link))
+        bounded.read_bounded(str(link))
 
 
 def test_a_clean_tree_loses_nothing(tmp_path):

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.discovery import cpu_layout
+from ansible.module_utils.gpunuma.common import errors
 from ansible.module_utils.gpunuma.discovery.discover import discover
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
-from ansible.module_utils.gpunuma.plan.planner import PlanError, build_plan
+from ansible.module_utils.gpunuma.plan.model import PlanError
+from ansible.module_utils.gpunuma.plan.planner import build_plan
 from conftest import FIXTURES, examples
 from machine_model import Machine
 from test_plan import profile
@@ -235,7 +237,7 @@ def test_lscpu_summary_of_the_dgx_a100_gives_every_node_and_no_siblings():
     ("NUMA node0 CPU(s): 0-3,x\n", "lscpu line 1"),
 ])
 def test_lscpu_bad_text_is_refused_naming_the_line(text, words):
-    with pytest.raises(cpu_layout.LscpuError) as caught:
+    with pytest.raises(errors.LscpuError) as caught:
         cpu_layout.parse_lscpu(text)
     assert words in str(caught.value)
 

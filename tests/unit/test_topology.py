@@ -8,8 +8,9 @@ import sysfs_factory as factory
 from ansible.module_utils.gpunuma.common import cpulist
 from ansible.module_utils.gpunuma.discovery import nodes as nodes_lib, topology
 from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs
+from ansible.module_utils.gpunuma.discovery.sysfs import pci as sysfs_pci
 from ansible.module_utils.gpunuma.common.errors import TopologyError
-from ansible.module_utils.gpunuma.discovery.nvidia.nvml import DUMP_SCHEMA
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml_dump import DUMP_SCHEMA
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +37,7 @@ def affinity_words(cpus, word_bits=64):
 def nvml_dump_for(host, numa_ids=None, mig=None, affinity=True, links=None):
     """An NVML dump consistent with a sysfs tree's GPUs (as a real node would give)."""
     gpus = []
-    for index, pci in enumerate(sorted(sysfs.gpu_functions(host), key=lambda p: p["pci_bus_id"])):
+    for index, pci in enumerate(sorted(sysfs_pci.gpu_functions(host), key=lambda p: p["pci_bus_id"])):
         numa = (numa_ids or {}).get(index, pci["numa_node"])
         words = {"nvml_error": "NotSupported"}
         if affinity and pci["local_cpulist"]:
@@ -302,8 +303,8 @@ def test_topo_gpu_label_gap_with_sysfs_is_a_warning_not_an_index_error(tmp_path)
     from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import parse_topo_matrix
 
     host = copy.deepcopy(host_of(factory.two_socket_8gpu_ht, tmp_path))
-    keep = sorted(p["pci_bus_id"] for p in sysfs.gpu_functions(host))[:2]
-    host["pci"] = [p for p in host["pci"] if p["pci_bus_id"] in keep or p not in sysfs.gpu_functions(host)]
+    keep = sorted(p["pci_bus_id"] for p in sysfs_pci.gpu_functions(host))[:2]
+    host["pci"] = [p for p in host["pci"] if p["pci_bus_id"] in keep or p not in sysfs_pci.gpu_functions(host)]
     smi = parse_topo_matrix(topo_text([("GPU0", "0-47,96-143", "0"), ("GPU5", "48-95,144-191", "1")]))
     topo = topology.build_topology("gap", host=host, smi=smi, sources=["nvidia_smi", "sysfs"])
     assert [g["index"] for g in topo["gpus"]] == [0, 5]

@@ -11,7 +11,10 @@ import os
 from ansible.module_utils.gpunuma.discovery.amd import sources as amd_source
 from ansible.module_utils.gpunuma.discovery.nvidia import nvml as nvml_source
 from ansible.module_utils.gpunuma.discovery.sysfs import host as sysfs_source
-from ansible.module_utils.gpunuma.discovery.cpu_layout import MAX_LSCPU_CHARS, LscpuError, parse_lscpu
+from ansible.module_utils.gpunuma.common import bounded
+from ansible.module_utils.gpunuma.discovery.sysfs import pci as sysfs_pci
+from ansible.module_utils.gpunuma.discovery.cpu_layout import MAX_LSCPU_CHARS, parse_lscpu
+from ansible.module_utils.gpunuma.common.errors import LscpuError
 from ansible.module_utils.gpunuma.common.errors import NvmlError, SysfsError, TopoParseError
 from ansible.module_utils.gpunuma.discovery.nvidia.topo_parse import parse_topo_matrix
 from ansible.module_utils.gpunuma.discovery.topology import build_topology
@@ -32,7 +35,7 @@ _LOST_NAMED = 5
 
 def _read_text(path, option, limit, error, what):
     try:
-        raw = sysfs_source.read_bounded(path, limit, follow_symlinks=True, what=what)
+        raw = bounded.read_bounded(path, limit, follow_symlinks=True, what=what)
     except (IOError, OSError) as exc:
         raise error("%s %s cannot be read: %s" % (option, path, exc.strerror or exc))
     return raw.decode("utf-8", "replace")
@@ -129,8 +132,8 @@ def discover(hostname, sysfs_root=None, topo_file=None, nvml_dump=None, sources=
         used.append("sysfs")
 
     amd = {}
-    if host is not None and any(sysfs_source.is_amd_instinct(p["vendor"], p["class"])
-                                for p in sysfs_source.gpu_functions(host)):
+    if host is not None and any(sysfs_pci.is_amd_instinct(p["vendor"], p["class"])
+                                for p in sysfs_pci.gpu_functions(host)):
         amd["kfd"] = amd_source.read_kfd(sysfs_root if sysfs_root is not None else "/")
         if amd["kfd"] is not None:
             used.append("kfd")

@@ -34,8 +34,9 @@ from ansible.module_utils.gpunuma.discovery.nodes import (
     nodes_from_smi,
 )
 from ansible.module_utils.gpunuma.discovery.amd.topology import amd_identities, overlay as _overlay
-from ansible.module_utils.gpunuma.discovery.nvidia.nvml import gpu_link_matrix, is_error
-from ansible.module_utils.gpunuma.discovery.sysfs.host import (
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml import gpu_link_matrix
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml_dump import is_error
+from ansible.module_utils.gpunuma.discovery.sysfs.pci import (
     NVIDIA_VENDOR, gpu_functions, nic_functions, nvme_functions, pcie_gen_from_speed)
 from ansible.module_utils.gpunuma.common import schemas
 

@@ -30,10 +30,8 @@ import datetime
 import os
 import re
 
-# The checks, their parameters and the kubelet settings (re-exported).
-from ansible.module_utils.gpunuma.gate.checks import (  # noqa: F401  # pylint: disable=unused-import
-    CHECKS, INFINITY, KUBELET_SETTINGS, PARAMS, TOPOLOGY_MANAGER_POLICIES, PolicyError, _params_problems,
-    validate_kubelet)
+# The checks and their parameters.
+from ansible.module_utils.gpunuma.gate.checks import CHECKS, PolicyError, _params_problems
 
 RULE_FIELDS = ("id", "title", "severity", "rationale", "source", "check", "params")
 REQUIRED_RULE_FIELDS = ("id", "title", "severity", "rationale", "source", "check")

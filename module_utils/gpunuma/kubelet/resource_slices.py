@@ -27,7 +27,7 @@ Attribute values are typed as the resource.k8s.io API writes them:
 from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common.errors import NvmlError, ProblemsError
-from ansible.module_utils.gpunuma.discovery.nvidia.nvml import normalize_bus_id
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml_dump import normalize_bus_id
 from ansible.module_utils.gpunuma.kubelet.dra import DRA_GPU_DRIVERS
 
 NUMA_NODE = "resource.kubernetes.io/numaNode"

@@ -21,7 +21,7 @@ import os
 import re
 
 from ansible.module_utils.gpunuma.node.programs import program_states
-from ansible.module_utils.gpunuma.discovery.sysfs.host import read_bounded
+from ansible.module_utils.gpunuma.common.bounded import read_bounded
 from ansible.module_utils.gpunuma.node import autonuma
 from ansible.module_utils.gpunuma.node import systemctl
 

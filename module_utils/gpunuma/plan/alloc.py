@@ -12,9 +12,6 @@ from __future__ import annotations
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.plan import partition
 from ansible.module_utils.gpunuma.plan.model import INSTANCES_VAR, PlanError
-# GPU grouping (re-exported).
-from ansible.module_utils.gpunuma.plan.gpu_groups import (  # noqa: F401  # pylint: disable=unused-import
-    MAX_GROUP_COMBINATIONS, assign_gpus, choose_gpu_group)
 
 
 # --------------------------------------------------------------------------

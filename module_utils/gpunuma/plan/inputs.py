@@ -14,10 +14,10 @@ import re
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError
-from ansible.module_utils.gpunuma.plan.instance_checks import (  # noqa: F401  # pylint: disable=unused-import
-    BINDING_METHODS, INSTANCE_KEYS, MAX_READY_TIMEOUT, NAME_RE, READY_KEYS, STRICT_CAPACITY_CHOICES, _check_accounts,
-    _check_binding_method, _check_command, _check_environment, _check_gpu_count, _check_gpus, _check_keys,
-    _check_memlock, _check_memory, _check_name, _check_numa_node, _check_placement, _check_unit)
+from ansible.module_utils.gpunuma.plan.instance_checks import (
+    NAME_RE, STRICT_CAPACITY_CHOICES, _check_accounts, _check_binding_method, _check_command, _check_environment,
+    _check_gpu_count, _check_gpus, _check_keys, _check_memlock, _check_memory, _check_name, _check_numa_node,
+    _check_placement, _check_unit)
 from ansible.module_utils.gpunuma.plan.model import (
     APPLIED_PLAN_SOURCE, GPU_ENVIRONMENT, INSTANCES_VAR, PLACEMENT_KEYS, SCHEMA, InstanceSpec, is_int, type_name)
 from ansible.module_utils.gpunuma.plan.runtime_checks import (

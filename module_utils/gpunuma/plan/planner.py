@@ -31,53 +31,19 @@ from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common import secrets, sizes
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
-from ansible.module_utils.gpunuma.plan.alloc import (  # noqa: F401 (choose_gpu_group is public here)  # pylint: disable=unused-import
-    allocate_cpus,
-    apply_profile,
-    assign_gpus,
-    check_shares,
-    check_cpus_placed,
-    check_siblings_known,
-    choose_gpu_group,
-)
+from ansible.module_utils.gpunuma.plan.alloc import (
+    allocate_cpus, apply_profile, check_shares, check_cpus_placed, check_siblings_known)
+from ansible.module_utils.gpunuma.plan.gpu_groups import assign_gpus
 from ansible.module_utils.gpunuma.plan.engines import engine_arguments, split_worker_shares
 from ansible.module_utils.gpunuma.plan.capacity import parse_reserve, stable_capacity
 from ansible.module_utils.gpunuma.plan.spill import check_preferred_spill, check_rank_capacity
-from ansible.module_utils.gpunuma.plan.inputs import (  # noqa: F401 (constants are public here)  # pylint: disable=unused-import
-    BINDING_METHODS,
-    INSTANCE_KEYS,
-    STRICT_CAPACITY_CHOICES,
-    check_gpu_environment,
-    check_unique,
-    parse_housekeeping_cpus,
-    validate_applied_plan,
-    validate_instance,
-    validate_options,
-)
-from ansible.module_utils.gpunuma.plan.model import (  # noqa: F401  # pylint: disable=unused-import
-    GPU_ENVIRONMENT,
-    INSTANCES_VAR,
-    PLACEMENT_KEYS,
-    SCHEMA,
-    SCHEMA_MINOR,
-    TOPOLOGY_SCHEMA,
-    InstanceSpec,
-    PlanError,
-    is_int,
-    type_name,
-)
-from ansible.module_utils.gpunuma.plan.topology import (  # noqa: F401  # pylint: disable=unused-import
-    PlanTopology,
-    link_rank,
-)
+from ansible.module_utils.gpunuma.plan.inputs import (
+    check_gpu_environment, check_unique, parse_housekeeping_cpus, validate_applied_plan, validate_instance,
+    validate_options)
+from ansible.module_utils.gpunuma.plan.model import INSTANCES_VAR, SCHEMA, SCHEMA_MINOR, PlanError, is_int, type_name
+from ansible.module_utils.gpunuma.plan.topology import PlanTopology
 from ansible.module_utils.gpunuma.plan.profiles import ProfileError, validate_profile
 from ansible.module_utils.gpunuma.plan.render import render_instance
-from ansible.module_utils.gpunuma.plan.systemd_words import (  # noqa: F401  # pylint: disable=unused-import
-    exec_name_problem,
-    systemd_environment_assignment,
-    systemd_exec_line,
-    systemd_quote,
-)
 
 
 def parse_size(value, what="memory"):

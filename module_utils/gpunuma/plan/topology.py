@@ -16,9 +16,8 @@ from ansible.module_utils.gpunuma.common.errors import CpuListError
 from ansible.module_utils.gpunuma.node.housekeeping import irq_target
 from ansible.module_utils.gpunuma.plan import partition
 from ansible.module_utils.gpunuma.plan.model import TOPOLOGY_SCHEMA, PlanError, is_int
-# The document's readers and the link ranks (re-exported).
-from ansible.module_utils.gpunuma.plan.topology_readers import (  # noqa: F401  # pylint: disable=unused-import
-    _LINK_RANK, _UUID_RE, PlanNic, TopologyReaders, link_rank)
+# The document's readers and the link ranks.
+from ansible.module_utils.gpunuma.plan.topology_readers import _UUID_RE, TopologyReaders
 
 
 AUTO_HOUSEKEEPING = "auto"

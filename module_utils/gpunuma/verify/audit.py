@@ -12,9 +12,9 @@ from __future__ import annotations
 from ansible.module_utils.gpunuma.node import autonuma
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.common import schemas
-# The texts it reads (re-exported).
-from ansible.module_utils.gpunuma.verify.proc_texts import (  # noqa: F401  # pylint: disable=unused-import
-    _POLICY_WORDS, expected_numa_args, memlock_bytes, parse_memlock, parse_numa_maps, parse_status, parse_unit)
+# The texts it reads.
+from ansible.module_utils.gpunuma.verify.proc_texts import (
+    expected_numa_args, memlock_bytes, parse_memlock, parse_numa_maps, parse_status, parse_unit)
 
 SCHEMA = schemas.AUDIT
 SEVERITIES = ("error", "warning", "info")

@@ -31,13 +31,10 @@ import os
 
 from ansible.module_utils.gpunuma.node import autonuma
 from ansible.module_utils.gpunuma.verify import amd_checks
-# The facts' model, parsers and reader (their public names, re-exported).
-from ansible.module_utils.gpunuma.verify.node_facts import (  # noqa: F401  # pylint: disable=unused-import
-    ACS_CR, ACS_EC, ACS_RR, CpuGovernor, Evidence, Finding, Gpu,
-    NodeChecksError, NodeFacts, PciLink, acs_bits, acs_control_from_config,
-    parse_cmdline_iommu, parse_governor, parse_link_speed, parse_link_width, parse_numa_balancing,
-    parse_nvidia_smi_q, parse_thp, read_node)
-from ansible.module_utils.gpunuma.discovery.sysfs.host import quote
+# The ACS bits and the facts' model.
+from ansible.module_utils.gpunuma.verify.pci_acs import ACS_CR, ACS_EC, ACS_RR, acs_bits
+from ansible.module_utils.gpunuma.verify.node_facts import Evidence, Finding, NodeChecksError, parse_cmdline_iommu
+from ansible.module_utils.gpunuma.discovery.sysfs.reader import quote
 
 SEVERITIES = ("info", "warning", "error")
 PROFILES = ("strict", "preferred", "interleave", "off")

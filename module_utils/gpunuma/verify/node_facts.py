@@ -10,12 +10,12 @@ import re
 
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError, GpunumaError
-from ansible.module_utils.gpunuma.discovery.sysfs.host import (
-    is_amd_instinct, is_nvidia_gpu, pcie_gen_from_speed, quote, read_bounded)
+from ansible.module_utils.gpunuma.discovery.sysfs.pci import is_amd_instinct, is_nvidia_gpu, pcie_gen_from_speed
+from ansible.module_utils.gpunuma.discovery.sysfs.reader import quote
+from ansible.module_utils.gpunuma.common.bounded import read_bounded
 from ansible.module_utils.gpunuma.discovery.sysfs.reader import BDF_RE
 from ansible.module_utils.gpunuma.verify import amd_checks
-from ansible.module_utils.gpunuma.verify.pci_acs import (  # noqa: F401 (the ACS names are public here)  # pylint: disable=unused-import
-    ACS_CR, ACS_EC, ACS_RR, CONFIG_LIMIT, acs_bits, acs_control_from_config)
+from ansible.module_utils.gpunuma.verify.pci_acs import CONFIG_LIMIT, acs_control_from_config
 
 
 _WIDTH_RE = re.compile(r"[0-9]{1,2}", re.ASCII)

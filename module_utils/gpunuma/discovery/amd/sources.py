@@ -28,8 +28,8 @@ import os
 import re
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError, NvmlError
-from ansible.module_utils.gpunuma.discovery.nvidia.nvml import normalize_bus_id
-from ansible.module_utils.gpunuma.discovery.sysfs.host import read_bounded
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml_dump import normalize_bus_id
+from ansible.module_utils.gpunuma.common.bounded import read_bounded
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 # kfd_crat.h: CRAT_IOLINK_TYPE_XGMI (PCIe links are type 2).

@@ -10,7 +10,7 @@ read; the rules are documented in docs/amd.md.
 from __future__ import annotations
 
 from ansible.module_utils.gpunuma.discovery.amd.sources import kfd_gpus, kfd_links, same_gpu, smi_words
-from ansible.module_utils.gpunuma.discovery.sysfs.host import amd_gpu_uuid
+from ansible.module_utils.gpunuma.discovery.sysfs.pci import amd_gpu_uuid
 
 
 def _record(bus, unique_id=None):

@@ -17,11 +17,11 @@ import copy
 
 from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.common.errors import NvmlError
-from ansible.module_utils.gpunuma.discovery.sysfs.host import read_bounded
-# The dump's document (constants, bus ids, the check), re-exported with it.
-from ansible.module_utils.gpunuma.discovery.nvidia.nvml_dump import (  # noqa: F401  # pylint: disable=unused-import
-    BUS_ID_ALLOWED, CPU_AFFINITY_WORDS, CPU_WORD_BITS, DUMP_SCHEMA, MAX_DUMP_BYTES, TOPOLOGY_LEVEL_CODES,
-    _NVLINK_MAX_LINKS, _check_schema, _clip, _text, is_error, normalize_bus_id, validate_dump)
+from ansible.module_utils.gpunuma.common.bounded import read_bounded
+# The dump's document (constants, bus ids, the check).
+from ansible.module_utils.gpunuma.discovery.nvidia.nvml_dump import (
+    CPU_AFFINITY_WORDS, CPU_WORD_BITS, DUMP_SCHEMA, MAX_DUMP_BYTES, TOPOLOGY_LEVEL_CODES, _NVLINK_MAX_LINKS,
+    _check_schema, _clip, _text, is_error, normalize_bus_id, validate_dump)
 
 
 class _Query(object):

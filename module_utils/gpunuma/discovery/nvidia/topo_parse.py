@@ -51,14 +51,12 @@ from ansible.module_utils.gpunuma.common.cpulist import shown
 from ansible.module_utils.gpunuma.common.errors import TopoParseError
 from ansible.module_utils.gpunuma.discovery.nvidia.topo_text import (
     AFFINITY_COLUMNS, _clean_lines, _COLUMN_TITLE, _GPU_LABEL_RE, _header_tokens, _KNOWN_PIECES_RE, _LABEL_RE,
-    _LEGEND_RE, LINK_CODES, _MARK, _MAX_BLOCKS, MAX_DEVICE_COLUMNS, MAX_LINE_CHARS, MAX_LINES, _MAX_SKIP_WARNINGS,
+    _LEGEND_RE, _MARK, _MAX_BLOCKS, MAX_DEVICE_COLUMNS, MAX_LINE_CHARS, MAX_LINES, _MAX_SKIP_WARNINGS,
     MAX_TEXT_CHARS, _MAX_TOTAL_STEPS, _NIC_LEGEND_LABEL_RE, _NIC_NAME_HELP, _NIC_NAME_RE, _NotTopoMatrix,
     _ROW_LIKE_RE, _span, _split_label_token)
 from ansible.module_utils.gpunuma.discovery.nvidia.topo_rows import (
     _check_symmetry, _diagnose, _gpu_entry, _nic_names, _resolve, _row_candidates, _skip_warning)
 
-__all__ = ["parse_topo_matrix", "LINK_CODES", "AFFINITY_COLUMNS", "MAX_TEXT_CHARS", "MAX_LINE_CHARS",
-           "MAX_LINES", "MAX_DEVICE_COLUMNS"]
 
 # --------------------------------------------------------------------------
 # the parser

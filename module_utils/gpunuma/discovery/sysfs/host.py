@@ -76,21 +76,12 @@ kernel without NUMA) are not listed.
 """
 
 from __future__ import annotations
-from __future__ import annotations
 
 import os
 
-from ansible.module_utils.gpunuma.common.bounded import read_bounded  # noqa: F401 (public here too)
 from ansible.module_utils.gpunuma.common.errors import SysfsError
 from ansible.module_utils.gpunuma.discovery.sysfs.nodes import NodeReader
-from ansible.module_utils.gpunuma.discovery.sysfs.pci import (  # noqa: F401 (the public names of discovery's sysfs)
-    AMD_INSTINCT_CLASSES, AMD_VENDOR, NVIDIA_VENDOR, PciReader, amd_gpu_uuid, gpu_functions, is_amd_instinct,
-    is_nvidia_gpu, nic_functions, nvme_functions, pcie_gen_from_speed)
-from ansible.module_utils.gpunuma.discovery.sysfs.reader import MAX_ATTRIBUTE_BYTES, quote  # noqa: F401
-
-__all__ = ["AMD_INSTINCT_CLASSES", "AMD_VENDOR", "MAX_ATTRIBUTE_BYTES", "NVIDIA_VENDOR", "amd_gpu_uuid", "gpu_functions",
-           "is_amd_instinct", "is_nvidia_gpu", "nic_functions", "nvme_functions", "pcie_gen_from_speed", "quote",
-           "read_bounded", "read_host"]
+from ansible.module_utils.gpunuma.discovery.sysfs.pci import PciReader
 
 # The reader's parts, one file each: reader (bounded reads, errors and warnings), nodes (NUMA nodes
 # and CPUs), pci (PCI functions).

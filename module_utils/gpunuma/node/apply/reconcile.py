@@ -74,9 +74,8 @@ from ansible.module_utils.gpunuma.node.apply.files import (
     plan_files,
     read_file,
 )
-# The unit steps (start, batches, settle, readiness, rollback), re-exported with their helpers.
-from ansible.module_utils.gpunuma.node.apply.units import (  # noqa: F401  # pylint: disable=unused-import
-    ACTIVE_STATES, SETPRIV, UnitSteps, _http_get, readiness_argv)
+# The unit steps (start, batches, settle, readiness, rollback).
+from ansible.module_utils.gpunuma.node.apply.units import UnitSteps, _http_get
 from ansible.module_utils.gpunuma.node.apply.stop import StopSteps, check_stop_units
 
 

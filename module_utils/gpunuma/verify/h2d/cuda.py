@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The CUDA driver API (``libcuda.so.1``) through ctypes, as the H2D probe uses it.
 
-Part of the probe (``verify/h2d/probe.py``, which re-exports these names).
+Part of the probe (``verify/h2d/probe.py``).
 Standard library only.
 """
 

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The host side of the H2D probe: PCIe link figures, NUMA nodes, and the libc calls a placement child binds with.
 
-Part of the probe (``verify/h2d/probe.py``, which re-exports these names).
+Part of the probe (``verify/h2d/probe.py``).
 Standard library only.
 """
 

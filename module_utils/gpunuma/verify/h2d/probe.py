@@ -22,22 +22,13 @@ import time
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.verify.h2d import load as h2d_load
-from ansible.module_utils.gpunuma.verify.h2d.cuda import (  # noqa: F401 (the probe's API, re-exported)  # pylint: disable=unused-import
-    BUSY_CODES, COMPUTE_MODES, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_EVENT_DEFAULT, CU_MEMHOSTALLOC_PORTABLE,
-    CU_MEMHOSTREGISTER_PORTABLE, CU_STREAM_NON_BLOCKING, CUDA_ERROR_DEVICE_UNAVAILABLE, CUDA_ERROR_DEVICES_UNAVAILABLE,
-    CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY,
-    CUDA_SUCCESS, CudaDriver, CudaError, DriverMissing, normalise_bus_id)
-from ansible.module_utils.gpunuma.verify.h2d.hip import RUNTIMES, open_runtime  # noqa: F401  # pylint: disable=unused-import
-from ansible.module_utils.gpunuma.verify.h2d.host import (  # noqa: F401 (the probe's API, re-exported)  # pylint: disable=unused-import
-    MPOL_BIND, MPOL_DEFAULT, PCIE_ENCODING, ProbeError, PCIE_LANE_GTS, Libc, choose_remote, gpu_numa_node, pcie_link,
-    pcie_theoretical_gbps, read_numa_nodes, read_status_binding)
-# The probe's parts (its API, re-exported): options, one placement's measurement, rounds in child processes.
-from ansible.module_utils.gpunuma.verify.h2d.options import (  # noqa: F401  # pylint: disable=unused-import
-    DEFAULTS, MiB, PINNED_ALLOCS, PLACEMENTS, SCHEMA, SMALL_WARMUP_COPIES, check_options)
-from ansible.module_utils.gpunuma.verify.h2d.measure import (  # noqa: F401  # pylint: disable=unused-import
-    bandwidth_stats, cpu_per_copy_us, cpu_per_gb, latency_stats, measure_device, percentile)
-from ansible.module_utils.gpunuma.verify.h2d.rounds import (  # noqa: F401  # pylint: disable=unused-import
-    _child_measure, _enumerate_child, _library, _measure_rounds, run_in_child, select_gpus)
+from ansible.module_utils.gpunuma.verify.h2d.cuda import CUDA_ERROR_INSUFFICIENT_DRIVER, DriverMissing
+from ansible.module_utils.gpunuma.verify.h2d.hip import open_runtime
+from ansible.module_utils.gpunuma.verify.h2d.host import choose_remote, gpu_numa_node, pcie_link, read_numa_nodes
+# The probe's parts: options, one placement's measurement, rounds in child processes.
+from ansible.module_utils.gpunuma.verify.h2d.options import SCHEMA, check_options
+from ansible.module_utils.gpunuma.verify.h2d.rounds import (
+    _enumerate_child, _library, _measure_rounds, run_in_child, select_gpus)
 
 
 def probe(options, root="/", nvml=None, hostname=None):

@@ -13,9 +13,8 @@ import statistics
 
 from ansible.module_utils.gpunuma.common import schemas
 from ansible.module_utils.gpunuma.verify import stats
-# The policy and its loader (re-exported).
-from ansible.module_utils.gpunuma.verify.h2d.policy import (  # noqa: F401  # pylint: disable=unused-import
-    CHECKS, DEFAULT_LADDER, POLICY_SCHEMA, VERDICT_KEYS, VERDICT_OPTIONAL, PolicyError, ReportError, load_policy)
+# The policy and its loader.
+from ansible.module_utils.gpunuma.verify.h2d.policy import DEFAULT_LADDER, VERDICT_OPTIONAL, ReportError
 
 REPORT_SCHEMA = schemas.VALIDATION
 PROBE_SCHEMA = schemas.H2D_PROBE
