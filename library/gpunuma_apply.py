@@ -383,6 +383,7 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import commands
 from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.node.apply.reconcile import Apply
 from ansible.module_utils.gpunuma.node.apply.files import ApplyError, normalise_files, quiet_state_diff
@@ -603,9 +604,7 @@ def main():
             if not os.path.isabs(path):
                 module.fail_json(msg="%s[%d] must be an absolute path, got %r" % (field, index, path))
 
-    def runner(argv):
-        return module.run_command(argv)
-
+    runner = commands.runner(module)
     controller = Controller()
     apply = Apply(NodeFiles(runner), runner, time.sleep, check_mode=module.check_mode, alive=controller.gone)
     try:

@@ -105,7 +105,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import bounded, documents, node_paths, seal
+from ansible.module_utils.gpunuma.common import commands
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib
+from ansible.module_utils.gpunuma.node import systemctl
 from ansible.module_utils.gpunuma.verify import metrics as metricslib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 from ansible.module_utils.gpunuma.verify import audit as auditlib
@@ -155,25 +157,6 @@ def _unit_pids(control_group, main_pid, cgroup_root="/sys/fs/cgroup"):
     return ordered[:MAX_UNIT_PIDS]
 
 
-def _systemctl_show(module, units):
-    if not units:
-        return {}
-    systemctl = module.get_bin_path("systemctl")
-    if not systemctl:
-        return {}
-    rc, out, _err = module.run_command(
-        [systemctl, "show", "--property=Id,ActiveState,MainPID,NeedDaemonReload,DropInPaths,ControlGroup", "--"] + units,
-        environ_update={"LC_ALL": "C"})
-    shown = {}
-    for unit, block in zip(units, out.split("\n\n")):
-        props = {}
-        for line in block.splitlines():
-            key, _unused, value = line.partition("=")
-            props[key] = value
-        shown[unit] = props
-    return shown
-
-
 def _sysctl_value(text, key="kernel.numa_balancing"):
     value = None
     for line in (text or "").splitlines():
@@ -192,14 +175,6 @@ def _kernel_release(proc_root):
         return os.uname().release
     text = _read(os.path.join(proc_root, "sys/kernel/osrelease"))
     return (text or "").strip() or None
-
-
-def _run_quietly(module, argv):
-    """``(rc, out, err)`` of argv; a missing program is rc None, not a failure."""
-    try:
-        return module.run_command(argv, handle_exceptions=False)
-    except (OSError, IOError) as exc:
-        return None, "", str(exc)
 
 
 ARGUMENT_SPEC = dict(
@@ -326,7 +301,8 @@ def _process_view(p, pid, control_group):
 def _instances(module, p, plan, findings):
     """One report entry per planned instance, its findings added to ``findings``."""
     instances = [i for i in plan.get("instances") or [] if isinstance(i, dict)]
-    shown = _systemctl_show(module, [i.get("unit") for i in instances if i.get("unit")])
+    props = ("Id", "ActiveState", "MainPID", "NeedDaemonReload", "DropInPaths", "ControlGroup")
+    shown = systemctl.show(commands.runner(module), [i.get("unit") for i in instances if i.get("unit")], props)[2]
     out = []
     for item in instances:
         props = shown.get(item.get("unit"), {})
@@ -352,7 +328,7 @@ def _numa_balancing(module, p, report, findings):
         file_value = _sysctl_value(_read(p["numa_balancing_file"]))
         section["file"] = file_value
         # The same container test and live-write rule as the autonuma role (gpunuma_node_info).
-        in_container, _unused = autonumalib.detect_container(lambda argv: _run_quietly(module, argv))
+        in_container, _unused = autonumalib.detect_container(commands.runner(module))
         check_live, _unused = autonumalib.write_live(p["numa_balancing_live"], in_container)
         findings.extend(auditlib.numa_balancing_findings(section["expected"], live_value, file_value,
                                                          p["numa_balancing_file"], check_live))

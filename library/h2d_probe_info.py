@@ -200,6 +200,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import commands
 from ansible.module_utils.gpunuma.common import atomic, documents, node_paths
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist
 from ansible.module_utils.gpunuma.plan import state as statelib
@@ -230,11 +231,9 @@ def _load_cpus(module):
 
 def _running_instances(module):
     """The gpunuma instance units running on the node."""
-    systemctl = module.get_bin_path("systemctl")
-    if not systemctl:
-        return []
-    rc, out, _unused = module.run_command([systemctl, "list-units", "--type=service", "--state=active,activating,reloading",
-                                           "--no-legend", "--plain", "gpunuma-*.service"], environ_update={"LC_ALL": "C"})
+    rc, out, _unused = commands.runner(module)(["systemctl", "list-units", "--type=service",
+                                                "--state=active,activating,reloading", "--no-legend", "--plain",
+                                                "gpunuma-*.service"])
     return sorted(line.split()[0] for line in out.splitlines() if line.strip()) if rc == 0 else []
 
 

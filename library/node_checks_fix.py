@@ -54,6 +54,7 @@ applied:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpunuma.common import commands
 from ansible.module_utils.gpunuma.common.bounded import read_bounded
 
 _BUS_RE = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", re.ASCII)
@@ -110,10 +111,9 @@ def main():
             applied.append(dict(fix, before=current))
         else:
             if not module.check_mode:
-                rc, out, err = module.run_command([smi, "-i", fix["target"], "-pm", "1"],
-                                                  environ_update={"LC_ALL": "C"})
+                rc, out, err = commands.runner(module)([smi, "-i", fix["target"], "-pm", "1"])
                 if rc != 0:
-                    module.fail_json(msg="nvidia-smi -i %s -pm 1 failed (rc %d): %s"
+                    module.fail_json(msg="nvidia-smi -i %s -pm 1 failed (rc %s): %s"
                                      % (fix["target"], rc, (err or out).strip()[-500:]), applied=applied)
             before.append("gpu %s persistence mode: %s" % (fix["target"], fix.get("before", "Disabled")))
             after.append("gpu %s persistence mode: Enabled" % fix["target"])

@@ -139,6 +139,7 @@ node_checks:
 from ansible.module_utils.basic import AnsibleModule
 import os
 
+from ansible.module_utils.gpunuma.common import commands
 from ansible.module_utils.gpunuma.common import node_paths
 from ansible.module_utils.gpunuma.plan import state
 from ansible.module_utils.gpunuma.verify import node_checks
@@ -237,7 +238,7 @@ def main():
         if not offline and facts.gpus and any(g.persistence_mode is None for g in facts.gpus):
             smi = module.get_bin_path("nvidia-smi")
             if smi:
-                rc, out, _unused = module.run_command([smi, "-q"], environ_update={"LC_ALL": "C"})
+                rc, out, _unused = commands.runner(module)([smi, "-q"])
                 if rc == 0:
                     try:
                         node_checks.apply_persistence(facts, node_facts.parse_nvidia_smi_q(out), "nvidia-smi -q")

@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 import socket
 
+from ansible.module_utils.gpunuma.common import commands
 from ansible.module_utils.gpunuma.discovery.discover import discover
 
 __metaclass__ = type
@@ -24,9 +25,9 @@ def tool_runner(module):
         binary = binary or module.get_bin_path(argv[0])
         if not binary:
             return None, None
-        rc, out, err = module.run_command([binary] + list(argv[1:]), environ_update={"LC_ALL": "C"})
+        rc, out, err = commands.runner(module)([binary] + list(argv[1:]))
         if rc != 0:
-            return None, "%s exited %d: %s" % (" ".join(argv), rc, (err or out).strip()[:300])
+            return None, "%s exited %s: %s" % (" ".join(argv), rc, (err or out).strip()[:300])
         return out, None
 
     return run_tool

@@ -23,6 +23,7 @@ import re
 from ansible.module_utils.gpunuma.node.programs import program_states
 from ansible.module_utils.gpunuma.common.bounded import read_bounded
 from ansible.module_utils.gpunuma.node import autonuma
+from ansible.module_utils.gpunuma.common import commands
 from ansible.module_utils.gpunuma.node import systemctl
 
 MAX_NODE_FILE = 16 * 1024 * 1024
@@ -194,19 +195,14 @@ def inspect_units(runner, units):
     units = list(dict.fromkeys(units or []))
     if not units:
         return {}
-    rc, out, err = runner(["systemctl", "show", "--property=ExecStart,EnvironmentFiles,Environment", "--"] + units)
-    blocks = re.split(r"\n\s*\n", (out or "").strip("\n")) if (out or "").strip() else []
+    _rc, _err, shown = systemctl.show(runner, units, ("ExecStart", "EnvironmentFiles", "Environment"))
     result = {}
-    for unit, block in zip(units, blocks):
-        exec_start, env_files, env = "", [], ""
-        for line in block.splitlines():
-            key, _unused, value = line.partition("=")
-            if key == "ExecStart":
-                exec_start += value
-            elif key == "EnvironmentFiles" and value:
-                env_files.append(value.split(" (")[0])
-            elif key == "Environment":
-                env = value
+    for unit in units:
+        if unit not in shown:
+            continue
+        props = shown[unit]
+        exec_start, env = props.get("ExecStart", ""), props.get("Environment", "")
+        env_files = [value.split(" (")[0] for value in props.get("EnvironmentFiles", "").split("\n") if value]
         launchers = [l for l in (launches_container(argv) for argv in _argv_words(exec_start)) if l]
         cuda = []
         for path in env_files:
@@ -284,19 +280,6 @@ def probe(runner, files=None, paths=None, units=None, commands=None, pid1_proc_d
     return out
 
 
-def module_runner(module):
-    """``runner(argv)`` -> ``(rc, stdout, stderr)`` through ``module.run_command``; rc None when it cannot run."""
-
-    def runner(argv):
-        try:
-            rc, out, err = module.run_command(argv, handle_exceptions=False)
-        except (OSError, IOError) as exc:
-            return None, "", str(exc)
-        return rc, out, err
-
-    return runner
-
-
 # gpunuma_node_info's options, also gpu_topology_info's ``node_info`` (the node read made with the discovery).
 NODE_INFO_OPTIONS = dict(
     files=dict(type="dict"),
@@ -349,7 +332,7 @@ def node_read_params(options, name="node_info"):
 
 def probe_with(module, params):
     """:func:`probe` on gpunuma_node_info's validated ``params``, commands run through ``module``."""
-    return probe(module_runner(module), files=params.get("files"), paths=params.get("paths"), units=params.get("units"),
+    return probe(commands.runner(module), files=params.get("files"), paths=params.get("paths"), units=params.get("units"),
                  commands=params.get("commands"), pid1_proc_dir=params.get("pid1_proc_dir"),
                  autonuma=params.get("autonuma"), inspect=params.get("inspect_units"), accounts=params.get("accounts"),
                  programs=params.get("programs"), globs=params.get("globs"))

@@ -11,7 +11,9 @@ import re
 
 def show(runner, units, props):
     """``(rc, err, {unit: {prop: value}})`` from one ``systemctl show --property=...`` call for ``units`` (in their
-    order; systemd prints one block a unit, blocks separated by an empty line). A unit without a block is absent."""
+    order; systemd prints one block a unit, blocks separated by an empty line). A unit without a block is absent.
+    A property systemd prints on several lines (``ExecStart=``, ``EnvironmentFiles=``: one line each) holds them
+    joined by newlines. The one parser of ``systemctl show`` output in gpunuma."""
     units = list(dict.fromkeys(units or []))
     if not units:
         return 0, "", {}
@@ -24,6 +26,6 @@ def show(runner, units, props):
         for line in block.splitlines():
             key, sep, value = line.partition("=")
             if sep:
-                values[key] = value
+                values[key] = values[key] + "\n" + value if key in values else value
         states[unit] = values
     return rc, err, states

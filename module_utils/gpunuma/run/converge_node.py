@@ -15,7 +15,8 @@ from ansible.module_utils.gpunuma.common import atomic, node_paths
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.discovery.module_run import discover_with
 from ansible.module_utils.gpunuma.node.apply.files import ApplyError, find_stale
-from ansible.module_utils.gpunuma.node.probe import module_runner, node_read_params, probe_with, read_file, unit_states
+from ansible.module_utils.gpunuma.common import commands
+from ansible.module_utils.gpunuma.node.probe import node_read_params, probe_with, read_file, unit_states
 from ansible.module_utils.gpunuma.run import converge
 
 # The options of a record request (gpunuma_converge's state=recorded, gpunuma_apply's record).
@@ -59,7 +60,7 @@ def readers(module):
 
 
 def view_now(module, reads, own):
-    runner = module_runner(module)
+    runner = commands.runner(module)
 
     def stale(spec):
         try:

@@ -105,7 +105,7 @@ class Apply(UnitSteps, StopSteps):
             rc, out, err = self.fs.validate(entry)
             if rc != 0:
                 problems.append("%s failed to validate (%s): %s" % (
-                    entry["path"], " ".join(entry["validate"]), (err or out or "").strip() or "rc %d" % rc))
+                    entry["path"], " ".join(entry["validate"]), (err or out or "").strip() or "rc %s" % rc))
         if problems:
             raise ApplyError("; ".join(problems) + "; nothing was written")
 
