@@ -150,6 +150,14 @@ options:
         CPU) keeps more cores, with a warning.
     type: bool
     default: false
+  limit_memlock:
+    description:
+      - C(LimitMEMLOCK=) of the units whose instance sets no C(memlock) of its own (the numa_binding role passes
+        C(numa_binding_limit_memlock), which is the memlock role's C(memlock_limit) unless set). C(infinity),
+        C(unlimited), bytes, or a size such as C(64G). The plan gives every instance its C(limit_memlock), which
+        the unit files, the policy gate and the dry run read.
+    type: raw
+    default: infinity
   preferred_many:
     description:
       - Whether the node accepts C(numactl --preferred-many) (MPOL_PREFERRED_MANY, Linux 5.15+); the numa_binding
@@ -390,6 +398,7 @@ ARGUMENT_SPEC = dict(
     fence=dict(type="bool"),
     preferred_many=dict(type="bool"),
     irq_pin=dict(type="bool", default=False),
+    limit_memlock=dict(type="raw", default="infinity"),
     memory_reserve_per_node=dict(type="raw", default="auto"),
     # Name patterns of secret variables, not secrets.
     secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS), no_log=False),
@@ -431,6 +440,7 @@ def run(module):
             fence=params["fence"],
             preferred_many=params["preferred_many"],
             irq_pin=params["irq_pin"],
+            limit_memlock=params["limit_memlock"],
         )
         if params["node"] is not None:
             _plan_for_node(module, topology, profile, options)

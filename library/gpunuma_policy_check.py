@@ -26,9 +26,9 @@ options:
   plan: {description: The host's gpunuma.plan/v1 document., type: dict, default: {}}
   settings:
     description:
-      - Inventory settings the rules read - memlock_limit, memlock_users, limit_memlock (the units' default
-        LimitMEMLOCK), memlock_unlimited_services, numa_balancing, kubelet (enabled,
-        topology_manager_policy, max_allowable_numa_nodes).
+      - Inventory settings the rules read - memlock_limit, memlock_users, memlock_unlimited_services,
+        numa_balancing, kubelet (enabled, topology_manager_policy, max_allowable_numa_nodes). A unit's
+        LimitMEMLOCK is the plan's (each instance's limit_memlock).
     type: dict
     default: {}
   live: {description: A gpunuma.audit/v1 report; rules then also check the live state., type: dict}

@@ -29,8 +29,8 @@ POLICY_ARGS = {"host": "gpu-a01", "groups": ["h200"], "rules_dir": RULES, "today
                         "housekeeping": {"0": "0", "1": "4"},
                         "instances": [{"name": "tp", "unit": "gpunuma-tp.service", "numa_nodes": [0, 1],
                                        "cpus": "1-3,5-7", "mem_policy": "bind", "mem_nodes": [0, 1],
-                                       "memory_bytes": None}]},
-               "settings": {"memlock_limit": "4M", "memlock_users": [], "limit_memlock": "4M", "numa_balancing": 0}}
+                                       "memory_bytes": None, "limit_memlock": 4 << 20}]},
+               "settings": {"memlock_limit": "4M", "memlock_users": [], "numa_balancing": 0}}
 
 KUBELET_ARGS = {"topology_path": HGX, "profile": "strict", "profiles_dir": PROFILES,
                 "presets_dir": os.path.join(REPO_ROOT, "policies", "kubelet"),

@@ -21,8 +21,9 @@ TOPO = {"numa_nodes": [{"id": 0, "cpus": "0-3", "has_cpus": True, "cores": ["0",
                        {"id": 1, "cpus": "4-7", "has_cpus": True, "cores": ["4", "5", "6", "7"]}]}
 PLAN = {"profile": "strict", "options": {"housekeeping_cores_per_node": 1}, "housekeeping": {"0": "0", "1": "4"},
         "instances": [{"name": "tp", "unit": "gpunuma-tp.service", "numa_nodes": [0, 1], "cpus": "1-3,5-7",
-                       "mem_policy": "bind", "mem_nodes": [0, 1], "memory_bytes": None}]}
-SETTINGS = {"memlock_limit": "4M", "memlock_users": [], "limit_memlock": "4M", "numa_balancing": 0}
+                       "mem_policy": "bind", "mem_nodes": [0, 1], "memory_bytes": None,
+                       "limit_memlock": 4 << 20}]}
+SETTINGS = {"memlock_limit": "4M", "memlock_users": [], "numa_balancing": 0}
 
 
 def args(**kw):

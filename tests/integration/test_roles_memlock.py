@@ -35,7 +35,6 @@ def _run(tmp_path, check=False, **role_vars):
         "hosts": "localhost", "gather_facts": False, "vars": variables,
         "roles": ["memlock"],
         "post_tasks": [
-            {"name": "Show the systemd limit", "ansible.builtin.debug": {"msg": "SYSTEMD={{ memlock_systemd_limit }}"}},
             {"name": "Show the effective limit",
              "ansible.builtin.debug": {"msg": "EFFECTIVE={{ memlock_effective_limit }}"}},
         ],
@@ -49,18 +48,18 @@ def _entries(path):
     return [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
 
 
+# The units' LimitMEMLOCK= for the same limits: tests/unit/test_plan_memlock.py (the planner decides it).
 @pytest.mark.parametrize(
-    "limit,pam,systemd",
-    [("64G", "67108864", "68719476736"), ("512M", "524288", "536870912"), ("unlimited", "unlimited", "infinity"),
-     ("infinity", "unlimited", "infinity"), (1048576, "1024", "1048576"), ("8k", "8", "8192"),
+    "limit,pam",
+    [("64G", "67108864"), ("512M", "524288"), ("unlimited", "unlimited"), ("infinity", "unlimited"),
+     (1048576, "1024"), ("8k", "8"),
      # The grammar instance memory uses (limits.parse_limit): binary suffixes and fractions.
-     ("64GiB", "67108864", "68719476736"), ("1.5G", "1572864", "1610612736")],
+     ("64GiB", "67108864"), ("1.5G", "1572864")],
 )
-def test_limit_in_each_unit(tmp_path, limit, pam, systemd):
+def test_limit_in_each_unit(tmp_path, limit, pam):
     proc, limits = _run(tmp_path, memlock_limit=limit, memlock_users=["svc"], memlock_groups=["gpu"])
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert _entries(limits) == [["svc", "-", "memlock", pam], ["@gpu", "-", "memlock", pam]]
-    assert '"msg": "SYSTEMD=%s"' % systemd in proc.stdout
     assert limits.read_text().startswith("#\n# Managed by gpunuma; local edits are overwritten\n")
     assert oct(limits.stat().st_mode & 0o777) == "0o644"
 
@@ -180,7 +179,6 @@ def test_limit_above_the_container_ceiling_warns_with_numbers_and_fix(tmp_path):
     assert "PID 1's hard memlock limit is 8 MiB and PID 1 lacks CAP_SYS_RESOURCE" in warning[0]
     assert "docker run --ulimit memlock=-1" in warning[0]
     # The requested limit is still what gets written; the fact says what units get.
-    assert '"msg": "SYSTEMD=67108864"' in proc.stdout
     assert '"msg": "EFFECTIVE=8388608"' in proc.stdout
     assert _entries(limits) == [["svc", "-", "memlock", "65536"]]
 
@@ -189,7 +187,6 @@ def test_unlimited_is_clamped_too(tmp_path):
     proc, _ = _run(tmp_path, memlock_limit="unlimited", memlock_pid1_proc_dir=_pid1(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "asks for unlimited of locked memory but systemd units on this node get 8 MiB" in _warning(proc)[0]
-    assert '"msg": "SYSTEMD=infinity"' in proc.stdout
     assert '"msg": "EFFECTIVE=8388608"' in proc.stdout
 
 

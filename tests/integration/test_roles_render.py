@@ -56,6 +56,8 @@ RENDER_PLAYBOOK = """
         topology: "{{{{ lookup('ansible.builtin.file', '{topology}') | from_json }}}}"
         profile_data: "{{{{ lookup('ansible.builtin.file', '{profiles}/{profile}.yml') | from_yaml }}}}"
         instances: "{{{{ lookup('ansible.builtin.file', '{instances}') | from_json }}}}"
+        # As roles/numa_binding/tasks/plan.yml passes it: the templates read each instance's limit_memlock.
+        limit_memlock: "{{{{ numa_binding_limit_memlock }}}}"
       register: planned
     - ansible.builtin.copy:
         content: "{{{{ planned.plan | to_json }}}}"

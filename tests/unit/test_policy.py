@@ -31,7 +31,8 @@ TOPO = {"numa_nodes": [
 
 def inst(name="llm0", **kw):
     item = {"name": name, "unit": "gpunuma-%s.service" % name, "numa_nodes": [0], "cpus": "1-3,5-7",
-            "mem_policy": "bind", "mem_nodes": [0], "memory_bytes": 10 << 30, "memlock": None, "share_cpus": False}
+            "mem_policy": "bind", "mem_nodes": [0], "memory_bytes": 10 << 30, "memlock": None, "limit_memlock": 4 << 20,
+            "share_cpus": False}
     item.update(kw)
     return item
 
@@ -43,7 +44,7 @@ def plan(*instances, profile="strict", housekeeping=None, hk_cores=1, capacity=N
             "instances": list(instances)}
 
 
-SETTINGS = {"memlock_limit": "4M", "memlock_users": ["svc"], "limit_memlock": "4M", "numa_balancing": 0}
+SETTINGS = {"memlock_limit": "4M", "memlock_users": ["svc"], "numa_balancing": 0}
 
 
 def status(rule_id, the_plan, settings=None, topology=TOPO, live=None):
@@ -61,7 +62,7 @@ CASES = {
     ),
     "GN-LIM-001": (
         (plan(inst()), {}),
-        (plan(inst()), {"limit_memlock": "infinity"}),
+        (plan(inst(limit_memlock="infinity")), {}),
     ),
     "GN-NB-001": (
         (plan(inst()), {}),

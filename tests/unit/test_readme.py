@@ -86,11 +86,11 @@ def test_worked_inventory_passes_the_shipped_policies():
         topology = json.load(handle)
     profile = load_profile(host_vars["gpunuma_profile"], os.path.join(REPO_ROOT, "policies", "profiles"))
     instances = [dict(host_vars["gpunuma_instances"][0], name="vllm%d" % g, gpus=[g]) for g in range(8)]
+    # As the numa_binding role plans it: the units' limit is memlock_limit's (numa_binding_limit_memlock's default).
     plan = build_plan(topology, profile, instances,
-                      housekeeping_cores_per_node=host_vars["gpunuma_housekeeping_cores_per_node"])
-    # As roles/policy_gate/tasks/main.yml gives them: the units' limit is memlock_limit's.
+                      housekeeping_cores_per_node=host_vars["gpunuma_housekeeping_cores_per_node"],
+                      limit_memlock=host_vars["memlock_limit"])
     settings = {"memlock_limit": host_vars["memlock_limit"], "memlock_users": host_vars.get("memlock_users", []),
-                "limit_memlock": host_vars["memlock_limit"],
                 "memlock_unlimited_services": host_vars.get("gpunuma_policy_memlock_unlimited_services", []),
                 "numa_balancing": host_vars.get("autonuma_numa_balancing", "auto"), "kernel_release": "6.1.0",
                 "kubelet": None}

@@ -51,10 +51,9 @@ def check_memlock_unlimited_named(ctx, params):
     problems = []
     if _is_infinity(ctx.settings.get("memlock_limit")) and "*" in (ctx.settings.get("memlock_users") or []):
         problems.append("memlock_limit is unlimited for every login user (memlock_users contains '*')")
-    default = ctx.settings.get("limit_memlock")
     for item in ctx.instances:
-        effective = item.get("memlock") if item.get("memlock") is not None else default
-        if _is_infinity(effective) and item.get("name") not in allowed and item.get("unit") not in allowed:
+        # The plan's decision (plan/planner.unit_memlock): what the unit's LimitMEMLOCK= will be.
+        if _is_infinity(item.get("limit_memlock")) and item.get("name") not in allowed and item.get("unit") not in allowed:
             problems.append("instance %s runs with LimitMEMLOCK=infinity but is not in gpunuma_policy_memlock_unlimited_services"
                             % item.get("name"))
     if ctx.live:

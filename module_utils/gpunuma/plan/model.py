@@ -22,8 +22,9 @@ SCHEMA = schemas.PLAN
 # do not know. 1: siblings, memory_capacity, options.allow_unknown_siblings,
 # options.memory_reserve_per_node, options.housekeeping_cpus, instance nics,
 # gpu_nics, engine, worker_cpus, engine_args; 2: secret_environment; 3:
-# instance engine_version, options.fence (docs/plan-v1.md, Versions).
-SCHEMA_MINOR = 3
+# instance engine_version, options.fence; 4: instance limit_memlock,
+# options.limit_memlock (docs/plan-v1.md, Versions).
+SCHEMA_MINOR = 4
 TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 INSTANCES_VAR = "gpunuma_instances"
 APPLIED_PLAN_SOURCE = node_paths.PLAN

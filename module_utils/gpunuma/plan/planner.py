@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from ansible.module_utils.gpunuma.common import secrets, sizes
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
+from ansible.module_utils.gpunuma.node.limits import LimitError, systemd_limit
 from ansible.module_utils.gpunuma.plan.alloc import (
     allocate_cpus, apply_profile, check_shares, check_cpus_placed, check_siblings_known)
 from ansible.module_utils.gpunuma.plan.gpu_groups import assign_gpus
@@ -98,7 +99,8 @@ def housekeeping_cpu_set(topology, housekeeping_cores_per_node="auto", housekeep
 
 def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto", strict_capacity="fallback",
                applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto",
-               housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None, preferred_many=None, irq_pin=False):
+               housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None, preferred_many=None, irq_pin=False,
+               limit_memlock="infinity"):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile mapping (``profiles.load_profile``),
@@ -111,13 +113,16 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     known), which engines' own binding flags need (``engines.py``); ``preferred_many``: whether the node accepts
     ``numactl --preferred-many`` (None: not known), used where a ``preferred`` spill would land in GPU memory
     (``capacity.check_preferred_spill``); ``irq_pin``: the node's GPU and NIC interrupts are pinned to
-    housekeeping CPUs, which ``auto`` then sizes for their vectors (``PlanTopology._auto_sizes``). Raises
-    :class:`PlanError` listing every problem found.
+    housekeeping CPUs, which ``auto`` then sizes for their vectors (``PlanTopology._auto_sizes``).
+    ``limit_memlock``: ``LimitMEMLOCK=`` of the units whose instance sets no ``memlock`` of its own; each instance's
+    ``limit_memlock`` is decided here (:func:`unit_memlock`) and is what the units, the policy gate and the dry run
+    read. Raises :class:`PlanError` listing every problem found.
     """
     problems, warnings = [], []
     validate_options(housekeeping_cores_per_node, strict_capacity, problems)
     problems.extend(secrets.pattern_problems(secret_patterns, "secret_patterns"))
     reserve = parse_reserve(memory_reserve_per_node, problems)
+    default_memlock = _default_memlock(limit_memlock, problems)
     reserve_option = memory_reserve_per_node if reserve is None else reserve
     try:
         profile = validate_profile(profile)
@@ -143,6 +148,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
 
     rendered = [render_instance(spec, topo, profile, fence) for spec in specs]
     for item in rendered:
+        item["limit_memlock"] = unit_memlock(item["memlock"], default_memlock, item["mode"])
         warnings.extend("%s: %s" % (item["name"], w) for w in item["warnings"])
     plan = {
         "schema": SCHEMA,
@@ -151,7 +157,7 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
         "topology_fingerprint": topo.fingerprint,
         "profile": profile["name"],
         "options": _options(housekeeping_cores_per_node, reserved_cpus, strict_capacity, allow_unknown_siblings,
-                            reserve_option, fence, preferred_many, irq_pin),
+                            reserve_option, fence, preferred_many, irq_pin, default_memlock),
     }
     plan.update(_node_sections(topo, capacity))
     plan.update(instances=rendered, warnings=warnings)
@@ -190,8 +196,26 @@ def _allocate(specs, topo, profile, warnings, problems, secret_patterns, allow_u
     return specs, capacity
 
 
+def _default_memlock(value, problems):
+    """``limit_memlock`` as ``LimitMEMLOCK=`` takes it (``infinity`` or bytes), or None with a problem named."""
+    try:
+        return systemd_limit(value, "limit_memlock")
+    except LimitError as exc:
+        problems.append(str(exc))
+        return None
+
+
+def unit_memlock(own, default, mode="service"):
+    """``LimitMEMLOCK=`` gpunuma writes for an instance: its own ``memlock`` where it sets one; else, for a unit
+    gpunuma writes whole, the plan's default (``limit_memlock``, from ``numa_binding_limit_memlock``, itself the
+    memlock role's ``memlock_limit``); else None: a drop-in leaves the vendor unit's own limit alone."""
+    if own is not None:
+        return own
+    return None if mode == "dropin" else default
+
+
 def _options(housekeeping_cores_per_node, reserved_cpus, strict_capacity, allow_unknown_siblings, reserve_option,
-             fence, preferred_many, irq_pin):
+             fence, preferred_many, irq_pin, limit_memlock):
     """The plan's ``options``: what it was computed with (a tri-state stays None when not known)."""
     return {
         "housekeeping_cores_per_node": housekeeping_cores_per_node,
@@ -202,6 +226,7 @@ def _options(housekeeping_cores_per_node, reserved_cpus, strict_capacity, allow_
         "fence": fence if fence is None else bool(fence),
         "preferred_many": preferred_many if preferred_many is None else bool(preferred_many),
         "irq_pin": bool(irq_pin),
+        "limit_memlock": limit_memlock,
     }
 
 

@@ -56,8 +56,9 @@ def test_rendered_binding_matches_the_plan(host):
                 assert f"\n{key}={value}\n" in text
         for name, value in instance["environment"].items():
             assert f'\nEnvironment="{systemd_escaped(name + "=" + value)}"\n' in text
-        memlock = instance["memlock"] if instance["memlock"] is not None else MEMLOCK_BYTES
-        assert f"\nLimitMEMLOCK={memlock}\n" in text
+        # The plan decides each unit's limit (plan/planner.unit_memlock); the unit says the same.
+        assert instance["limit_memlock"] == (instance["memlock"] if instance["memlock"] is not None else MEMLOCK_BYTES)
+        assert f"\nLimitMEMLOCK={instance['limit_memlock']}\n" in text
 
 
 def test_unit_directory_holds_only_planned_gpunuma_units(host):
