@@ -123,17 +123,22 @@ def checkpoint_policy(text):
     return None
 
 
-def housekeeping_cpus(topology, profile, housekeeping_cores_per_node, explicit_cpus=None):
-    """The planner's housekeeping CPUs (a frozenset): ``planner.housekeeping_cpu_set``, the code that decides
-    them for the binding plan, so the kubelet's reserved CPUs are exactly the cores no worker gets. ``profile``
-    is checked as build_plan checks it (a bad one is a problem here too)."""
+def housekeeping_cpus(topology, profile, housekeeping_cores_per_node, explicit_cpus=None, binding_plan=None):
+    """The CPUs the kubelet reserves (a frozenset): the binding plan's housekeeping where the node has a plan
+    (:func:`planned_housekeeping`: the plan decided them, IRQ sizing included), else
+    ``planner.housekeeping_cpu_set`` for a kubelet configured without a binding plan: the code that decides them
+    for the binding plan, so the reserved CPUs are exactly the cores no worker gets. ``profile`` is checked as
+    build_plan checks it (a bad one is a problem here too)."""
     problems = []
     try:
         validate_profile(profile)
     except ProfileError as exc:
         problems.extend(exc.problems)
     try:
-        cpus = housekeeping_cpu_set(topology, housekeeping_cores_per_node, explicit_cpus)
+        if binding_plan is not None:
+            cpus = planned_housekeeping(binding_plan, topology)
+        else:
+            cpus = housekeeping_cpu_set(topology, housekeeping_cores_per_node, explicit_cpus)
     except PlanError as exc:
         raise PlanError(problems + list(exc.problems))
     if problems:
@@ -206,9 +211,8 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
     hostname = topology.get("hostname") if isinstance(topology, dict) else None
     version, counts = _options(kubelet_version, memory_spread, manage_reservations, pod_gpu_counts, problems, warnings)
     try:
-        reserved = housekeeping_cpus(topology, profile, housekeeping_cores_per_node, housekeeping_cpus_list)
-        if binding_plan is not None:
-            reserved = planned_housekeeping(binding_plan, topology)
+        reserved = housekeeping_cpus(topology, profile, housekeeping_cores_per_node, housekeeping_cpus_list,
+                                     binding_plan)
     except GpunumaError as exc:
         raise KubeletPlanError(list(getattr(exc, "problems", [str(exc)])) + problems)
     run = _Run(topology, version, hostname or "this host", problems, warnings)
