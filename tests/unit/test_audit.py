@@ -289,3 +289,53 @@ def test_damaged_plan_is_one_finding_naming_its_fields(tmp_path, capsys):
     assert "plan.instances[0].cpus: 5 is not a string or null" in finding["message"]
     assert "plan.instances[0].unit: missing" in finding["message"]
     assert result["audit"]["instances"] == [] and result["audit"]["status"] == "drifted"
+
+
+# ------------------------------------------------------------ memlock: the plan's decision and what the worker holds
+
+
+def test_the_unit_limit_is_judged_against_the_plans_decision():
+    item = dict(ITEM, limit_memlock=4 << 20)
+    assert run(item=item)[0] == []
+    ids, findings, _ = run(item=dict(item, limit_memlock="infinity"))
+    assert ids == ["memlock-unit"] and findings[0]["expected"] == "infinity" and findings[0]["actual"] == 4 << 20
+    assert "sets LimitMEMLOCK=4M, the plan decided infinity" in findings[0]["message"]
+    # The unit lost its line: the process still runs with 4M (no restart yet), the file no longer says so.
+    ids, findings, _ = run(item=item, unit_text=UNIT.replace("LimitMEMLOCK=4M\n", ""))
+    assert ids == ["memlock-unit"] and findings[0]["actual"] is None
+
+
+def test_a_drop_in_without_a_decided_limit_sets_none():
+    item = dict(ITEM, mode="dropin", limit_memlock=None)
+    assert "memlock-unit" not in run(item=item, unit_text=UNIT.replace("LimitMEMLOCK=4M\n", ""))[0]
+    ids, _, _ = run(item=item)
+    assert "memlock-unit" in ids
+
+
+def test_a_plan_without_the_decision_is_not_judged():
+    assert "memlock-unit" not in run(unit_text=UNIT.replace("LimitMEMLOCK=4M", "LimitMEMLOCK=8M"))[0]
+
+
+@pytest.mark.parametrize("locked_kb, pinned_kb, warned", [
+    (0, 0, False), (3800, 0, False), (3900, 0, True), (1000, 3000, True), (0, 4096, True), (2000, 1800, False)])
+def test_a_worker_at_its_memlock_limit_is_warned(locked_kb, pinned_kb, warned):
+    status = STATUS + "VmLck:\t%8d kB\nVmPin:\t%8d kB\n" % (locked_kb, pinned_kb)
+    ids, findings, live = run(status=status)
+    assert live["locked_bytes"] == locked_kb * 1024 and live["pinned_bytes"] == pinned_kb * 1024
+    assert ("memlock-at-limit" in ids) == warned, (ids, locked_kb, pinned_kb)
+    if warned:
+        (found,) = [f for f in findings if f["id"] == "memlock-at-limit"]
+        assert found["severity"] == "warning" and found["expected"] == 4194304
+        assert found["actual"] == (locked_kb + pinned_kb) * 1024
+
+
+def test_an_unlimited_worker_is_never_at_its_limit():
+    status = STATUS + "VmLck:\t99999999 kB\nVmPin:\t0 kB\n"
+    limits = LIMITS.replace("4194304              4194304", "unlimited            unlimited")
+    ids, _, _ = run(status=status, limits=limits, unit_text=UNIT.replace("LimitMEMLOCK=4M", "LimitMEMLOCK=infinity"))
+    assert "memlock-at-limit" not in ids
+
+
+@pytest.mark.parametrize("line", ["VmLck:\t12 MB\n", "VmLck:\t-1 kB\n", "VmLck:\n", "VmLck:\tlots kB\n"])
+def test_an_odd_status_line_is_left_out(line):
+    assert "locked_bytes" not in proc_texts.parse_status(STATUS + line)

@@ -43,6 +43,8 @@ FINDING_IDS = (
     "mem-policy",
     "mem-local-share",
     "memlock",
+    "memlock-unit",
+    "memlock-at-limit",
     "numa-balancing-live",
     "numa-balancing-file",
     "profile-state",
@@ -129,6 +131,7 @@ def audit_instance(item, unit, proc, min_local_share):
         parsed = parse_unit(text)
         findings.extend(_unit_binding(item, unit, parsed))
         live["unit_memlock"] = parsed.get("LimitMEMLOCK")
+        findings.extend(_unit_memlock(item, unit, parsed))
         if parsed.get("AllowedCPUs"):
             live["allowed_cpus"] = parsed["AllowedCPUs"]
     for extra in unit.get("extra_dropins") or []:
@@ -156,14 +159,53 @@ def audit_instance(item, unit, proc, min_local_share):
     if proc.get("numa_maps") is not None:
         findings.extend(_memory_policy(item, unit, proc, min_local_share, live))
     findings.extend(_thread_affinity(item, unit, proc, live))
-    if proc.get("limits") is not None and live.get("unit_memlock") is not None:
+    for key in ("locked_bytes", "pinned_bytes"):
+        if status.get(key) is not None:
+            live[key] = status[key]
+    if proc.get("limits") is not None:
         got = parse_memlock(proc["limits"])
-        live["memlock"] = got
-        want = memlock_bytes(live["unit_memlock"])
-        if got != want:
-            findings.append(Finding("memlock", "error", "%s: PID %s runs with memlock %s, its unit sets LimitMEMLOCK=%s"
-                                    % (name, unit.get("pid"), got, live["unit_memlock"]), name, want, got))
+        if live.get("unit_memlock") is not None:
+            live["memlock"] = got
+            want = memlock_bytes(live["unit_memlock"])
+            if got != want:
+                findings.append(Finding("memlock", "error", "%s: PID %s runs with memlock %s, its unit sets LimitMEMLOCK=%s"
+                                        % (name, unit.get("pid"), got, live["unit_memlock"]), name, want, got))
+        findings.extend(_memlock_at_limit(name, unit, got, status))
     return findings, live
+
+
+def _unit_memlock(item, unit, parsed):
+    """The memlock-unit finding: the unit's LimitMEMLOCK= against the plan's decision (``limit_memlock``, plan
+    schema 1.4; a drop-in without one leaves the vendor's limit, so the drop-in sets none). Plans written before
+    1.4 carry no decision and are not judged here."""
+    if "limit_memlock" not in item:
+        return []
+    want = memlock_bytes(item["limit_memlock"])
+    have = memlock_bytes(parsed.get("LimitMEMLOCK"))
+    if want == have:
+        return []
+    return [Finding("memlock-unit", "error", "%s: %s sets LimitMEMLOCK=%s, the plan decided %s"
+                    % (item.get("name"), unit.get("path"), parsed.get("LimitMEMLOCK") or "nothing",
+                       item["limit_memlock"] if item["limit_memlock"] is not None else "none (the vendor unit's own)"),
+                    item.get("name"), want, have)]
+
+
+# A process whose locked and pinned memory reaches this share of its soft RLIMIT_MEMLOCK is at its limit: its next
+# mlock(2) or RDMA memory registration fails (both count against RLIMIT_MEMLOCK: getrlimit(2), proc(5) VmLck/VmPin).
+AT_LIMIT_SHARE = 0.95
+
+
+def _memlock_at_limit(name, unit, limit, status):
+    """The memlock-at-limit finding (warning): VmLck + VmPin of the main process at AT_LIMIT_SHARE of its limit."""
+    if not isinstance(limit, int) or limit <= 0:
+        return []
+    held = (status.get("locked_bytes") or 0) + (status.get("pinned_bytes") or 0)
+    if held < AT_LIMIT_SHARE * limit:
+        return []
+    return [Finding("memlock-at-limit", "warning",
+                    "%s: PID %s holds %d bytes locked or pinned (VmLck + VmPin) of its %d-byte memlock limit: a "
+                    "further pinned buffer or RDMA registration will fail; raise its memlock (LimitMEMLOCK=)"
+                    % (name, unit.get("pid"), held, limit), name, limit, held)]
 
 
 def _share(by_node, nodes):

@@ -12,13 +12,21 @@ _POLICY_WORDS = {"bind": "bind", "prefer": "preferred", "interleave": "interleav
                  "local": "default", "preferred": "preferred", "prefer (many)": "preferred"}
 
 
+_STATUS_BYTES = {"VmLck": "locked_bytes", "VmPin": "pinned_bytes"}
+
+
 def parse_status(text):
-    """``Cpus_allowed_list`` and ``Mems_allowed_list`` of ``/proc/<pid>/status`` as canonical lists."""
+    """``Cpus_allowed_list`` and ``Mems_allowed_list`` of ``/proc/<pid>/status`` as canonical lists, and
+    ``locked_bytes``/``pinned_bytes`` from ``VmLck``/``VmPin`` (``<n> kB``; proc(5))."""
     out = {}
     for line in text.splitlines():
         key, _unused, value = line.partition(":")
         if key in ("Cpus_allowed_list", "Mems_allowed_list"):
             out[key] = format_cpulist(parse_cpulist(value.strip()))
+        elif key in _STATUS_BYTES:
+            words = value.split()
+            if len(words) == 2 and words[0].isdigit() and words[1] == "kB":
+                out[_STATUS_BYTES[key]] = int(words[0]) * 1024
     return out
 
 
