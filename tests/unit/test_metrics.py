@@ -158,6 +158,26 @@ def test_instance_info_and_planned_share(tmp_path):
     assert samples(fams, "gpunuma_instance_up", instance="llm0")[0].value == 1
 
 
+def test_locked_and_pinned_memory_per_instance_against_the_plans_limit(tmp_path):
+    root = fake_root(tmp_path, numa_maps=[MAPS, MAPS], procs=[101, 102])
+    (tmp_path / "proc/101/status").write_text("Name:\tvllm\nVmLck:\t    1024 kB\nVmPin:\t 2097152 kB\n")
+    (tmp_path / "proc/102/status").write_text("Name:\tvllm\nVmLck:\t       0 kB\nVmPin:\t    4096 kB\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(dict(PLAN, instances=[dict(PLAN["instances"][0], limit_memlock=8 << 30)])))
+    text, errors = metrics.collect(plan_path=str(plan), sysfs_root=root)
+    assert errors == []
+    fams = parse(text)
+    assert samples(fams, "gpunuma_instance_locked_bytes", instance="llm0")[0].value == 1024 * 1024
+    assert samples(fams, "gpunuma_instance_pinned_bytes", instance="llm0")[0].value == (2097152 + 4096) * 1024
+    assert samples(fams, "gpunuma_instance_memlock_limit_bytes", instance="llm0")[0].value == 8 << 30
+    # Unlimited: no limit sample; a process without a status file adds nothing.
+    plan.write_text(json.dumps(dict(PLAN, instances=[dict(PLAN["instances"][0], limit_memlock="infinity")])))
+    (tmp_path / "proc/102/status").unlink()
+    fams = parse(metrics.collect(plan_path=str(plan), sysfs_root=root)[0])
+    assert not samples(fams, "gpunuma_instance_memlock_limit_bytes")
+    assert samples(fams, "gpunuma_instance_pinned_bytes", instance="llm0")[0].value == 2097152 * 1024
+
+
 def test_stopped_instance_is_down_without_share(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(PLAN))
@@ -165,6 +185,7 @@ def test_stopped_instance_is_down_without_share(tmp_path):
     assert samples(fams, "gpunuma_instance_up", instance="llm0")[0].value == 0
     assert not samples(fams, "gpunuma_instance_local_pages_ratio")
     assert not samples(fams, "gpunuma_instance_cpus_match")
+    assert not samples(fams, "gpunuma_instance_pinned_bytes")
 
 
 def test_numa_maps_kinds_split_what_a_process_allocated_from_its_page_cache():

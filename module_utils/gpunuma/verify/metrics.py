@@ -288,6 +288,22 @@ def unit_pids(unit, sysfs_root="/", main_pid=None):
     return [pid] if isinstance(pid, int) and pid > 0 else []
 
 
+def locked_and_pinned(pid, proc="/proc"):
+    """``(VmLck, VmPin)`` bytes of a process (``/proc/PID/status``, ``<n> kB``; proc(5)), None where unreadable."""
+    out = {"VmLck": None, "VmPin": None}
+    try:
+        with open(os.path.join(proc, str(pid), "status")) as fh:
+            text = fh.read(65536)
+    except OSError:
+        return None, None
+    for line in text.splitlines():
+        key, _sep, value = line.partition(":")
+        words = value.split()
+        if key in out and len(words) == 2 and words[0].isdigit() and words[1] == "kB":
+            out[key] = int(words[0]) * 1024
+    return out["VmLck"], out["VmPin"]
+
+
 def plan_metrics(expo, plan, probe=None, sysfs_root="/", main_pid=None):
     ok = isinstance(plan, dict) and plan.get("schema") == "gpunuma.plan/v1"
     if not ok:
@@ -314,7 +330,11 @@ def plan_metrics(expo, plan, probe=None, sysfs_root="/", main_pid=None):
         pids = unit_pids(unit, sysfs_root, main_pid)
         kinds = {"anon": {}, "file": {}}
         threads = {}
+        held = {"locked": None, "pinned": None}
         for pid in pids:
+            for kind, value in zip(("locked", "pinned"), locked_and_pinned(pid, os.path.join(sysfs_root, "proc"))):
+                if value is not None:
+                    held[kind] = (held[kind] or 0) + value
             try:
                 with open(os.path.join(sysfs_root, "proc", str(pid), "numa_maps")) as fh:
                     add_numa_maps(kinds, fh.read())
@@ -331,6 +351,16 @@ def plan_metrics(expo, plan, probe=None, sysfs_root="/", main_pid=None):
             expo.add("gpunuma_instance_memory_resident_bytes", "gauge",
                      "Resident memory of the instance's processes on each NUMA node (numa_maps).", resident[node],
                      {"instance": inst["name"], "node": node})
+        for kind, what in (("locked", "mlock(2)ed (VmLck)"), ("pinned", "pinned, e.g. RDMA-registered (VmPin)")):
+            if pids and held[kind] is not None:
+                expo.add("gpunuma_instance_%s_bytes" % kind, "gauge",
+                         "Memory the instance's processes hold %s, summed over its processes; it counts against "
+                         "RLIMIT_MEMLOCK." % what, held[kind], {"instance": inst["name"]})
+        limit = inst.get("limit_memlock")
+        if isinstance(limit, int) and not isinstance(limit, bool):
+            expo.add("gpunuma_instance_memlock_limit_bytes", "gauge",
+                     "LimitMEMLOCK= the plan decided for the instance's unit (absent when unlimited).", limit,
+                     {"instance": inst["name"]})
         target = sorted(set(planned or mem_nodes))
         for kind, by_node in (("anon", kinds["anon"]), ("file", kinds["file"]), ("all", resident)):
             ratio = planned_ratio(by_node, target)
