@@ -158,6 +158,19 @@ options:
         the unit files, the policy gate and the dry run read.
     type: raw
     default: infinity
+  pinned_headroom:
+    description:
+      - What an instance with a C(pinned) budget may lock beyond it, for buffers its libraries register (NCCL,
+        UCX); its unit's C(LimitMEMLOCK=) is the budget plus this (the numa_binding role passes
+        C(numa_binding_pinned_headroom)). A size; C(0) for none.
+    type: raw
+    default: 1G
+  pinned_page_cache_percent:
+    description:
+      - The share of what each NUMA node holds for instances kept for page cache and other reclaimable memory; the
+        instances' C(pinned) budgets on a node share the rest (C(numa_binding_pinned_page_cache_percent)). 0 to 90.
+    type: int
+    default: 10
   preferred_many:
     description:
       - Whether the node accepts C(numactl --preferred-many) (MPOL_PREFERRED_MANY, Linux 5.15+); the numa_binding
@@ -399,6 +412,8 @@ ARGUMENT_SPEC = dict(
     preferred_many=dict(type="bool"),
     irq_pin=dict(type="bool", default=False),
     limit_memlock=dict(type="raw", default="infinity"),
+    pinned_headroom=dict(type="raw", default="1G"),
+    pinned_page_cache_percent=dict(type="int", default=10),
     memory_reserve_per_node=dict(type="raw", default="auto"),
     # Name patterns of secret variables, not secrets.
     secret_patterns=dict(type="list", elements="str", default=list(secrets.DEFAULT_PATTERNS), no_log=False),
@@ -441,6 +456,8 @@ def run(module):
             preferred_many=params["preferred_many"],
             irq_pin=params["irq_pin"],
             limit_memlock=params["limit_memlock"],
+            pinned_headroom=params["pinned_headroom"],
+            pinned_page_cache_percent=params["pinned_page_cache_percent"],
         )
         if params["node"] is not None:
             _plan_for_node(module, topology, profile, options)

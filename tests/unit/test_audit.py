@@ -339,3 +339,14 @@ def test_an_unlimited_worker_is_never_at_its_limit():
 @pytest.mark.parametrize("line", ["VmLck:\t12 MB\n", "VmLck:\t-1 kB\n", "VmLck:\n", "VmLck:\tlots kB\n"])
 def test_an_odd_status_line_is_left_out(line):
     assert "locked_bytes" not in proc_texts.parse_status(STATUS + line)
+
+
+@pytest.mark.parametrize("locked_kb, budget, warned", [(1024, 2 << 20, False), (2048, 2 << 20, False),
+                                                       (2049, 2 << 20, True), (4096, None, False)])
+def test_a_worker_over_its_pinned_budget_is_warned(locked_kb, budget, warned):
+    status = STATUS + "VmLck:\t%d kB\nVmPin:\t0 kB\n" % locked_kb
+    ids, findings, _ = run(item=dict(ITEM, pinned_bytes=budget), status=status)
+    assert ("pinned-over-budget" in ids) == warned
+    if warned:
+        (found,) = [f for f in findings if f["id"] == "pinned-over-budget"]
+        assert found["expected"] == budget and found["actual"] == locked_kb * 1024

@@ -163,13 +163,15 @@ def test_locked_and_pinned_memory_per_instance_against_the_plans_limit(tmp_path)
     (tmp_path / "proc/101/status").write_text("Name:\tvllm\nVmLck:\t    1024 kB\nVmPin:\t 2097152 kB\n")
     (tmp_path / "proc/102/status").write_text("Name:\tvllm\nVmLck:\t       0 kB\nVmPin:\t    4096 kB\n")
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(dict(PLAN, instances=[dict(PLAN["instances"][0], limit_memlock=8 << 30)])))
+    plan.write_text(json.dumps(dict(PLAN, instances=[dict(PLAN["instances"][0], limit_memlock=8 << 30,
+                                                          pinned_bytes=7 << 30)])))
     text, errors = metrics.collect(plan_path=str(plan), sysfs_root=root)
     assert errors == []
     fams = parse(text)
     assert samples(fams, "gpunuma_instance_locked_bytes", instance="llm0")[0].value == 1024 * 1024
     assert samples(fams, "gpunuma_instance_pinned_bytes", instance="llm0")[0].value == (2097152 + 4096) * 1024
     assert samples(fams, "gpunuma_instance_memlock_limit_bytes", instance="llm0")[0].value == 8 << 30
+    assert samples(fams, "gpunuma_instance_pinned_budget_bytes", instance="llm0")[0].value == 7 << 30
     # Unlimited: no limit sample; a process without a status file adds nothing.
     plan.write_text(json.dumps(dict(PLAN, instances=[dict(PLAN["instances"][0], limit_memlock="infinity")])))
     (tmp_path / "proc/102/status").unlink()

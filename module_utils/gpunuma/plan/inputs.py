@@ -17,7 +17,7 @@ from ansible.module_utils.gpunuma.common.errors import CpuListError
 from ansible.module_utils.gpunuma.plan.instance_checks import (
     NAME_RE, STRICT_CAPACITY_CHOICES, _check_accounts, _check_binding_method, _check_command, _check_environment,
     _check_gpu_count, _check_gpus, _check_keys, _check_memlock, _check_memory, _check_name, _check_numa_node,
-    _check_placement, _check_unit)
+    _check_pinned, _check_placement, _check_unit)
 from ansible.module_utils.gpunuma.plan.model import (
     APPLIED_PLAN_SOURCE, GPU_ENVIRONMENT, INSTANCES_VAR, PLACEMENT_KEYS, SCHEMA, InstanceSpec, is_int, type_name)
 from ansible.module_utils.gpunuma.plan.runtime_checks import (
@@ -38,6 +38,7 @@ INSTANCE_CHECKS = (
     _check_environment,
     _check_secret_environment,
     _check_memory,
+    _check_pinned,
     _check_memlock,
     _check_ready,
     _check_share_cpus,

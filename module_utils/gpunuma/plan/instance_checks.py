@@ -30,6 +30,7 @@ INSTANCE_KEYS = (
     "share_cpus",
     "binding_method",
     "memlock",
+    "pinned",
     "nic_environment",
     "engine",
     "engine_version",
@@ -257,6 +258,26 @@ def _check_memory(raw, spec, topo, problems):
             % (spec.path, raw["memory"])
         )
     spec.memory_bytes = memory
+
+
+def _check_pinned(raw, spec, topo, problems):
+    """``pinned``: the instance's pinned host memory budget, 1 byte or more and within its ``memory``."""
+    if raw.get("pinned") is None:
+        return
+    try:
+        pinned = sizes.parse_size(raw["pinned"], "%s.pinned" % spec.path)
+    except sizes.SizeError as exc:
+        problems.append(str(exc))
+        return
+    if pinned == 0:
+        problems.append("%s.pinned: %r pins nothing; allowed: 1 byte or more (a size like 16G), or leave pinned out"
+                        % (spec.path, raw["pinned"]))
+        return
+    if spec.memory_bytes is not None and pinned > spec.memory_bytes:
+        problems.append("%s.pinned: %s is more than the instance's memory (%s); allowed: at most its memory (pinned "
+                        "pages are part of what the instance uses)" % (spec.path, raw["pinned"], raw.get("memory")))
+        return
+    spec.pinned_bytes = pinned
 
 
 def _check_memlock(raw, spec, topo, problems):

@@ -78,6 +78,7 @@ class InstanceSpec:
     secret_names: List[str] = field(default_factory=list)  # every secret name: marked or matching a pattern
     memory_bytes: Optional[int] = None
     memlock: object = None  # "infinity", bytes, or None
+    pinned_bytes: Optional[int] = None  # the instance's pinned host memory budget
     ready: Optional[dict] = None  # {url|command, timeout, interval}
     share_cpus: bool = False
     requested_cpu_count: Optional[int] = None

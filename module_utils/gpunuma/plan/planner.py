@@ -36,6 +36,7 @@ from ansible.module_utils.gpunuma.plan.alloc import (
     allocate_cpus, apply_profile, check_shares, check_cpus_placed, check_siblings_known)
 from ansible.module_utils.gpunuma.plan.gpu_groups import assign_gpus
 from ansible.module_utils.gpunuma.plan.engines import engine_arguments, split_worker_shares
+from ansible.module_utils.gpunuma.plan import pinned as pinnedlib
 from ansible.module_utils.gpunuma.plan.capacity import parse_reserve, stable_capacity
 from ansible.module_utils.gpunuma.plan.spill import check_preferred_spill, check_rank_capacity
 from ansible.module_utils.gpunuma.plan.inputs import (
@@ -100,7 +101,8 @@ def housekeeping_cpu_set(topology, housekeeping_cores_per_node="auto", housekeep
 def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto", strict_capacity="fallback",
                applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto",
                housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None, preferred_many=None, irq_pin=False,
-               limit_memlock="infinity"):
+               limit_memlock="infinity", pinned_headroom=pinnedlib.DEFAULT_HEADROOM,
+               pinned_page_cache_percent=pinnedlib.DEFAULT_PAGE_CACHE_PERCENT):
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile mapping (``profiles.load_profile``),
@@ -116,13 +118,16 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     housekeeping CPUs, which ``auto`` then sizes for their vectors (``PlanTopology._auto_sizes``).
     ``limit_memlock``: ``LimitMEMLOCK=`` of the units whose instance sets no ``memlock`` of its own; each instance's
     ``limit_memlock`` is decided here (:func:`unit_memlock`) and is what the units, the policy gate and the dry run
-    read. Raises :class:`PlanError` listing every problem found.
+    read. ``pinned_headroom`` and ``pinned_page_cache_percent``: the pinned budgets' limit headroom and the share of
+    a node kept for page cache (plan/pinned.py). Raises :class:`PlanError` listing every problem found.
     """
     problems, warnings = [], []
     validate_options(housekeeping_cores_per_node, strict_capacity, problems)
     problems.extend(secrets.pattern_problems(secret_patterns, "secret_patterns"))
     reserve = parse_reserve(memory_reserve_per_node, problems)
     default_memlock = _default_memlock(limit_memlock, problems)
+    headroom = pinnedlib.parse_headroom(pinned_headroom, problems)
+    page_cache_percent = pinnedlib.check_page_cache_percent(pinned_page_cache_percent, problems)
     reserve_option = memory_reserve_per_node if reserve is None else reserve
     try:
         profile = validate_profile(profile)
@@ -143,12 +148,16 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
                                 allow_unknown_siblings=allow_unknown_siblings, strict_capacity=strict_capacity,
                                 reserve=reserve, applied_plan=applied_plan, reserve_option=reserve_option,
                                 fence=fence, preferred_many=preferred_many)
+    pinned_budget = pinnedlib.check_pinned(specs, capacity, page_cache_percent, strict_capacity, problems)
+    if problems:
+        raise PlanError(problems)
     if not instances:
         warnings.append("%s is empty: nothing to bind on %s" % (INSTANCES_VAR, topo.hostname))
 
     rendered = [render_instance(spec, topo, profile, fence) for spec in specs]
     for item in rendered:
-        item["limit_memlock"] = unit_memlock(item["memlock"], default_memlock, item["mode"])
+        item["limit_memlock"] = unit_memlock(item["memlock"], default_memlock, item["mode"], item["pinned_bytes"],
+                                             headroom)
         warnings.extend("%s: %s" % (item["name"], w) for w in item["warnings"])
     plan = {
         "schema": SCHEMA,
@@ -159,8 +168,10 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
         "options": _options(housekeeping_cores_per_node, reserved_cpus, strict_capacity, allow_unknown_siblings,
                             reserve_option, fence, preferred_many, irq_pin, default_memlock),
     }
+    plan["options"].update(pinned_headroom=headroom, pinned_page_cache_percent=page_cache_percent)
     plan.update(_node_sections(topo, capacity))
-    plan.update(instances=rendered, warnings=warnings)
+    plan.update(instances=rendered, warnings=warnings,
+                pinned_budget={str(n): b for n, b in sorted(pinned_budget.items())})
     return plan
 
 
@@ -205,12 +216,15 @@ def _default_memlock(value, problems):
         return None
 
 
-def unit_memlock(own, default, mode="service"):
-    """``LimitMEMLOCK=`` gpunuma writes for an instance: its own ``memlock`` where it sets one; else, for a unit
-    gpunuma writes whole, the plan's default (``limit_memlock``, from ``numa_binding_limit_memlock``, itself the
-    memlock role's ``memlock_limit``); else None: a drop-in leaves the vendor unit's own limit alone."""
+def unit_memlock(own, default, mode="service", pinned=None, headroom=0):
+    """``LimitMEMLOCK=`` gpunuma writes for an instance: its own ``memlock`` where it sets one; else its pinned
+    budget plus ``headroom`` (plan/pinned.py) where it states one; else, for a unit gpunuma writes whole, the plan's
+    default (``limit_memlock``, from ``numa_binding_limit_memlock``, itself the memlock role's ``memlock_limit``);
+    else None: a drop-in leaves the vendor unit's own limit alone."""
     if own is not None:
         return own
+    if pinned:
+        return pinned + (headroom or 0)
     return None if mode == "dropin" else default
 
 

@@ -153,6 +153,7 @@ def render_instance(spec, topo, profile, fence=None):
         "group": spec.group,
         "memory_bytes": spec.memory_bytes,
         "memlock": spec.memlock,
+        "pinned_bytes": spec.pinned_bytes,
         "ready": spec.ready,
         "nics": nics,
         "gpu_nics": gpu_nics,

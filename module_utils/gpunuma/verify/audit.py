@@ -45,6 +45,7 @@ FINDING_IDS = (
     "memlock",
     "memlock-unit",
     "memlock-at-limit",
+    "pinned-over-budget",
     "numa-balancing-live",
     "numa-balancing-file",
     "profile-state",
@@ -171,7 +172,21 @@ def audit_instance(item, unit, proc, min_local_share):
                 findings.append(Finding("memlock", "error", "%s: PID %s runs with memlock %s, its unit sets LimitMEMLOCK=%s"
                                         % (name, unit.get("pid"), got, live["unit_memlock"]), name, want, got))
         findings.extend(_memlock_at_limit(name, unit, got, status))
+    findings.extend(_over_budget(item, unit, status))
     return findings, live
+
+
+def _over_budget(item, unit, status):
+    """The pinned-over-budget finding (warning): the main process locks or pins more than the instance's budget."""
+    budget = item.get("pinned_bytes")
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+        return []
+    held = (status.get("locked_bytes") or 0) + (status.get("pinned_bytes") or 0)
+    if held <= budget:
+        return []
+    message = ("%s: PID %s holds %d bytes locked or pinned (VmLck + VmPin), more than its pinned budget of %d: "
+               "raise pinned, or find what the worker pins beyond it" % (item.get("name"), unit.get("pid"), held, budget))
+    return [Finding("pinned-over-budget", "warning", message, item.get("name"), budget, held)]
 
 
 def _unit_memlock(item, unit, parsed):

@@ -356,6 +356,11 @@ def plan_metrics(expo, plan, probe=None, sysfs_root="/", main_pid=None):
                 expo.add("gpunuma_instance_%s_bytes" % kind, "gauge",
                          "Memory the instance's processes hold %s, summed over its processes; it counts against "
                          "RLIMIT_MEMLOCK." % what, held[kind], {"instance": inst["name"]})
+        budget = inst.get("pinned_bytes")
+        if isinstance(budget, int) and not isinstance(budget, bool):
+            expo.add("gpunuma_instance_pinned_budget_bytes", "gauge",
+                     "The instance's pinned host memory budget (its plan entry's pinned_bytes).", budget,
+                     {"instance": inst["name"]})
         limit = inst.get("limit_memlock")
         if isinstance(limit, int) and not isinstance(limit, bool):
             expo.add("gpunuma_instance_memlock_limit_bytes", "gauge",

@@ -1,0 +1,93 @@
+# Copyright: gpunuma contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Pinned host memory: each instance's budget, where it lands, and whether each NUMA node can hold it.
+
+Pinned (page-locked) memory is what makes host-to-device copies asynchronous. It cannot be swapped, migrated or
+reclaimed as page cache, so a node full of pinned pools leaves the rest of the node nothing to reclaim; and a
+process may lock only what ``RLIMIT_MEMLOCK`` allows (getrlimit(2); the kernel charges mlock(2) and RDMA
+registrations against it). An instance states its budget with ``pinned`` (a size, within its ``memory``).
+
+* Where it lands: the pool is first touched by the instance, under its memory policy (Documentation/admin-guide/
+  mm/numa_memory_policy.rst): on its bound or preferred node, spread over its nodes when interleaved, on its
+  CPUs' node when its memory is not bound.
+* What a node holds: of what it holds for instances (``memory_capacity``), ``pinned_page_cache_percent`` stays
+  for page cache and other reclaimable memory; pinned pools share the rest. This is gpunuma's default (10 %),
+  not a vendor figure: set it for the node's workload.
+* The limit: the unit gets ``LimitMEMLOCK=`` of the budget plus ``pinned_headroom`` (libraries register buffers
+  of their own: NCCL, UCX), unless the instance sets ``memlock`` itself (plan/planner.unit_memlock).
+"""
+
+from __future__ import annotations
+
+from ansible.module_utils.gpunuma.common import sizes
+from ansible.module_utils.gpunuma.common.sizes import format_gib
+from ansible.module_utils.gpunuma.plan.model import is_int
+
+DEFAULT_HEADROOM = "1G"
+DEFAULT_PAGE_CACHE_PERCENT = 10
+
+
+def parse_headroom(value, problems):
+    """``pinned_headroom`` in bytes (0 allowed), or None with a problem named."""
+    try:
+        return sizes.parse_size(value, "pinned_headroom", allowed="0, bytes as an integer, or a size like 1G")
+    except sizes.SizeError as exc:
+        problems.append(str(exc))
+        return None
+
+
+def check_page_cache_percent(value, problems):
+    """``pinned_page_cache_percent``: a whole number 0 to 90."""
+    if not is_int(value) or isinstance(value, bool) or not 0 <= int(value) <= 90:
+        problems.append("pinned_page_cache_percent: %r is not allowed; allowed: a whole number from 0 to 90 (the "
+                        "share of a node's memory for instances kept for page cache)" % (value,))
+        return None
+    return int(value)
+
+
+def pool_nodes(spec) -> dict:
+    """``{node id: bytes}``: where an instance's pinned pool lands (its first touch, under its memory policy)."""
+    if not spec.pinned_bytes:
+        return {}
+    if spec.mem_policy == "interleave" and spec.mem_nodes:
+        nodes = sorted(spec.mem_nodes)
+        share, rest = divmod(spec.pinned_bytes, len(nodes))
+        return {n: share + (1 if i < rest else 0) for i, n in enumerate(nodes)}
+    nodes = spec.mem_nodes if spec.mem_policy in ("bind", "preferred") and spec.mem_nodes else spec.numa_nodes
+    return {nodes[0]: spec.pinned_bytes} if nodes else {}
+
+
+def check_pinned(specs, capacity, page_cache_percent, strict_capacity, problems) -> dict:
+    """``{node id: bytes}``: the pinned budgets per node; a node whose pools exceed what it holds for them is a
+    problem (``strict_capacity: error``) or a warning on each instance there (``fallback``: pinned memory cannot
+    spill; its allocation fails or the node stops reclaiming)."""
+    budget, members = {}, {}
+    for spec in specs:
+        for node_id, nbytes in pool_nodes(spec).items():
+            budget[node_id] = budget.get(node_id, 0) + nbytes
+            members.setdefault(node_id, []).append(spec)
+    if page_cache_percent is None:
+        return budget
+    for node_id in sorted(budget):
+        held = capacity.get(node_id)
+        if not is_int(held):
+            for spec in members[node_id]:
+                spec.warnings.append("memory size of NUMA node %s is unknown; the pinned budget was not checked"
+                                     % node_id)
+            continue
+        room = held - held * page_cache_percent // 100
+        if budget[node_id] <= room:
+            continue
+        what = "pinned %s on NUMA node %s (%s) exceeds the %s it holds for pinned pools (%s for instances less %d %% "
+        what = what % (format_gib(budget[node_id]), node_id, ", ".join(s.name for s in members[node_id]),
+                       format_gib(room), format_gib(held), page_cache_percent)
+        what += "kept for page cache); pinned memory is never reclaimed"
+        if strict_capacity == "error":
+            paths = ", ".join("%s.pinned" % s.path for s in members[node_id])
+            problems.append("%s: %s; allowed: at most %s pinned on this node, or a smaller pinned_page_cache_percent"
+                            % (paths, what, format_gib(room)))
+        else:
+            for spec in members[node_id]:
+                spec.warnings.append(what + ": the pool's allocation may fail, or the node stall reclaiming")
+    return budget
