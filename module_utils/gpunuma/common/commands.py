@@ -13,6 +13,7 @@ never an exception: each caller decides whether that is a failure.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Callable, Sequence, Tuple
 
@@ -30,7 +31,9 @@ def runner(module) -> Callable[[Sequence[str]], Result]:
         if not os.path.isabs(argv[0]):
             found = module.get_bin_path(argv[0])
             if not found:
-                return None, "", "%s: not installed on this node (not found on PATH or in the sbin directories)" % argv[0]
+                # The OS's own words for ENOENT first: callers tell a missing program by them, as from exec.
+                return None, "", "%s: %s (not installed: not on PATH or in the sbin directories)" % (
+                    argv[0], os.strerror(errno.ENOENT))
             argv[0] = found
         try:
             return module.run_command(argv, handle_exceptions=False, environ_update={"LC_ALL": "C"})
