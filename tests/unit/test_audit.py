@@ -336,7 +336,8 @@ def test_an_unlimited_worker_is_never_at_its_limit():
     assert "memlock-at-limit" not in ids
 
 
-@pytest.mark.parametrize("line", ["VmLck:\t12 MB\n", "VmLck:\t-1 kB\n", "VmLck:\n", "VmLck:\tlots kB\n"])
+@pytest.mark.parametrize("line", ["VmLck:\t12 MB\n", "VmLck:\t-1 kB\n", "VmLck:\n", "VmLck:\tlots kB\n",
+                                  "VmLck:\t\u00b2 kB\n", "VmLck:\t%s kB\n" % ("9" * 40)])
 def test_an_odd_status_line_is_left_out(line):
     assert "locked_bytes" not in proc_texts.parse_status(STATUS + line)
 

@@ -244,34 +244,31 @@ def _check_environment(raw, spec, topo, problems):
     spec.environment = dict(environment)
 
 
-def _check_memory(raw, spec, topo, problems):
-    if raw.get("memory") is None:
-        return
+def _positive_size(raw, key, spec, problems, zero, example):
+    """Bytes of ``raw[key]``, a size of 1 byte or more; None when absent, or with its problem named (``zero``: what
+    0 would mean, ``example``: a size to show)."""
+    if raw.get(key) is None:
+        return None
     try:
-        memory = sizes.parse_size(raw["memory"], "%s.memory" % spec.path)
+        value = sizes.parse_size(raw[key], "%s.%s" % (spec.path, key))
     except sizes.SizeError as exc:
         problems.append(str(exc))
-        return
-    if memory == 0:
-        problems.append(
-            "%s.memory: %r declares no memory; allowed: 1 byte or more (a size like 32G), or leave memory out"
-            % (spec.path, raw["memory"])
-        )
-    spec.memory_bytes = memory
+        return None
+    if value == 0:
+        problems.append("%s.%s: %r %s; allowed: 1 byte or more (a size like %s), or leave %s out"
+                        % (spec.path, key, raw[key], zero, example, key))
+        return None
+    return value
+
+
+def _check_memory(raw, spec, topo, problems):
+    spec.memory_bytes = _positive_size(raw, "memory", spec, problems, "declares no memory", "32G")
 
 
 def _check_pinned(raw, spec, topo, problems):
     """``pinned``: the instance's pinned host memory budget, 1 byte or more and within its ``memory``."""
-    if raw.get("pinned") is None:
-        return
-    try:
-        pinned = sizes.parse_size(raw["pinned"], "%s.pinned" % spec.path)
-    except sizes.SizeError as exc:
-        problems.append(str(exc))
-        return
-    if pinned == 0:
-        problems.append("%s.pinned: %r pins nothing; allowed: 1 byte or more (a size like 16G), or leave pinned out"
-                        % (spec.path, raw["pinned"]))
+    pinned = _positive_size(raw, "pinned", spec, problems, "pins nothing", "16G")
+    if pinned is None:
         return
     if spec.memory_bytes is not None and pinned > spec.memory_bytes:
         problems.append("%s.pinned: %s is more than the instance's memory (%s); allowed: at most its memory (pinned "

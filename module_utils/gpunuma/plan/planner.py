@@ -166,9 +166,9 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
         "topology_fingerprint": topo.fingerprint,
         "profile": profile["name"],
         "options": _options(housekeeping_cores_per_node, reserved_cpus, strict_capacity, allow_unknown_siblings,
-                            reserve_option, fence, preferred_many, irq_pin, default_memlock),
+                            reserve_option, fence, preferred_many, irq_pin, default_memlock, headroom,
+                            page_cache_percent),
     }
-    plan["options"].update(pinned_headroom=headroom, pinned_page_cache_percent=page_cache_percent)
     plan.update(_node_sections(topo, capacity))
     plan.update(instances=rendered, warnings=warnings,
                 pinned_budget={str(n): b for n, b in sorted(pinned_budget.items())})
@@ -229,7 +229,7 @@ def unit_memlock(own, default, mode="service", pinned=None, headroom=0):
 
 
 def _options(housekeeping_cores_per_node, reserved_cpus, strict_capacity, allow_unknown_siblings, reserve_option,
-             fence, preferred_many, irq_pin, limit_memlock):
+             fence, preferred_many, irq_pin, limit_memlock, pinned_headroom, pinned_page_cache_percent):
     """The plan's ``options``: what it was computed with (a tri-state stays None when not known)."""
     return {
         "housekeeping_cores_per_node": housekeeping_cores_per_node,
@@ -241,6 +241,8 @@ def _options(housekeeping_cores_per_node, reserved_cpus, strict_capacity, allow_
         "preferred_many": preferred_many if preferred_many is None else bool(preferred_many),
         "irq_pin": bool(irq_pin),
         "limit_memlock": limit_memlock,
+        "pinned_headroom": pinned_headroom,
+        "pinned_page_cache_percent": pinned_page_cache_percent,
     }
 
 

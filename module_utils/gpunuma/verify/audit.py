@@ -181,7 +181,7 @@ def _over_budget(item, unit, status):
     budget = item.get("pinned_bytes")
     if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
         return []
-    held = (status.get("locked_bytes") or 0) + (status.get("pinned_bytes") or 0)
+    held = _held(status)
     if held <= budget:
         return []
     message = ("%s: PID %s holds %d bytes locked or pinned (VmLck + VmPin), more than its pinned budget of %d: "
@@ -210,11 +210,16 @@ def _unit_memlock(item, unit, parsed):
 AT_LIMIT_SHARE = 0.95
 
 
+def _held(status):
+    """Bytes a process holds locked or pinned (VmLck + VmPin): what counts against its RLIMIT_MEMLOCK."""
+    return (status.get("locked_bytes") or 0) + (status.get("pinned_bytes") or 0)
+
+
 def _memlock_at_limit(name, unit, limit, status):
     """The memlock-at-limit finding (warning): VmLck + VmPin of the main process at AT_LIMIT_SHARE of its limit."""
     if not isinstance(limit, int) or limit <= 0:
         return []
-    held = (status.get("locked_bytes") or 0) + (status.get("pinned_bytes") or 0)
+    held = _held(status)
     if held < AT_LIMIT_SHARE * limit:
         return []
     return [Finding("memlock-at-limit", "warning",

@@ -288,20 +288,30 @@ def unit_pids(unit, sysfs_root="/", main_pid=None):
     return [pid] if isinstance(pid, int) and pid > 0 else []
 
 
-def locked_and_pinned(pid, proc="/proc"):
-    """``(VmLck, VmPin)`` bytes of a process (``/proc/PID/status``, ``<n> kB``; proc(5)), None where unreadable."""
-    out = {"VmLck": None, "VmPin": None}
-    try:
-        with open(os.path.join(proc, str(pid), "status")) as fh:
-            text = fh.read(65536)
-    except OSError:
-        return None, None
+_STATUS_BYTES = {"VmLck": "locked_bytes", "VmPin": "pinned_bytes"}
+_KB_RE = re.compile(r"([0-9]{1,18}) kB")
+
+
+def status_bytes(text):
+    """``{"locked_bytes", "pinned_bytes"}`` from the ``VmLck``/``VmPin`` lines of ``/proc/PID/status`` text
+    (``<n> kB``; proc(5)); a line in another form is left out. The audit reads them with this function too."""
+    out = {}
     for line in text.splitlines():
         key, _sep, value = line.partition(":")
-        words = value.split()
-        if key in out and len(words) == 2 and words[0].isdigit() and words[1] == "kB":
-            out[key] = int(words[0]) * 1024
-    return out["VmLck"], out["VmPin"]
+        match = _KB_RE.fullmatch(" ".join(value.split())) if key in _STATUS_BYTES else None
+        if match:
+            out[_STATUS_BYTES[key]] = int(match.group(1)) * 1024
+    return out
+
+
+def locked_and_pinned(pid, proc="/proc"):
+    """``(VmLck, VmPin)`` bytes of a process (:func:`status_bytes`), None where unreadable."""
+    try:
+        with open(os.path.join(proc, str(pid), "status")) as fh:
+            found = status_bytes(fh.read(65536))
+    except OSError:
+        return None, None
+    return found.get("locked_bytes"), found.get("pinned_bytes")
 
 
 def plan_metrics(expo, plan, probe=None, sysfs_root="/", main_pid=None):

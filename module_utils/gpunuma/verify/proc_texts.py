@@ -7,12 +7,10 @@ import re
 import shlex
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.gpunuma.verify.metrics import status_bytes
 
 _POLICY_WORDS = {"bind": "bind", "prefer": "preferred", "interleave": "interleave", "default": "default",
                  "local": "default", "preferred": "preferred", "prefer (many)": "preferred"}
-
-
-_STATUS_BYTES = {"VmLck": "locked_bytes", "VmPin": "pinned_bytes"}
 
 
 def parse_status(text):
@@ -23,10 +21,7 @@ def parse_status(text):
         key, _unused, value = line.partition(":")
         if key in ("Cpus_allowed_list", "Mems_allowed_list"):
             out[key] = format_cpulist(parse_cpulist(value.strip()))
-        elif key in _STATUS_BYTES:
-            words = value.split()
-            if len(words) == 2 and words[0].isdigit() and words[1] == "kB":
-                out[_STATUS_BYTES[key]] = int(words[0]) * 1024
+    out.update(status_bytes(text))
     return out
 
 
