@@ -44,6 +44,7 @@ from ansible.module_utils.gpunuma.node import programs as programslib  # noqa: E
 from ansible.module_utils.gpunuma.plan import state as statelib  # noqa: E402
 from ansible.module_utils.gpunuma.common import seal as seallib  # noqa: E402
 from ansible.module_utils.gpunuma.common import text as textlib  # noqa: E402
+from ansible.module_utils.gpunuma.plan import pinned as pinnedlib  # noqa: E402
 from ansible.module_utils.gpunuma.common import secrets as secretslib  # noqa: E402
 from ansible.module_utils.gpunuma.common.errors import GpunumaError  # noqa: E402
 from ansible.module_utils.gpunuma.kubelet import guard as kubeletguard  # noqa: E402
@@ -636,7 +637,8 @@ def numa_binding_input_problems(options, values, aliases, profiles_dir):
 
     The argument spec's checks (role_inputs.input_problems), then the ones a
     spec cannot express: the profile is a file of ``profiles_dir`` and
-    ``numa_binding_limit_memlock`` parses as the memlock role's sizes do.
+    ``numa_binding_limit_memlock`` parses as the memlock role's sizes do, and the pinned budgets' headroom and
+    page-cache share are what the planner takes (plan/pinned.py), each named by the user's variable.
     """
     problems = role_inputs.input_problems(options, values, aliases)
     profile = values.get("numa_binding_profile")
@@ -653,6 +655,11 @@ def numa_binding_input_problems(options, values, aliases, profiles_dir):
         problem = numa_binding_limit_problem(memlock, "numa_binding_limit_memlock")
         if problem and not any(p.startswith("numa_binding_limit_memlock:") for p in problems):
             problems.append(problem)
+    for name, check in (("numa_binding_pinned_headroom", pinnedlib.parse_headroom),
+                        ("numa_binding_pinned_page_cache_percent", pinnedlib.check_page_cache_percent)):
+        value = values.get(name)
+        if value not in (None, role_inputs.UNDEFINED) and not any(p.startswith(name + ":") for p in problems):
+            check(value, problems, name)
     instances_variable = role_inputs.user_variable(
         "numa_binding_instances", options.get("numa_binding_instances", {}), values, aliases)
     patterns = values.get("numa_binding_secret_patterns")

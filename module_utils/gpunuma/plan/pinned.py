@@ -28,20 +28,20 @@ DEFAULT_HEADROOM = "1G"
 DEFAULT_PAGE_CACHE_PERCENT = 10
 
 
-def parse_headroom(value, problems):
-    """``pinned_headroom`` in bytes (0 allowed), or None with a problem named."""
+def parse_headroom(value, problems, what="pinned_headroom"):
+    """``pinned_headroom`` in bytes (0 allowed), or None with a problem naming ``what``."""
     try:
-        return sizes.parse_size(value, "pinned_headroom", allowed="0, bytes as an integer, or a size like 1G")
+        return sizes.parse_size(value, what, allowed="0, bytes as an integer, or a size like 1G")
     except sizes.SizeError as exc:
         problems.append(str(exc))
         return None
 
 
-def check_page_cache_percent(value, problems):
-    """``pinned_page_cache_percent``: a whole number 0 to 90."""
+def check_page_cache_percent(value, problems, what="pinned_page_cache_percent"):
+    """``pinned_page_cache_percent``: a whole number 0 to 90 (a problem naming ``what`` otherwise)."""
     if not is_int(value) or isinstance(value, bool) or not 0 <= int(value) <= 90:
-        problems.append("pinned_page_cache_percent: %r is not allowed; allowed: a whole number from 0 to 90 (the "
-                        "share of a node's memory for instances kept for page cache)" % (value,))
+        problems.append("%s: %r is not allowed; allowed: a whole number from 0 to 90 (the share of a node's memory "
+                        "for instances kept for page cache)" % (what, value))
         return None
     return int(value)
 
