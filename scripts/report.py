@@ -19,10 +19,11 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from gpunuma_controller import core, report, report_base  # noqa: E402  (standard library only: no ansible needed)
+from gpunuma_controller.core import use_core  # noqa: E402
 
-core.use_core(standalone=True)
+use_core(standalone=True)  # the report is standard library only: no ansible needed
 from ansible.module_utils.gpunuma.common import atomic  # noqa: E402
+from ansible.module_utils.gpunuma.report import base as report_base, page as report  # noqa: E402
 
 
 def parse_args(argv):

@@ -20,8 +20,8 @@ from conftest import FIXTURES, REPO_ROOT
 
 sys.path.insert(0, os.path.join(FIXTURES, "report"))
 import make_artefacts  # noqa: E402
-from gpunuma_controller import report_base  # noqa: E402
-from gpunuma_controller.report_base import HOUSEKEEPING_FILL, PALETTE  # noqa: E402
+from ansible.module_utils.gpunuma.report import base as report_base  # noqa: E402
+from ansible.module_utils.gpunuma.report.base import HOUSEKEEPING_FILL, PALETTE  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "report.py")

@@ -99,7 +99,7 @@ def test_the_fleet_report_draws_the_mi300x_host(tmp_path):
     import json
     import re
 
-    from gpunuma_controller import report, report_base
+    from ansible.module_utils.gpunuma.report import base as report_base, page as report
 
     topo = mi300x(tmp_path / "sys")
     plan = build_plan(topo, load_profile("strict", PROFILES),

@@ -24,7 +24,7 @@ CORE = os.path.join(REPO_ROOT, "module_utils")
 CORE_PREFIX = "ansible.module_utils.gpunuma"
 CONTROLLER = "gpunuma_controller"
 # docs/architecture.md, "The core, by stage": each package may import those before it.
-LAYERS = ("common", "discovery", "node", "plan", "kubelet", "gate", "verify", "run")
+LAYERS = ("common", "discovery", "node", "plan", "kubelet", "gate", "verify", "run", "report")
 CALLER_DIRS = ("module_utils", "library", "action_plugins", "filter_plugins", "gpunuma_controller", "scripts",
                "benchmarks", "tests", "doc_fragments", "roles")
 

@@ -1,4 +1,4 @@
-"""The HTML fleet report (gpunuma_controller/report.py, scripts/report.py) on artefacts written by gpunuma's code."""
+"""The HTML fleet report (module_utils/gpunuma/report/, scripts/report.py) on artefacts written by gpunuma's code."""
 
 import copy
 import html
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpunuma_controller import report, report_base
+from ansible.module_utils.gpunuma.report import base as report_base, page as report
 from conftest import examples, FIXTURES, REPO_ROOT
 
 sys.path.insert(0, os.path.join(FIXTURES, "report"))

@@ -1,8 +1,7 @@
 """The schema names of gpunuma's versioned documents, defined once.
 
 Every reader and writer names a document's schema through these constants;
-``gpunuma_controller/report.py`` (standard library only) keeps its own table
-of them, checked against this one by ``tests/unit/test_report.py``.
+the fleet report (``report/base.py``) maps them to the kinds it draws.
 """
 
 TOPOLOGY = "gpunuma.topology/v1"

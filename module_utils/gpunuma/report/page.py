@@ -16,12 +16,12 @@ never a traceback; a missing or empty directory is a ``ReportError``.
 
 from __future__ import annotations
 
-# The report's parts, one file each: report_base (schemas, limits, colours, errors, escaping, CPU lists),
-# report_load (loading and shape checks), report_svg (the drawings).
-from .report_base import KINDS, ReportError, esc, shown
-from .report_load import load_fleet
-from .report_svg import _host_model, legend_html, matrix_svg, topology_svg
-from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids  # pylint: disable=wrong-import-order
+# The report's parts, one file each: base (schemas, limits, colours, errors, escaping, CPU lists),
+# load (loading and shape checks), svg (the drawings).
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids
+from ansible.module_utils.gpunuma.report.base import KINDS, ReportError, esc, shown
+from ansible.module_utils.gpunuma.report.load import load_fleet
+from ansible.module_utils.gpunuma.report.svg import _host_model, legend_html, matrix_svg, topology_svg
 
 
 # ---------------------------------------------------------------- tables

@@ -1,4 +1,4 @@
-"""The fleet report's shared parts (gpunuma_controller/report.py): the schemas it reads, its limits and colours,
+"""The fleet report's shared parts (report/page.py): the schemas it reads, its limits and colours,
 its errors, escaping, and CPU lists."""
 
 from __future__ import annotations
@@ -7,12 +7,7 @@ import html
 import json
 import re
 
-from .core import use_core
-
-# The schema names and the canonical list of ids (0-3,8) are the core's; the core is standard library only
-# (use_core standalone).
-use_core(standalone=True)
-from ansible.module_utils.gpunuma.common import schemas  # noqa: E402  # pylint: disable=wrong-import-position
+from ansible.module_utils.gpunuma.common import schemas
 
 SCHEMAS = {
     schemas.TOPOLOGY: "topology",

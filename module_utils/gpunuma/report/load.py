@@ -1,5 +1,5 @@
 """Loading a directory of gpunuma artefacts into hosts, and the shape checks that turn a document gpunuma does not
-write into a problem of its host (gpunuma_controller/report.py)."""
+write into a problem of its host (report/page.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import stat
 import urllib.parse
 
-from .report_base import (
+from ansible.module_utils.gpunuma.report.base import (
     MAX_FILE_BYTES, MAX_FILES, SCHEMAS, _STEM_SUFFIXES, ReportError, ShapeError, _q, parse_cpulist, shown)
 
 # ---------------------------------------------------------------- loading
@@ -45,31 +45,38 @@ def _read_json(path):
 
 
 def load_fleet(path):
-    """Hosts and their artefacts under ``path``.
+    """Hosts and their artefacts under ``path``: one directory, or a list of them (the playbook's topology,
+    audit and validation directories).
 
     Returns ``{"root": path, "hosts": {name: host}, "files": n}``; a host is
     ``{"name", "topology", "plan", "state", "audit", "validation", "files": {kind: path},
     "problems": [...], "notes": [...]}``. Raises ReportError for a missing or
     empty directory or one without any gpunuma artefact.
     """
-    if not isinstance(path, str) or not path:
+    roots = [path] if isinstance(path, str) else list(path) if isinstance(path, (list, tuple)) else None
+    if not roots or not all(isinstance(root, str) and root for root in roots):
         raise ReportError("no directory given")
-    if not os.path.exists(path):
-        raise ReportError("%s does not exist" % path)
-    if not os.path.isdir(path):
-        raise ReportError("%s is not a directory" % path)
+    path = ", ".join(roots)
     files = []
-    for top, dirs, names in os.walk(path, followlinks=False):
-        dirs.sort()
-        for name in sorted(names):
-            files.append(os.path.join(top, name))
-            if len(files) > MAX_FILES:
-                raise ReportError("%s holds more than %d files; point the report at the artefact directories"
-                                  % (path, MAX_FILES))
+    for root in roots:
+        if not os.path.exists(root):
+            raise ReportError("%s does not exist" % root)
+        if not os.path.isdir(root):
+            raise ReportError("%s is not a directory" % root)
+        for top, dirs, names in os.walk(root, followlinks=False):
+            dirs.sort()
+            for name in sorted(names):
+                file_path = os.path.join(top, name)
+                # With several directories a file is named from the one above them all.
+                rel = os.path.relpath(file_path, root if len(roots) == 1 else os.path.dirname(os.path.abspath(root)))
+                files.append((file_path, rel))
+                if len(files) > MAX_FILES:
+                    raise ReportError("%s holds more than %d files; point the report at the artefact directories"
+                                      % (root, MAX_FILES))
     if not files:
         raise ReportError("%s is empty: no gpunuma artefacts (topology, plan, state, audit or validation JSON)" % path)
     hosts = {}
-    for file_path in files:
+    for file_path, rel in files:
         doc = _read_json(file_path)
         if not isinstance(doc, dict):
             continue
@@ -80,7 +87,6 @@ def load_fleet(path):
         if not isinstance(name, str) or not name.strip():
             name = _stem(file_path)
         host = hosts.setdefault(name, {"name": name, "files": {}, "problems": [], "notes": []})
-        rel = os.path.relpath(file_path, path)
         if kind == "topology" and os.path.basename(file_path).endswith(".pending.json"):
             host["notes"].append("%s: a pending topology change (fingerprint %s) waits for "
                                  "gpu_topology_accept_changes" % (rel, shown(doc.get("fingerprint"), 80)))

@@ -1,12 +1,12 @@
-"""The fleet report's drawings (gpunuma_controller/report.py): each host's model for drawing, its topology
+"""The fleet report's drawings (report/page.py): each host's model for drawing, its topology
 picture, link matrices and the legend, as inline SVG."""
 
 from __future__ import annotations
 
-from .report_base import (
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids
+from ansible.module_utils.gpunuma.report.base import (
     CROSS_COLOUR, FREE_FILL, HOUSEKEEPING_FILL, LINK_COLOURS, PALETTE, esc, parse_cpulist, shown)
-from .report_load import _int
-from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids  # pylint: disable=wrong-import-order
+from ansible.module_utils.gpunuma.report.load import _int
 
 # ---------------------------------------------------------------- model for drawing
 
