@@ -6,8 +6,8 @@
 #   plan.yml -> site.yml (strict) -> audit.yml -> rollback.yml (one node to
 #   preferred) -> audit.yml -> validate.yml
 #
-# then the JSON artefacts are collected into .demo/artefacts/ and, where
-# scripts/report.py exists, rendered as the HTML fleet report.
+# then the JSON artefacts are collected into .demo/artefacts/ and rendered as
+# the HTML fleet report (playbooks/report.yml).
 #
 # Only the GPU-less node discovered live (its own sysfs) runs its instance:
 # a stand-in worker (scripts/demo-worker.py) that reports the binding the
@@ -32,7 +32,7 @@ REPO="$PWD"
 
 readonly IMAGE=gpunuma/debian-systemd:bookworm
 readonly PREFIX=gpunuma-demo-
-readonly DEMO_DIR="${GPUNUMA_DEMO_DIR:-$REPO/.demo}"
+readonly DEMO_DIR="$(realpath -m "${GPUNUMA_DEMO_DIR:-$REPO/.demo}")"
 readonly FLEET_DIR="$DEMO_DIR/fleet"
 readonly ARTEFACTS="$DEMO_DIR/artefacts"
 # Where the node sees the repository's fixtures and the stand-in worker.
@@ -354,9 +354,7 @@ done
 for d in topology audit validation state workers; do
   [ -d "$ARTEFACTS/$d" ] && say "   $d/: $(find "$ARTEFACTS/$d" -name '*.json' | wc -l) JSON file(s)"
 done
-if [ -f scripts/report.py ]; then
-  header "report"
-  "$PY" scripts/report.py "$ARTEFACTS" -o "$ARTEFACTS/fleet-report.html" | sed 's/^/   /'
-  say ""
-  say "open the report: xdg-open $ARTEFACTS/fleet-report.html"
-fi
+play "report: the HTML fleet report from the artefacts" playbooks/report.yml \
+  -e "{\"gpunuma_report_src\": [\"$ARTEFACTS\"], \"gpunuma_report_dest\": \"$ARTEFACTS/fleet-report.html\"}"
+say ""
+say "open the report: xdg-open $ARTEFACTS/fleet-report.html"

@@ -57,14 +57,7 @@ def main(argv=None):
     names = [h for h in sorted(fleet["hosts"]) if not args.host or h in args.host]
     width = max(len(h) for h in names)
     for name in names:
-        s = report.host_summary(fleet["hosts"][name])
-        line = "%-*s  profile %s, %s instance%s, compliance %s, probe %s" % (
-            width, name, s["profile"], "-" if s["instances"] is None else s["instances"],
-            "" if s["instances"] == 1 else "s", s["compliance"], s["probe"])
-        problems = len(fleet["hosts"][name]["problems"])
-        if problems:
-            line += ", %d problem%s in its artefacts" % (problems, "" if problems == 1 else "s")
-        print(printable(line))
+        print(printable(report.summary_line(report.host_summary(fleet["hosts"][name]), width)))
     print("open %s" % os.path.abspath(out))
     return 0
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 # The report's parts, one file each: base (schemas, limits, colours, errors, escaping, CPU lists),
 # load (loading and shape checks), svg (the drawings).
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids
+from ansible.module_utils.gpunuma.plan.profiles import base_profile
 from ansible.module_utils.gpunuma.report.base import KINDS, ReportError, esc, shown
 from ansible.module_utils.gpunuma.report.load import load_fleet
 from ansible.module_utils.gpunuma.report.svg import _host_model, legend_html, matrix_svg, topology_svg
@@ -72,7 +73,7 @@ def _profile(host):
     plan = host.get("plan") or {}
     state = host.get("state") or {}
     out = plan.get("profile") or state.get("profile") or "-"
-    if state.get("profile") and plan.get("profile") and state["profile"] != plan["profile"].replace("-cpu-only", ""):
+    if state.get("profile") and plan.get("profile") and state["profile"] != base_profile(plan["profile"]):
         out += " (state: %s)" % state["profile"]
     if state.get("pinned"):
         out += " (pinned by rollback)"
@@ -103,6 +104,17 @@ def host_summary(host):
         "probe": probe_verdict(host),
         "problems": len(host["problems"]),
     }
+
+
+def summary_line(summary: dict, width: int) -> str:
+    """One host's ``host_summary`` as a line of text, its name padded to ``width``."""
+    count = summary["instances"]
+    line = "%-*s  profile %s, %s instance%s, compliance %s, probe %s" % (
+        width, summary["host"], summary["profile"], "-" if count is None else count, "" if count == 1 else "s",
+        summary["compliance"], summary["probe"])
+    if summary["problems"]:
+        line += ", %d problem%s in its artefacts" % (summary["problems"], "" if summary["problems"] == 1 else "s")
+    return line
 
 
 def _anchor(name):
@@ -185,8 +197,9 @@ def _drift_table(hosts):
                    "<th>expected</th><th>actual</th><th>message</th></tr></thead><tbody>%s</tbody></table>"
                    % "".join(rows))
     else:
-        out.append("<p>%s</p>" % ("No drift in %d audit report%s." % (audited, "" if audited == 1 else "s")
-                                   if audited else "No audit reports in this directory."))
+        text = ("No drift in %d audit report%s." % (audited, "" if audited == 1 else "s") if audited
+                else "No audit reports in this directory.")
+        out.append("<p>%s</p>" % text)
     return out
 
 
@@ -283,10 +296,10 @@ def _instances_table(host, model):
         cross = inst["cross"]
         cross_html = ""
         if cross:
+            where = (esc(cross["label"]), esc(format_ids(cross["cpu_nodes"]) or "-"),
+                     esc(format_ids(cross["mem_nodes"]) or "-"), esc(format_ids(cross["gpu_nodes"])))
             cross_html = ('<br><span class="cross-badge cross-socket">%s</span> CPUs on node %s, memory on node %s, '
-                          "GPU on node %s" % (esc(cross["label"]), esc(format_ids(cross["cpu_nodes"]) or "-"),
-                                             esc(format_ids(cross["mem_nodes"]) or "-"),
-                                             esc(format_ids(cross["gpu_nodes"]))))
+                          "GPU on node %s" % where)
         warnings = "".join("<li>%s</li>" % esc(w) for w in doc.get("warnings") or [])
         rows.append('<tr class="instance" data-instance="%s"><td><span class="sw" style="background:%s"></span>%s%s</td>'
                     "<td>%s</td><td>%s</td><td><code>%s</code></td><td>%s %s</td><td>%s</td><td>%s</td>"

@@ -123,7 +123,7 @@ def _link_colour(code):
         return LINK_COLOURS[0][1]
     if code == "SOC":
         code = "SYS"
-    for key, colour, _ in LINK_COLOURS:
+    for key, colour, _label in LINK_COLOURS:
         if code == key:
             return colour
     return LINK_COLOURS[-1][1]
