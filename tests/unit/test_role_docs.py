@@ -226,8 +226,9 @@ def test_role_metadata_claims_only_what_the_suite_runs():
         other_releases = set(re.findall(r'"(bullseye|trixie)"', handle.read()))
     with open(os.path.join(REPO_ROOT, "playbooks", "site.yml"), encoding="utf-8") as handle:
         site = handle.read()
-    with open(os.path.join(REPO_ROOT, "playbooks", "preflight.yml"), encoding="utf-8") as handle:
-        site += handle.read()
+    for name in ("preflight.yml", "provision.yml"):
+        with open(os.path.join(REPO_ROOT, "playbooks", name), encoding="utf-8") as handle:
+            site += handle.read()
     with open(os.path.join(REPO_ROOT, "collections", "ansible_collections", "gpunuma", "fleet", "meta",
                            "runtime.yml"), encoding="utf-8") as handle:
         floor = yaml.safe_load(handle)["requires_ansible"].lstrip(">=").rsplit(".", 1)[0]

@@ -99,7 +99,7 @@ def test_the_filter_the_roles_write_with_seals():
     assert filters.FilterModule().filters()["gpunuma_seal"](TOPOLOGY) == seal.seal(TOPOLOGY)
     # The roles write topology.json and plan.json through it.
     for rel in ("roles/gpu_topology/tasks/controller_copy.yml", "roles/gpu_topology/vars/main.yml",
-                "roles/numa_binding/tasks/install.yml", "playbooks/site.yml"):
+                "roles/numa_binding/tasks/install.yml", "playbooks/provision.yml"):
         text = open(os.path.join(REPO_ROOT, rel)).read()
         assert "| gpunuma.fleet.gpunuma_seal | to_nice_json" in text, rel
 
