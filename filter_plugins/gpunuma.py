@@ -36,6 +36,7 @@ from ansible.module_utils.gpunuma.verify.h2d import policy as h2d_policy
 from ansible.module_utils.gpunuma.node import limits  # noqa: E402
 from ansible.module_utils.gpunuma.run import role_inputs  # noqa: E402
 from ansible.module_utils.gpunuma.run import topology_store  # noqa: E402
+from ansible.module_utils.gpunuma.run import dry_run  # noqa: E402
 from ansible.module_utils.gpunuma.plan import node_plan  # noqa: E402
 from ansible.module_utils.gpunuma.node import accounts as accountslib  # noqa: E402
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib  # noqa: E402
@@ -102,6 +103,17 @@ def gpunuma_not_provisioned(host, task, result):
         why = ("the node stopped answering during this step (rebooted, shut down, or its connection dropped); "
                "what it had applied is kept and a plain re-run converges it. The step said: %s" % (msg or "nothing"))
     return 'NOT PROVISIONED: %s failed at "%s": %s' % (host, task or "an unnamed step", why)
+
+
+def gpunuma_would_change(hosts):
+    """plan.yml's lines of what site.yml would change, per host, from its apply play's check-mode results.
+
+    ``hosts``: each host's variables (hostvars), in inventory order; run/dry_run.py reads the steps' results.
+    """
+    return dry_run.table([{"host": h.get("inventory_hostname"), "results": {
+        "numactl": h.get("__numa_binding_numactl_install"), "memlock": h.get("__memlock_applied"),
+        "autonuma": h.get("__autonuma_plan"), "kubelet": h.get("kubelet_topology_applied"),
+        "apply": h.get("numa_binding_applied")}} for h in hosts])
 
 
 # ================================================================ documents
@@ -700,6 +712,7 @@ FILTERS = (
     "autonuma_role_plan",
     # site.yml
     "gpunuma_not_provisioned",
+    "gpunuma_would_change",
     "gpunuma_seal",
     # gpu_topology
     "gpunuma_host_file",

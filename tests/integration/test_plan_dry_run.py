@@ -104,13 +104,34 @@ def test_dry_run_works_with_a_copy_of_the_example_inventory(dry_run):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert "is undefined" not in out
-    summary = [line for line in out.splitlines() if node.name in line and "vllm" in line and "[WARNING]" not in line]
+    summary = [line for line in out.splitlines() if node.name in line and "[WARNING]" not in line
+               and len(line.split()) > 1 and line.split()[1].startswith("vllm")]
     # One plan line per example instance (vllm0..vllm7).
     assert sorted(line.split()[1] for line in summary) == ["vllm%d" % n for n in range(8)], out[-5000:]
     # The planner's warnings are shown once each, naming the host they are about.
     warned = [line for line in out.splitlines() if "[WARNING]" in line and "was not checked" in line]
     assert warned and all(line.count(node.name + ": vllm") == 1 for line in warned), warned
     assert len(warned) == len(set(warned)), warned
+
+
+def test_dry_run_says_what_site_would_change_per_host(dry_run):
+    node, proc, _, after, _ = dry_run
+    out = proc.stdout
+    assert "WHAT (site.yml would do this; nothing was done)" in out, out[-5000:]
+    changes = [line.strip().strip('",').split(None, 2)[1:] for line in out.splitlines()
+               if line.strip().startswith('"%s ' % node.name) and len(line.split()) > 2
+               and line.split()[1] in ("write", "remove", "start", "restart", "stop", "install", "sysctl", "create",
+                                       "record")]
+    # The units a new node gets, each named with its path, and the node's own files; none of them exists after.
+    for n in range(8):
+        unit = "/etc/systemd/system/gpunuma-vllm%d.service" % n
+        assert ["write", unit + " (new)"] in changes, changes
+        assert unit not in after
+    assert ["write", "/etc/gpunuma/topology.json (new)"] in changes, changes
+    assert any(c[0] == "write" and c[1].startswith("/etc/security/limits.d/") for c in changes), changes
+    # Its instances would start (numa_binding_start: true in the example), and its profile would be recorded.
+    assert ["start", "gpunuma-vllm0.service"] in changes, changes
+    assert ["record", "profile strict in the node's state"] in changes, changes
 
 
 def test_dry_run_keeps_topology_and_plan_on_the_controller(dry_run):
