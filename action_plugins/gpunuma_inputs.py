@@ -57,7 +57,7 @@ READ_ONLY = ("kubelet_topology",)
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("roles",))
+    _VALID_ARGS = frozenset(("roles", "on_problem"))
     _supports_check_mode = True
 
     def role_dir(self, name):
@@ -182,6 +182,9 @@ class ActionModule(ActionBase):
         if not isinstance(names, list) or unknown:
             return dict(result, failed=True, msg="roles: %r is not allowed; allowed: a list of %s"
                         % (unknown or names, ", ".join(sorted(CHECKS) + list(READ_ONLY))))
+        on_problem = self._task.args.get("on_problem", "fail")
+        if on_problem not in ("fail", "return"):
+            return dict(result, failed=True, msg="on_problem: %r is not allowed; allowed: fail, return" % (on_problem,))
         templar = self._templar.copy_with_new_env(available_variables=task_vars)
         host = task_vars.get("inventory_hostname")
         self.warn_unknown(host, task_vars)
@@ -198,7 +201,12 @@ class ActionModule(ActionBase):
             elif request:
                 requests = merge_hash(requests, request, recursive=True, list_merge="append_rp")
         result["changed"] = False
+        if lines and on_problem == "return":
+            # The play stops once with every check's problems (playbooks/preflight.yml); nothing is read.
+            return dict(result, problems=lines, input_problems=facts)
         if lines:
             return dict(result, failed=True, msg="\n".join(lines), input_problems=facts)
         facts["gpunuma_node_read_requests"] = requests
+        if on_problem == "return":
+            result["problems"] = []
         return dict(result, ansible_facts=facts)

@@ -22,6 +22,9 @@ description:
   - "Fails, with one line a role (C(host: problem; problem)), when any role has a problem; RV(input_problems)
     holds them by role. site.yml checks every role of the run in this one step; each role's own input check is
     this step with its role alone."
+  - With O(on_problem=return) the step does not fail but returns those lines in RV(problems), for a play that
+    collects every check's problems and stops once with all of them (playbooks/preflight.yml) - each problem is
+    then printed once, by that stop.
 options:
   roles:
     description: The roles whose inputs are checked, in this order.
@@ -29,6 +32,11 @@ options:
     elements: str
     choices: [memlock, autonuma, gpu_topology, numa_binding, gpunuma_state, policy_gate]
     required: true
+  on_problem:
+    description: Fail the step (C(fail)), or return the problems in RV(problems) and succeed (C(return)).
+    type: str
+    choices: [fail, return]
+    default: fail
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpunuma_attributes
@@ -43,9 +51,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 input_problems:
-  description: On failure, the problems of each role (the fact each role's playbooks read, by name).
-  returned: failed
+  description: The problems of each role (the fact each role's playbooks read, by name).
+  returned: when a role has a problem
   type: dict
+problems:
+  description: "One line a role with problems (C(host: problem; problem)); empty when there is none."
+  returned: with O(on_problem=return)
+  type: list
+  elements: str
 ansible_facts:
   description: Each role's problems (empty lists) and C(gpunuma_node_read_requests) with the roles' reads added.
   returned: success
@@ -60,6 +73,7 @@ def main():
         argument_spec=dict(
             roles=dict(type="list", elements="str", required=True,
                        choices=["memlock", "autonuma", "gpu_topology", "numa_binding", "gpunuma_state", "policy_gate"]),
+            on_problem=dict(type="str", choices=["fail", "return"], default="fail"),
         ),
         supports_check_mode=True,
     )

@@ -293,6 +293,23 @@ def test_a_misspelt_variable_is_named_once_with_the_one_meant(tmp_path):
     assert "gpu-a01 (and 1 more host): gpunuma_profle" in said[0], said
 
 
+def test_a_bad_input_is_printed_once_by_the_stop(tmp_path):
+    """The input step returns its problems; the last step of the validation play stops with them. ansible-core's
+    default callback prints a failed task twice ([ERROR] with its origin, then fatal:), so a problem printed by
+    that one task alone shows up exactly twice, never by the input step as well."""
+    node = tmp_path / "node"
+    host_vars = dict(local_vars(tmp_path, node), gpunuma_instances=GOOD, gpunuma_profile="fastest")
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu-a01": host_vars}}}))
+    proc = run_playbook("playbooks/plan.yml", str(tmp_path / "inventory.yml"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    problem = "gpu-a01: gpunuma_profile: 'fastest'"
+    assert out.count(problem) == 2, out[-5000:]
+    assert out.count("[ERROR]") == 1 and out.count("fatal: [gpu-a01]") == 1, out[-5000:]
+    assert "Stop every host when any host's input is bad" in out.split("[ERROR]")[0].rsplit("TASK [", 1)[1]
+    assert not node.exists() or files_under(node) == []
+
+
 @pytest.mark.parametrize("playbook", ["playbooks/plan.yml", "playbooks/site.yml"])
 def test_an_inventory_that_does_not_parse_stops_the_run(tmp_path, playbook):
     """ansible.cfg's unparsed_is_failed: without it Ansible warns, falls back to the implicit localhost and ends
