@@ -104,6 +104,8 @@ def test_dry_run_works_with_a_copy_of_the_example_inventory(dry_run):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert "is undefined" not in out
+    # The example passes the shipped policies (GN-LIM-001: unlimited memlock only for the named servers).
+    assert "policy GN-" not in out, [line for line in out.splitlines() if "policy GN-" in line]
     summary = [line for line in out.splitlines() if node.name in line and "[WARNING]" not in line
                and len(line.split()) > 1 and line.split()[1].startswith("vllm")]
     # One plan line per example instance (vllm0..vllm7).
