@@ -425,3 +425,30 @@ def test_duplicate_artefacts_newest_state_shown_with_a_note(tmp_path, docs):
     assert host["state"]["updated"] == new["updated"] and len(host["state"]["history"]) == 3
     assert host["notes"] == ["state artefact found twice: a/state.json and b/state.json.bak; a/state.json is shown"]
     assert html.escape(host["notes"][0]) in section(page, "gpu-a01")
+
+
+def test_each_instance_shows_its_locked_memory_and_each_node_its_pinned_budget(tmp_path):
+    """The plan's pinned budget and LimitMEMLOCK= per instance, what the audit saw its process hold, and the
+    budgets per NUMA node, as the planner decided them (plan/pinned.py)."""
+    topo = make_artefacts.topology("h200-vm")
+    plan = make_artefacts.plan_for("h200-vm", topo, instances=[
+        {"name": "vllm-0", "gpus": [0], "command": make_artefacts.CMD, "memory": "2G", "pinned": "1G"}])
+    assert plan["pinned_budget"] and plan["instances"][0]["pinned_bytes"] == 1 << 30
+    audit = make_artefacts.audit_for("h200-vm", plan, topo, None, held={"vllm-0": (4096, 524288)})
+    make_artefacts.write_fleet(str(tmp_path), {"h200-vm": {"topology": topo, "plan": plan, "audit": audit}})
+    page, _ = report.build_report(str(tmp_path))
+    row = re.search(r'<tr class="instance" data-instance="vllm-0">.*?</tr>', page).group(0)
+    # The limit is the budget plus the planner's default headroom (1 GiB).
+    assert plan["instances"][0]["limit_memlock"] == 2 << 30
+    cell = re.search(r'<td class="memlock">([^<]*)</td>', row).group(1)
+    assert cell == "pinned 1 GiB; limit 2 GiB; now locked 4 MiB, pinned 512 MiB", cell
+    node = next(iter(plan["pinned_budget"]))
+    assert re.search(r'<p class="pinned">[^<]*node %s 1 GiB' % node, page), page[page.find("pinned"):][:500]
+
+
+def test_a_plan_whose_pinned_budget_is_not_bytes_is_a_problem_of_its_host(tmp_path, docs):
+    bad = copy.deepcopy(docs["h200-vm"])
+    bad["plan"]["pinned_budget"] = {"0": "lots"}
+    make_artefacts.write_fleet(str(tmp_path), {"h200-vm": bad})
+    _, fleet = report.build_report(str(tmp_path))
+    assert any("pinned_budget is" in p for p in fleet["hosts"]["h200-vm"]["problems"]), fleet["hosts"]["h200-vm"]

@@ -213,7 +213,15 @@ def check_plan(doc):
         for key in ("mem_policy", "profile", "fallback"):
             _need(_opt_str(inst.get(key)), "%s.%s is %s, not text" % (what, key, _q(inst.get(key), 60)))
         _need(isinstance(inst.get("warnings", []), list), "%s.warnings is not a list" % what)
+        pinned = inst.get("pinned_bytes")
+        _need(pinned is None or _int(pinned), "%s.pinned_bytes is %s, not a byte count" % (what, _q(pinned, 60)))
+        limit = inst.get("limit_memlock")
+        _need(limit is None or _int(limit) or isinstance(limit, str),
+              "%s.limit_memlock is %s, not a limit" % (what, _q(limit, 60)))
     _need(isinstance(doc.get("warnings", []), list), "warnings is not a list")
+    budget = doc.get("pinned_budget", {})
+    _need(isinstance(budget, dict) and all(_int(v) for v in budget.values()),
+          "pinned_budget is %s, not a mapping of node to bytes" % _q(budget, 60))
 
 
 def check_state(doc):

@@ -19,6 +19,7 @@ from __future__ import annotations
 # The report's parts, one file each: base (schemas, limits, colours, errors, escaping, CPU lists),
 # load (loading and shape checks), svg (the drawings).
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist as format_ids
+from ansible.module_utils.gpunuma.common.sizes import format_size
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
 from ansible.module_utils.gpunuma.report.base import KINDS, ReportError, esc, shown
 from ansible.module_utils.gpunuma.report.load import load_fleet
@@ -288,8 +289,31 @@ def _host_section(host, summary):
     return "".join(out)
 
 
+def _bytes(value):
+    """A byte count as text (``16 GiB``); anything else as given."""
+    return format_size(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else str(value)
+
+
+def _memlock_cell(doc, live):
+    """What the plan gives an instance of locked memory (its pinned budget, the unit's LimitMEMLOCK=) and, from the
+    audit, what its processes hold now (VmLck, VmPin)."""
+    parts = []
+    if doc.get("pinned_bytes"):
+        parts.append("pinned %s" % _bytes(doc["pinned_bytes"]))
+    if doc.get("limit_memlock") is not None:
+        parts.append("limit %s" % _bytes(doc["limit_memlock"]))
+    held = [(word, live.get(key)) for word, key in (("locked", "locked_bytes"), ("pinned", "pinned_bytes"))
+            if isinstance(live.get(key), int)]
+    if held:
+        parts.append("now " + ", ".join("%s %s" % (word, _bytes(n)) for word, n in held))
+    return "; ".join(parts) or "-"
+
+
 def _instances_table(host, model):
     plan = host["plan"]
+    audit = host.get("audit") or {}
+    live_of = {i.get("name"): i.get("live") if isinstance(i.get("live"), dict) else {}
+               for i in audit.get("instances") or [] if isinstance(i, dict)}
     rows = []
     for inst in model["instances"]:
         doc = inst["doc"]
@@ -302,21 +326,27 @@ def _instances_table(host, model):
                           "GPU on node %s" % where)
         warnings = "".join("<li>%s</li>" % esc(w) for w in doc.get("warnings") or [])
         rows.append('<tr class="instance" data-instance="%s"><td><span class="sw" style="background:%s"></span>%s%s</td>'
-                    "<td>%s</td><td>%s</td><td><code>%s</code></td><td>%s %s</td><td>%s</td><td>%s</td>"
-                    '<td class="warn"><ul>%s</ul></td></tr>'
+                    "<td>%s</td><td>%s</td><td><code>%s</code></td><td>%s %s</td><td class=\"memlock\">%s</td>"
+                    '<td>%s</td><td>%s</td><td class="warn"><ul>%s</ul></td></tr>'
                     % (esc(doc.get("name")), inst["colour"], esc(doc.get("name")), cross_html,
                        esc(", ".join("GPU%s" % g for g in doc.get("gpus") or []) or "none"),
                        esc(format_ids(inst["cpu_nodes"]) or "-"), esc(doc.get("cpus") or "not bound"),
-                       esc(doc.get("mem_policy")), esc(format_ids(inst["mem_nodes"])), esc(doc.get("profile")),
+                       esc(doc.get("mem_policy")), esc(format_ids(inst["mem_nodes"])),
+                       esc(_memlock_cell(doc, live_of.get(doc.get("name")) or {})), esc(doc.get("profile")),
                        esc(doc.get("fallback") or "-"), warnings))
     head = ("<h3>Instances (plan profile %s)</h3><table class=\"instances\"><thead><tr><th>instance</th><th>GPUs</th>"
-            "<th>CPU nodes</th><th>CPUs</th><th>mem policy</th><th>profile</th><th>fallback</th><th>warnings</th>"
-            "</tr></thead><tbody>" % esc(plan.get("profile")))
+            "<th>CPU nodes</th><th>CPUs</th><th>mem policy</th><th>locked memory</th><th>profile</th><th>fallback</th>"
+            "<th>warnings</th></tr></thead><tbody>" % esc(plan.get("profile")))
     plan_warn = ""
     own = {"%s: " % i["doc"].get("name") for i in model["instances"]}
     extra = [w for w in plan.get("warnings") or [] if not any(str(w).startswith(p) for p in own)]
     if extra:
         plan_warn = "<ul>%s</ul>" % "".join("<li>%s</li>" % esc(w) for w in extra)
+    budgets = plan.get("pinned_budget") or {}
+    if budgets:
+        plan_warn = ('<p class="pinned">Pinned host memory budgeted per NUMA node (plan/pinned.py): %s</p>'
+                     % esc(", ".join("node %s %s" % (node, _bytes(budgets[node]))
+                                     for node in sorted(budgets, key=lambda n: (len(str(n)), str(n)))))) + plan_warn
     return head + "".join(rows) + "</tbody></table>" + plan_warn
 
 
