@@ -189,13 +189,16 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname")
         self.warn_unknown(host, task_vars)
         requests = templar.template(converge.host_fact(task_vars, "gpunuma_node_read_requests", {})) or {}
-        facts, lines = {}, []
+        facts, lines, said = {}, [], set()
         for name in names:
             if name in READ_ONLY:
                 problems, request = self.read_request(name, templar, task_vars)
             else:
                 problems, request = self.problems(name, templar, task_vars)
                 facts[CHECKS[name][1]] = problems
+            # One knob read by two roles (memlock_limit, numa_binding's default) is named once, by the first.
+            problems = [p for p in problems if p not in said]
+            said.update(problems)
             if problems:
                 lines.append("%s: %s" % (host, "; ".join(problems)))
             elif request:

@@ -664,8 +664,11 @@ def numa_binding_input_problems(options, values, aliases, profiles_dir):
         problems.append(problem)
     memlock = values.get("numa_binding_limit_memlock")
     if memlock not in (None, role_inputs.UNDEFINED):
-        problem = numa_binding_limit_problem(memlock, "numa_binding_limit_memlock")
-        if problem and not any(p.startswith("numa_binding_limit_memlock:") for p in problems):
+        # memlock_limit where the user set that one (the option's default): the memlock role names it the same.
+        memlock_variable = role_inputs.user_variable(
+            "numa_binding_limit_memlock", options.get("numa_binding_limit_memlock", {}), values, aliases)
+        problem = numa_binding_limit_problem(memlock, memlock_variable)
+        if problem and not any(p.startswith(memlock_variable + ":") for p in problems):
             problems.append(problem)
     for name, check in (("numa_binding_pinned_headroom", pinnedlib.parse_headroom),
                         ("numa_binding_pinned_page_cache_percent", pinnedlib.check_page_cache_percent)):

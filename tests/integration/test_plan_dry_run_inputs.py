@@ -310,6 +310,23 @@ def test_a_bad_input_is_printed_once_by_the_stop(tmp_path):
     assert not node.exists() or files_under(node) == []
 
 
+def test_one_knob_read_by_two_roles_is_named_once_by_the_name_set(tmp_path):
+    """memlock_limit is the memlock role's and the default of numa_binding_limit_memlock: a bad value is one
+    problem, named memlock_limit; set under numa_binding's own name, it is named so."""
+    node = tmp_path / "node"
+    host_vars = dict(local_vars(tmp_path, node), gpunuma_instances=GOOD, memlock_limit="lots")
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu-a01": host_vars}}}))
+    rc, failures, out = run_json("playbooks/plan.yml", tmp_path / "inventory.yml")
+    (stop,) = [f for f in failures["gpu-a01"] if f["task"] == "Stop every host when any host's input is bad"]
+    assert stop["msg"] == ("gpu-a01: memlock_limit: 'lots' is not a limit; allowed: unlimited, infinity, bytes as an "
+                           "integer, or a size such as 64G"), stop["msg"]
+    host_vars.update(memlock_limit="4G", numa_binding_limit_memlock="lots")
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu-a01": host_vars}}}))
+    rc, failures, out = run_json("playbooks/plan.yml", tmp_path / "inventory.yml")
+    (stop,) = [f for f in failures["gpu-a01"] if f["task"] == "Stop every host when any host's input is bad"]
+    assert stop["msg"].startswith("gpu-a01: numa_binding_limit_memlock: 'lots' is not a limit"), stop["msg"]
+
+
 @pytest.mark.parametrize("playbook", ["playbooks/plan.yml", "playbooks/site.yml"])
 def test_an_inventory_that_does_not_parse_stops_the_run(tmp_path, playbook):
     """ansible.cfg's unparsed_is_failed: without it Ansible warns, falls back to the implicit localhost and ends

@@ -104,7 +104,7 @@ def test_problem_names_the_gpunuma_variable_the_user_set():
     assert role_inputs.aliases_of(opts) == ["gpunuma_profile", "gpunuma_instances",
                                             "gpunuma_housekeeping_cores_per_node", "gpunuma_housekeeping_cpus",
                                             "gpunuma_memory_reserve_per_node", "gpunuma_strict_capacity",
-                                            "gpunuma_allow_unknown_siblings"]
+                                            "gpunuma_allow_unknown_siblings", "memlock_limit"]
 
 
 @pytest.mark.parametrize("value", ["auto", 0, 2, "2", "0"])

@@ -30,8 +30,11 @@ from ansible.module_utils.gpunuma.common.text import control_problem, shown, yam
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
 # A spec default like "{{ gpunuma_profile | default('strict') }}": the option
-# carries the user-facing variable gpunuma_profile.
-_ALIAS_RE = re.compile(r"^\{\{\s*(gpunuma_[A-Za-z0-9_]+)\s*\|\s*default\(")
+# carries the user-facing variable gpunuma_profile. Another role's variable
+# counts too ("{{ memlock_limit | default('infinity') }}"): one knob, named
+# once, by the name the user set.
+_ALIAS_RE = re.compile(r"^\{\{\s*((?:gpunuma|gpu_topology|numa_binding|memlock|autonuma|kubelet_topology|policy_gate|"
+                       r"node_checks)_[A-Za-z0-9_]+)\s*\|\s*default\(")
 # Ansible's boolean spellings (ansible.module_utils.parsing.convert_bool).
 _TRUE = ("y", "yes", "on", "1", "true", "t")
 _FALSE = ("n", "no", "off", "0", "false", "f")
@@ -120,7 +123,8 @@ def _type_problem(kind, value, elements=None):
 
 
 def user_variable(option, spec, values, aliases):
-    """The variable the user set for ``option``: its ``gpunuma_*`` alias, or itself."""
+    """The variable the user set for ``option``: the variable its default reads (``gpunuma_profile``,
+    ``memlock_limit``) when that one holds the option's value, or itself."""
     default = spec.get("default")
     match = _ALIAS_RE.match(default) if isinstance(default, str) else None
     if match:
