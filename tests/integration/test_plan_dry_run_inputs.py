@@ -260,15 +260,16 @@ def test_dry_run_stops_where_site_would_on_a_policy_refusal(tmp_path):
     rules.mkdir()
     with open(os.path.join(REPO_ROOT, "policies", "rules", "GN-HK-001.yml"), encoding="utf-8") as handle:
         rule = yaml.safe_load(handle)
-    rule.update(id="SITE-HK-099", severity="error", params={"min_cores": 99})
+    rule.update(id="SITE-HK-099", severity="error", params={"min_cores": 64})  # more than any node keeps
     (rules / "SITE-HK-099.yml").write_text(yaml.safe_dump(rule))
     node = tmp_path / "node"
-    host_vars = dict(local_vars(tmp_path, node), gpunuma_instances=GOOD, policy_gate_rules_dir=str(rules))
+    host_vars = dict(local_vars(tmp_path, node), gpunuma_instances=GOOD, policy_gate_rules_dir=str(rules),
+                     gpunuma_housekeeping_cores_per_node=1)
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu-a01": host_vars}}}))
     rc, failures, out = run_json("playbooks/plan.yml", tmp_path / "inventory.yml")
     assert rc != 0 and "gpu-a01" in failures, out[-3000:]
     (stop,) = [f for f in failures["gpu-a01"] if f["task"] == "Stop every host when any host's input is bad"]
-    assert "SITE-HK-099" in stop["msg"], stop["msg"]
+    assert stop["msg"].startswith("gpu-a01: policy SITE-HK-099"), stop["msg"]
     assert not os.path.exists(tmp_path / "controller" / "gpu-a01.plan.json")
     assert not node.exists() or files_under(node) == []
     # The same host with a rule it passes: planned, the plan kept on the controller.
@@ -308,6 +309,25 @@ def test_a_bad_input_is_printed_once_by_the_stop(tmp_path):
     assert out.count("[ERROR]") == 1 and out.count("fatal: [gpu-a01]") == 1, out[-5000:]
     assert "Stop every host when any host's input is bad" in out.split("[ERROR]")[0].rsplit("TASK [", 1)[1]
     assert not node.exists() or files_under(node) == []
+
+
+def test_a_policy_refusal_is_printed_once_by_the_stop(tmp_path):
+    """The gate hands its violations to the validation play's stop (no failed gate step): the refusal shows up in
+    that one failure's two lines ([ERROR] and fatal:) and nowhere else."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    with open(os.path.join(REPO_ROOT, "policies", "rules", "GN-HK-001.yml"), encoding="utf-8") as handle:
+        rule = yaml.safe_load(handle)
+    rule.update(id="SITE-HK-099", severity="error", params={"min_cores": 64})  # more than any node keeps
+    (rules / "SITE-HK-099.yml").write_text(yaml.safe_dump(rule))
+    host_vars = dict(local_vars(tmp_path, tmp_path / "node"), gpunuma_instances=GOOD, policy_gate_rules_dir=str(rules),
+                     gpunuma_housekeeping_cores_per_node=1)
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu-a01": host_vars}}}))
+    proc = run_playbook("playbooks/plan.yml", str(tmp_path / "inventory.yml"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert out.count("gpu-a01: policy SITE-HK-099") == 2, out[-5000:]
+    assert out.count("[ERROR]") == 1 and out.count("fatal: [gpu-a01]") == 1, out[-5000:]
 
 
 def test_one_knob_read_by_two_roles_is_named_once_by_the_name_set(tmp_path):
