@@ -226,6 +226,14 @@ options:
         node lacks (C(node.accounts)) stops the host here, before anything is written on any host.
     type: bool
     default: false
+  on_problem:
+    description:
+      - Fail on bad input (C(fail)), or succeed without a plan and return the problems in RV(problems)
+        (C(return)) - for a play that collects every check's problems and stops once with all of them
+        (playbooks/preflight.yml).
+    type: str
+    choices: [fail, return]
+    default: fail
   mempolicy_argv:
     description: With O(node) - the memory policy probe that was run, named in its problem.
     type: list
@@ -373,8 +381,9 @@ plan:
         exec_prefix: [numactl, "--physcpubind=1-12,97-108", "--membind=0"]
         environment: {CUDA_VISIBLE_DEVICES: GPU-5c0c3f2a-1b7e-4f7e-9d0e-2a4f1c7b9e11}
 problems:
-  description: Every problem found in the input, one per item, when the module fails on bad input.
-  returned: failure
+  description: Every problem found in the input, one per item, when the module fails on bad input (or returns
+    them, with O(on_problem=return); RV(plan) is then absent).
+  returned: on bad input
   type: list
   elements: str
 """
@@ -424,6 +433,7 @@ ARGUMENT_SPEC = dict(
     allow_dropin_hazards=dict(type="bool", default=False),
     start=dict(type="bool", default=True),
     create_user=dict(type="bool", default=False),
+    on_problem=dict(type="str", choices=["fail", "return"], default="fail"),
     mempolicy_argv=dict(type="list", elements="str", default=["numactl", "--localalloc", "true"]),
 )
 
@@ -463,7 +473,7 @@ def run(module):
             _plan_for_node(module, topology, profile, options)
         plan = build_plan(topology, profile, params["instances"], applied_plan=params["applied_plan"], **options)
     except GpunumaError as exc:
-        module.fail_json(msg=str(exc), problems=list(getattr(exc, "problems", [str(exc)])))
+        _problems(module, str(exc), list(getattr(exc, "problems", [str(exc)])))
 
     for warning in plan["warnings"]:
         module.warn(warning)
@@ -472,6 +482,13 @@ def run(module):
 
 def main():
     run(AnsibleModule(**MODULE_SPEC))
+
+
+def _problems(module, msg, problems, **extra):
+    """Fail with the problems, or (O(on_problem=return)) return them with no plan; ends the module either way."""
+    if module.params.get("on_problem") == "return":
+        module.exit_json(changed=False, msg=msg, problems=problems, **extra)
+    module.fail_json(msg=msg, problems=problems, **extra)
 
 
 def _plan_for_node(module, topology, profile, options):
@@ -485,7 +502,7 @@ def _plan_for_node(module, topology, profile, options):
     out = node_plan.plan_for_node(topology, profile, params["instances"], node, host, params["plan_path"], options,
                                   params["mempolicy_argv"])
     if out["plan"] is None:
-        module.fail_json(msg="\n".join(out["problems"]), problems=out["problems"], mempolicy=out["mempolicy"])
+        _problems(module, "\n".join(out["problems"]), out["problems"], mempolicy=out["mempolicy"])
     # Shown once, with the host: Ansible prints a module's warnings without the host they are about.
     for warning in out["plan"]["warnings"]:
         module.warn("%s: %s" % (host, warning))

@@ -294,17 +294,22 @@ def test_a_misspelt_variable_is_named_once_with_the_one_meant(tmp_path):
     assert "gpu-a01 (and 1 more host): gpunuma_profle" in said[0], said
 
 
-def test_a_bad_input_is_printed_once_by_the_stop(tmp_path):
-    """The input step returns its problems; the last step of the validation play stops with them. ansible-core's
-    default callback prints a failed task twice ([ERROR] with its origin, then fatal:), so a problem printed by
-    that one task alone shows up exactly twice, never by the input step as well."""
+@pytest.mark.parametrize("case", ["input", "planner"])
+def test_a_bad_input_is_printed_once_by_the_stop(tmp_path, case):
+    """The input step and the planner return their problems; the last step of the validation play stops with
+    them. ansible-core's default callback prints a failed task twice ([ERROR] with its origin, then fatal:), so a
+    problem printed by that one task alone shows up exactly twice, never by the step that found it as well."""
     node = tmp_path / "node"
-    host_vars = dict(local_vars(tmp_path, node), gpunuma_instances=GOOD, gpunuma_profile="fastest")
+    if case == "input":
+        host_vars = dict(local_vars(tmp_path, node), gpunuma_instances=GOOD, gpunuma_profile="fastest")
+        problem = "gpu-a01: gpunuma_profile: 'fastest'"
+    else:  # the 8-GPU topology has no GPU 9: the planner's problem
+        host_vars = dict(local_vars(tmp_path, node), gpunuma_instances=[dict(GOOD[0], gpus=[9])])
+        problem = "gpunuma_instances[0].gpus[0]"
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu-a01": host_vars}}}))
     proc = run_playbook("playbooks/plan.yml", str(tmp_path / "inventory.yml"))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
-    problem = "gpu-a01: gpunuma_profile: 'fastest'"
     assert out.count(problem) == 2, out[-5000:]
     assert out.count("[ERROR]") == 1 and out.count("fatal: [gpu-a01]") == 1, out[-5000:]
     assert "Stop every host when any host's input is bad" in out.split("[ERROR]")[0].rsplit("TASK [", 1)[1]
