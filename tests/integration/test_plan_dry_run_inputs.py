@@ -253,19 +253,26 @@ def test_accepting_replaces_a_damaged_topology_and_keeps_a_backup(tmp_path):
 # ------------------------------------------------------- the dry run's verdict
 
 
-def test_dry_run_stops_where_site_would_on_a_policy_refusal(tmp_path):
-    """plan.yml runs site.yml's checks: an error rule the plan fails stops the dry run too, naming the rule, and
-    leaves no plan on the controller; the same inventory without the rule plans."""
+def _refusing_gate(tmp_path):
+    """An inventory whose one host's plan fails an error rule (SITE-HK-099: 64 housekeeping cores, more than any
+    node keeps); returns (the node directory, the rules directory, the rule)."""
     rules = tmp_path / "rules"
     rules.mkdir()
     with open(os.path.join(REPO_ROOT, "policies", "rules", "GN-HK-001.yml"), encoding="utf-8") as handle:
         rule = yaml.safe_load(handle)
-    rule.update(id="SITE-HK-099", severity="error", params={"min_cores": 64})  # more than any node keeps
+    rule.update(id="SITE-HK-099", severity="error", params={"min_cores": 64})
     (rules / "SITE-HK-099.yml").write_text(yaml.safe_dump(rule))
     node = tmp_path / "node"
     host_vars = dict(local_vars(tmp_path, node), gpunuma_instances=GOOD, policy_gate_rules_dir=str(rules),
                      gpunuma_housekeeping_cores_per_node=1)
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu-a01": host_vars}}}))
+    return node, rules, rule
+
+
+def test_dry_run_stops_where_site_would_on_a_policy_refusal(tmp_path):
+    """plan.yml runs site.yml's checks: an error rule the plan fails stops the dry run too, naming the rule, and
+    leaves no plan on the controller; the same inventory without the rule plans."""
+    node, rules, rule = _refusing_gate(tmp_path)
     rc, failures, out = run_json("playbooks/plan.yml", tmp_path / "inventory.yml")
     assert rc != 0 and "gpu-a01" in failures, out[-3000:]
     (stop,) = [f for f in failures["gpu-a01"] if f["task"] == "Stop every host when any host's input is bad"]
@@ -319,15 +326,7 @@ def test_a_bad_input_is_printed_once_by_the_stop(tmp_path, case):
 def test_a_policy_refusal_is_printed_once_by_the_stop(tmp_path):
     """The gate hands its violations to the validation play's stop (no failed gate step): the refusal shows up in
     that one failure's two lines ([ERROR] and fatal:) and nowhere else."""
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    with open(os.path.join(REPO_ROOT, "policies", "rules", "GN-HK-001.yml"), encoding="utf-8") as handle:
-        rule = yaml.safe_load(handle)
-    rule.update(id="SITE-HK-099", severity="error", params={"min_cores": 64})  # more than any node keeps
-    (rules / "SITE-HK-099.yml").write_text(yaml.safe_dump(rule))
-    host_vars = dict(local_vars(tmp_path, tmp_path / "node"), gpunuma_instances=GOOD, policy_gate_rules_dir=str(rules),
-                     gpunuma_housekeeping_cores_per_node=1)
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu-a01": host_vars}}}))
+    _refusing_gate(tmp_path)
     proc = run_playbook("playbooks/plan.yml", str(tmp_path / "inventory.yml"))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
