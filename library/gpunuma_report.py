@@ -80,6 +80,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import atomic
+from ansible.module_utils.gpunuma.common.bounded import read_bounded
 from ansible.module_utils.gpunuma.report.base import ReportError
 from ansible.module_utils.gpunuma.report.page import build_report, host_summary, summary_line
 
@@ -102,15 +103,17 @@ def main():
     summaries = [host_summary(fleet["hosts"][name]) for name in names]
     width = max(len(name) for name in names)
     result = {"dest": os.path.abspath(p["dest"]), "hosts": summaries, "lines": [summary_line(s, width) for s in summaries]}
+    data = page.encode("utf-8")
     try:
-        with open(p["dest"], encoding="utf-8") as handle:
-            changed = handle.read() != page
-    except (OSError, UnicodeDecodeError):  # missing or unreadable: written anew
+        # The page as it stands, read only as a regular file no larger than the new one (a link, a FIFO or a
+        # bigger file is written anew: write_atomic replaces it, never follows it).
+        changed = read_bounded(p["dest"], limit=len(data), what="the report page") != data
+    except OSError:  # missing, larger, or not a regular file: written anew
         changed = True
     if changed and not module.check_mode:
         try:
             os.makedirs(os.path.dirname(os.path.abspath(p["dest"])), exist_ok=True)
-            atomic.write_atomic(p["dest"], page, 0o644)
+            atomic.write_atomic(p["dest"], data, 0o644)
         except OSError as exc:
             module.fail_json(msg="dest: cannot write %s: %s" % (p["dest"], exc.strerror or exc), **result)
     module.exit_json(changed=changed, **result)

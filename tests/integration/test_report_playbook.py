@@ -85,3 +85,21 @@ def test_the_playbook_names_its_variable_when_no_artefact_directory_exists(tmp_p
     assert proc.returncode != 0
     assert "gpunuma_report_src: no artefact directory" in proc.stdout, proc.stdout[-2000:]
     assert not (tmp_path / "project" / "report").exists()
+
+
+def test_a_fifo_among_the_artefacts_or_at_dest_is_not_read(artefacts, tmp_path):
+    """Every file is read through the bounded reader: a FIFO (or a link) is never opened, so nothing blocks; the
+    page replaces the FIFO at dest instead of writing into it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "topology").symlink_to(artefacts / "topology")   # a link to a directory is not walked
+    for name in ("h200-vm.json", "h200-vm.plan.json"):
+        (src / name).write_bytes((artefacts / "topology" / name).read_bytes())
+    os.mkfifo(str(src / "gpu-a01.json"))
+    os.symlink(str(artefacts / "topology" / "gpu-a01.json"), str(src / "gpu-a02.json"))
+    dest = tmp_path / "fleet.html"
+    os.mkfifo(str(dest))
+    rc, result = run_module("gpunuma_report", {"src": [str(src)], "dest": str(dest)})
+    assert rc == 0 and result["changed"] is True, result
+    assert [s["host"] for s in result["hosts"]] == ["h200-vm"]
+    assert dest.is_file() and not dest.is_symlink() and 'id="host-h200_2d_vm"' in dest.read_text()

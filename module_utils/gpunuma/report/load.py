@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import urllib.parse
 
+from ansible.module_utils.gpunuma.common.bounded import open_regular
 from ansible.module_utils.gpunuma.report.base import (
     MAX_FILE_BYTES, MAX_FILES, SCHEMAS, _STEM_SUFFIXES, ReportError, ShapeError, _q, parse_cpulist, shown)
 
@@ -27,21 +27,27 @@ def _stem(path):
 
 
 def _read_json(path):
+    """The JSON object in the regular file ``path`` (no link, FIFO or device: common/bounded.open_regular), or
+    None for anything else, a file over MAX_FILE_BYTES included."""
     try:
-        st = os.lstat(path)
+        fd, st = open_regular(path, what="a gpunuma artefact")
     except OSError:
         return None
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
-        return None
     try:
-        with open(path, "rb") as handle:
+        if st.st_size > MAX_FILE_BYTES:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            fd = None
             if handle.read(64).lstrip()[:1] != b"{":     # every gpunuma artefact is a JSON object
                 return None
             handle.seek(0)
             raw = handle.read(MAX_FILE_BYTES + 1)
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8")) if len(raw) <= MAX_FILE_BYTES else None
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def load_fleet(path):
