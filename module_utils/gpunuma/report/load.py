@@ -69,13 +69,13 @@ def load_fleet(path):
             raise ReportError("%s does not exist" % root)
         if not os.path.isdir(root):
             raise ReportError("%s is not a directory" % root)
+        # With several directories a file is named from the one above them all.
+        base = root if len(roots) == 1 else os.path.dirname(os.path.abspath(root))
         for top, dirs, names in os.walk(root, followlinks=False):
             dirs.sort()
             for name in sorted(names):
                 file_path = os.path.join(top, name)
-                # With several directories a file is named from the one above them all.
-                rel = os.path.relpath(file_path, root if len(roots) == 1 else os.path.dirname(os.path.abspath(root)))
-                files.append((file_path, rel))
+                files.append((file_path, os.path.relpath(file_path, base)))
                 if len(files) > MAX_FILES:
                     raise ReportError("%s holds more than %d files; point the report at the artefact directories"
                                       % (root, MAX_FILES))
