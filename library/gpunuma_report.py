@@ -17,7 +17,8 @@ description:
     The page needs no network and runs no script; every text taken from an artefact is escaped.
   - Meant for the controller, where the playbooks keep their artefacts (C(playbooks/report.yml) runs it on
     localhost). An artefact with a known schema but a shape gpunuma does not write is listed as a problem of its
-    host, never a failure; a missing directory, one without any artefact, or a host of O(hosts) with none fails.
+    host, never a failure; a missing directory, one without any artefact, a host of O(hosts) with none, or a path
+    holding a control character (a newline) fails, naming the field, before anything is written.
   - The page is written atomically and only when its text changes; check mode writes nothing and reports whether
     it would.
 options:
@@ -81,6 +82,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import atomic
 from ansible.module_utils.gpunuma.common.bounded import read_bounded
+from ansible.module_utils.gpunuma.common.text import control_problem, shown
 from ansible.module_utils.gpunuma.report.base import ReportError
 from ansible.module_utils.gpunuma.report.page import build_report, host_summary, summary_line
 
@@ -95,6 +97,12 @@ def main():
     p = module.params
     if not p["src"]:
         module.fail_json(msg="src: no directory given; allowed: one or more directories holding gpunuma artefacts")
+    # A path with a newline (a YAML block scalar's) names another file than the one meant: refused, not written.
+    named = [("src[%d]" % i, path) for i, path in enumerate(p["src"])] + [("dest", p["dest"])]
+    problems = ["%s: %s %s" % (field, shown(path), control_problem(path)) for field, path in named
+                if control_problem(path)]
+    if problems:
+        module.fail_json(msg="; ".join(problems))
     try:
         page, fleet = build_report(p["src"], p["title"], p["hosts"] or None)
     except ReportError as exc:

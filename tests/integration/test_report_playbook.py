@@ -55,6 +55,21 @@ def test_check_mode_writes_nothing_and_says_it_would(artefacts, tmp_path):
     assert not dest.exists()
 
 
+@pytest.mark.parametrize("field", ["src", "dest"])
+def test_a_path_with_a_control_character_is_refused_naming_it(artefacts, tmp_path, field):
+    dest = tmp_path / "fleet.html"
+    args = {"src": [str(artefacts)], "dest": str(dest)}
+    if field == "src":
+        args["src"] = [str(artefacts) + "\n"]
+    else:
+        args["dest"] = str(dest) + "\n"
+    rc, result = run_module("gpunuma_report", args)
+    assert rc != 0 and result.get("failed"), result
+    name = "src[0]" if field == "src" else "dest"
+    assert result["msg"].startswith(name + ": ") and "holds a control character" in result["msg"], result["msg"]
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("case", ["missing", "no-artefact", "unknown-host"])
 def test_bad_sources_fail_naming_the_field_and_write_nothing(artefacts, tmp_path, case):
     dest = tmp_path / "fleet.html"
