@@ -63,6 +63,11 @@ def check_plan(plan, topology, instances):
     nodes = {n["id"]: n for n in topology["numa_nodes"]}
     node_cpus = {i: parse_cpulist(n.get("cpus") or "") if n.get("has_cpus", True) is not False else frozenset()
                  for i, n in nodes.items()}
+    # Only what the node grants its services and does not isolate is planned on (docs/plan-v1.md).
+    every = frozenset().union(*node_cpus.values()) if node_cpus else frozenset()
+    usable = (parse_cpulist(topology["cpus_granted"]) if topology.get("cpus_granted") is not None else every) \
+        - (parse_cpulist(topology["cpus_isolated"]) if topology.get("cpus_isolated") else frozenset())
+    node_cpus = {i: cpus & usable for i, cpus in node_cpus.items()}
     cpu_nodes = set(i for i, cpus in node_cpus.items() if cpus)
     assert plan["schema"] == "gpunuma.plan/v1"
     # One capacity verdict: the policy gate's membind rule passes whatever the planner bound.

@@ -84,6 +84,8 @@ _TOPOLOGY_PROPERTIES = {
     "sockets": _t("integer", null=True, minimum=1),
     "threads_per_core": _t("integer", minimum=1),
     "unplaced_cpus": _CPUS,
+    "cpus_granted": _CPUS,
+    "cpus_isolated": _CPUS,
     "numa_nodes": _list(_obj(["id", "cpus"], {
         "id": _NODE,
         "cpus": _t("string"),

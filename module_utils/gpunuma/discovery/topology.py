@@ -190,6 +190,7 @@ def _numa_nodes(host, smi, cpu_layout_host, warnings):
         numa_nodes = nodes_from_host(host)
         check_disjoint_nodes(numa_nodes, "sysfs")
         warnings.extend(host.get("warnings") or [])
+        extra.update(_narrowed(host, numa_nodes, warnings))
     elif cpu_layout_host is not None:
         numa_nodes = nodes_from_layout(cpu_layout_host, smi)
         extra["sockets"] = cpu_layout_host.get("sockets")
@@ -204,6 +205,28 @@ def _numa_nodes(host, smi, cpu_layout_host, warnings):
         numa_nodes = []
         warnings.append("no sysfs source: NUMA nodes unknown")
     return numa_nodes, extra
+
+
+def _narrowed(host, numa_nodes, warnings):
+    """``cpus_granted`` (only when it leaves out a node's CPU) and ``cpus_isolated`` (only when it names one)."""
+    present = frozenset()
+    for node in numa_nodes:
+        present |= cpulist.parse_cpulist(node["cpus"] or "")
+    found = {}
+    granted = host.get("cpus_granted")
+    if granted is not None:
+        cpus = cpulist.parse_cpulist(granted)
+        if not cpus & present:
+            warnings.append("the node grants its services no CPU of its NUMA nodes (%s); the granted CPUs are "
+                            "treated as unknown" % (granted or "an empty list"))
+        elif present - cpus:
+            found["cpus_granted"] = cpulist.format_cpulist(cpus & present)
+    isolated = host.get("cpus_isolated")
+    if isolated:
+        cpus = cpulist.parse_cpulist(isolated) & present
+        if cpus:
+            found["cpus_isolated"] = cpulist.format_cpulist(cpus)
+    return found
 
 
 def _gpu_identities(nvml, smi, sysfs_gpus, warnings):

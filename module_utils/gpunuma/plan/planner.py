@@ -79,6 +79,12 @@ def _plan_topology(topology, housekeeping_cores_per_node, housekeeping_cpus, irq
             "housekeeping_cpus: CPUs %s do not exist on %s; allowed: %s"
             % (format_cpulist(reserved_cpus - topo.all_cpus), topo.hostname, format_cpulist(topo.all_cpus) or "none")
         )
+    elif reserved_cpus is not None and not reserved_cpus <= topo.usable_cpus:
+        problems.append(
+            "housekeeping_cpus: CPUs %s are not granted to services or are isolated on %s (topology cpus_granted, "
+            "cpus_isolated); allowed: CPUs of %s" % (format_cpulist(reserved_cpus - topo.usable_cpus), topo.hostname,
+                                                    format_cpulist(topo.usable_cpus) or "none")
+        )
     return topo, reserved_cpus
 
 

@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist, parse_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError
-from ansible.module_utils.gpunuma.node.housekeeping import irq_target
+from ansible.module_utils.gpunuma.node.housekeeping import irq_target, socket_mates
 from ansible.module_utils.gpunuma.plan import partition
 from ansible.module_utils.gpunuma.plan.model import TOPOLOGY_SCHEMA, PlanError, is_int
 # The document's readers and the link ranks.
@@ -103,6 +103,7 @@ class PlanTopology(TopologyReaders):
             except CpuListError as exc:
                 problems.append(str(exc))
         self._resolve_siblings(warnings)
+        self.usable_cpus, self.ungranted_nodes = self._narrow(topology, warnings, problems)
 
         self.gpus = {}
         gpu_rows = {}
@@ -193,6 +194,45 @@ class PlanTopology(TopologyReaders):
         node.l3_groups = self._l3_groups(raw, node, where, problems)
         return node
 
+    def _narrow(self, topology, warnings, problems):
+        """``(usable CPUs, ids of nodes left without one)``: each node keeps only the CPUs the node grants its
+        services (``cpus_granted``) that are not isolated (``cpus_isolated``); its cores and L3 groups follow."""
+        narrowing = {}
+        for key in ("cpus_granted", "cpus_isolated"):
+            if topology.get(key) is not None:
+                try:
+                    narrowing[key] = parse_cpulist(topology[key], "topology." + key)
+                except CpuListError as exc:
+                    problems.append(str(exc))
+        granted = narrowing.get("cpus_granted", self.all_cpus) & self.all_cpus
+        isolated = narrowing.get("cpus_isolated", frozenset()) & granted
+        usable = granted - isolated
+        if usable == self.all_cpus:
+            return usable, frozenset()
+        said = []
+        if granted != self.all_cpus:
+            said.append("CPUs %s are outside what the node grants its services (cpus_granted %s: PID 1's "
+                        "Cpus_allowed_list within system.slice's cpuset); numactl refuses them, so they are not "
+                        "planned" % (format_cpulist(self.all_cpus - granted), format_cpulist(granted)))
+        if isolated:
+            said.append("isolated CPUs %s (isolcpus=domain) are not planned: the scheduler does not balance a "
+                        "worker's threads across them, and services started outside an explicit affinity never run "
+                        "there (Documentation/admin-guide/kernel-parameters.txt, isolcpus)" % format_cpulist(isolated))
+        emptied = set()
+        for node in self.nodes.values():
+            if not node.cpus or node.cpus <= usable:
+                continue
+            if not node.cpus & usable:
+                emptied.add(node.id)
+            node.cpus &= usable
+            node.cores = [core & usable for core in node.cores if core & usable]
+            node.l3_groups = [group & usable for group in node.l3_groups if group & usable]
+        if emptied:
+            said.append("NUMA node %s keeps no CPU to plan on" % ", ".join(str(n) for n in sorted(emptied)))
+        self.cpu_node_ids = sorted(n for n in self.nodes if self.nodes[n].cpus)
+        warnings.append("%s: %s" % (self.hostname, "; ".join(said)))
+        return usable, frozenset(emptied)
+
     def _read_gpu(self, raw, where, warnings, problems):
         """One ``gpus`` entry as a PlanGpu (a node that is not CPU-bearing becomes None), or None with a problem."""
         if not isinstance(raw, dict) or isinstance(raw.get("index"), bool) or not isinstance(raw.get("index"), int):
@@ -213,7 +253,13 @@ class PlanTopology(TopologyReaders):
         if node_id is not None and not is_int(node_id):
             problems.append("%s.numa_node: %r is not a node id; allowed: an integer node id, or null" % (where, node_id))
             return None
-        if node_id is not None and (node_id not in self.nodes or not self.nodes[node_id].cpus):
+        if node_id in self.ungranted_nodes:
+            warnings.append(
+                "GPU %d is on NUMA node %d, which keeps no CPU the node grants its services (cpus_granted, "
+                "cpus_isolated); the GPU is treated as having no known node" % (index, node_id)
+            )
+            node_id = None
+        elif node_id is not None and (node_id not in self.nodes or not self.nodes[node_id].cpus):
             warnings.append(
                 "topology gives GPU %d numa_node %r, which is not a CPU-bearing node; the GPU is treated as having no known node"
                 % (index, node_id)
@@ -269,8 +315,8 @@ class PlanTopology(TopologyReaders):
         gpu_less = [n for n in self.cpu_node_ids if n not in gpu_nodes]
         sizes = {}
         for node_id in self.cpu_node_ids:
-            if gpu_nodes and gpu_less and node_id in gpu_nodes:
-                sizes[node_id] = 0  # the system runs on the GPU-less nodes
+            if gpu_nodes and node_id in gpu_nodes and self._gpu_less_mate(topology, node_id, gpu_less):
+                sizes[node_id] = 0  # the system runs on the GPU-less nodes of its socket
             else:
                 sizes[node_id] = auto_housekeeping_cores(len(self.nodes[node_id].cores))
         if not irq_pin:
@@ -297,6 +343,19 @@ class PlanTopology(TopologyReaders):
                                                                     IRQ_VECTORS_PER_CPU))
                 sizes[node_id] = grown
         return sizes
+
+    def _gpu_less_mate(self, topology, node_id, gpu_less):
+        """Whether a GPU-less node on ``node_id``'s socket keeps the housekeeping for it (NPS/SNC: the GPU node
+        then keeps none). Each node its own socket (``sockets`` = CPU-bearing nodes): never, so a socket that holds
+        every GPU keeps housekeeping of its own for its interrupts. Sockets that cannot be told apart (no
+        distances): any GPU-less node, as before sockets were read."""
+        if not gpu_less:
+            return False
+        mates = socket_mates(topology, node_id)
+        if len(mates) > 1:
+            return any(mate in gpu_less for mate in mates[1:])
+        return topology.get("sockets") != len([n for n in topology.get("numa_nodes") or []
+                                               if isinstance(n, dict) and n.get("has_cpus")])
 
     def _split_housekeeping(self, topology, count, cpus, warnings, irq_pin=False):
         """Each CPU-bearing node's housekeeping cores (whole cores, lowest first) and worker cores."""

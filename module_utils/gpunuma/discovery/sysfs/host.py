@@ -16,6 +16,10 @@ fixtures, synthetic test trees). Only the files discovery needs are opened:
   ``virtio<N>/net/``), ``infiniband/`` and ``nvme/``
 * ``proc/meminfo`` (only for a kernel without NUMA) and
   ``proc/sys/kernel/numa_balancing``
+* what the node grants its services: ``proc/1/status`` (``Cpus_allowed_list``),
+  ``sys/fs/cgroup/system.slice/cpuset.cpus.effective`` (else cgroup v1's
+  ``sys/fs/cgroup/cpuset/system.slice/cpuset.effective_cpus``) and
+  ``sys/devices/system/cpu/isolated``
 
 On a live host ``sys/bus/pci/devices/<bdf>`` are symlinks into
 ``sys/devices/pci<domain>:<bus>/...``; copies that could not keep symlinks hold
@@ -79,6 +83,7 @@ from __future__ import annotations
 
 import os
 
+from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.common.errors import SysfsError
 from ansible.module_utils.gpunuma.discovery.sysfs.nodes import NodeReader
 from ansible.module_utils.gpunuma.discovery.sysfs.pci import PciReader
@@ -105,6 +110,8 @@ def read_host(root="/"):
                   "max_link_width", "current_link_speed", "current_link_width",
                   "netdevs", "rdma", "nvme", "realpath"}],      # by pci_bus_id
          "numa_balancing": int | None,
+         "cpus_granted": str | None,   # CPUs services may run on (NodeReader.read_granted); None: unknown
+         "cpus_isolated": str | None,  # cpu/isolated (isolcpus=domain); None: unknown
          "warnings": [str],
          "lost": [str]}   # sorted paths whose value was lost (see the module docstring)
 
@@ -154,6 +161,8 @@ class _HostReader(NodeReader, PciReader):
         numa_balancing = self.optional_int(
             self.path("proc", "sys", "kernel", "numa_balancing"), allow_negative=False
         )
+        granted = self.read_granted()
+        isolated = self.optional_cpus(self.path("sys", "devices", "system", "cpu", "isolated"), "the isolated CPUs")
         for node in nodes:
             del node["_cpuset"]
         return {
@@ -162,6 +171,8 @@ class _HostReader(NodeReader, PciReader):
             "sockets": len(packages) if packages else None,
             "pci": pci,
             "numa_balancing": numa_balancing,
+            "cpus_granted": None if granted is None else format_cpulist(granted),
+            "cpus_isolated": None if isolated is None else format_cpulist(isolated),
             "warnings": self.warnings,
             "lost": sorted(set(self.lost)),
         }

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import re
 
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.common.errors import CpuListError, SysfsError
 from ansible.module_utils.gpunuma.discovery.sysfs.reader import (
     _CPU_DIR_RE, _DIR_ID_RE, _DISTANCE_RE, _HUGEPAGES_DIR_RE, _MAX_DIR_ID, _MEMINFO_NODE_RE, _MEMINFO_RE, _MISSING,
     _MISSING_ERRNOS, _NODE_DIR_RE, Reader, _lkind, quote)
+
+
+# The affinity line of /proc/<pid>/status (fs/proc/array.c, task_cpus_allowed).
+_CPUS_ALLOWED_RE = re.compile(r"^Cpus_allowed_list:[ \t]*(\S*)[ \t]*$", re.M)
+# The effective cpuset of the slice gpunuma's units run in: cgroup v2, else the v1 cpuset hierarchy.
+_SLICE_CPUSET = (("sys", "fs", "cgroup", "system.slice", "cpuset.cpus.effective"),
+                 ("sys", "fs", "cgroup", "cpuset", "system.slice", "cpuset.effective_cpus"))
 
 
 class NodeReader(Reader):
@@ -304,3 +312,43 @@ class NodeReader(Reader):
                 return ()
             return members if cpu_id in members else ()
         return ()
+
+    # -- what the node grants ------------------------------------------------
+
+    def optional_cpus(self, path, what):
+        """A CPU list file that narrows the CPUs gpunuma may plan on: a frozenset (empty for an empty list or
+        ``(null)``), or None when absent or unreadable (a warning naming the file, ``what`` unknown)."""
+        text = self.read_text(path)
+        if text is _MISSING or text is None:
+            return None
+        return self._cpus_of(text.strip(), path, what)
+
+    def _cpus_of(self, text, path, what):
+        if text in ("", "(null)"):
+            return frozenset()
+        try:
+            return self.parse_cpus(text, path)[0]
+        except CpuListError as exc:
+            self.warn_lost(path, "%s; %s treated as unknown" % (exc, what))
+            return None
+
+    def read_granted(self):
+        """The CPUs the node lets its services run on, or None when nothing says: PID 1's ``Cpus_allowed_list``
+        (init and every unit inherit it: a container's ``--cpuset-cpus``, a boot ``CPUAffinity=``) within the
+        effective cpuset of ``system.slice`` (a parent slice's ``AllowedCPUs=``, a system container's cgroup)."""
+        granted = None
+        path = self.path("proc", "1", "status")
+        text = self.read_text(path)
+        if text is not _MISSING and text is not None:
+            match = _CPUS_ALLOWED_RE.search(text)
+            if match is None:
+                self.warn_lost(path, "%s has no Cpus_allowed_list line; the CPUs PID 1 may run on are unknown" % path)
+            else:
+                granted = self._cpus_of(match.group(1), path, "the CPUs PID 1 may run on")
+        for parts in _SLICE_CPUSET:
+            cpus = self.optional_cpus(self.path(*parts), "the cpuset of system.slice")
+            if cpus is not None:
+                granted = cpus if granted is None else granted & cpus
+                break
+        return granted
+
