@@ -306,10 +306,11 @@ def test_every_plan_is_local_exclusive_on_true_cores_and_l3_minimal_or_says_why(
         assert "not enough whole cores" in str(plan), plan
         return
     housekeeping = set().union(*[parse_cpulist(c) for c in plan["housekeeping"].values() if c])
-    # the system runs on GPU-less nodes where the machine has them, else on every node
+    # the system runs on the GPU-less nodes of each socket that has them; a GPU node whose socket has none keeps its own
     gpu_less = set(range(machine.node_count)) - set(machine.gpu_nodes)
     keeping = sorted(int(n) for n, c in plan["housekeeping"].items() if c)
-    assert keeping == (sorted(gpu_less) if gpu_less else list(range(machine.node_count)))
+    assert keeping == sorted(n for n in range(machine.node_count) if n in gpu_less or not any(
+        machine.socket_of(m) == machine.socket_of(n) for m in gpu_less))
     taken = set()
     for inst, node in zip(plan["instances"], machine.gpu_nodes):
         cpus = parse_cpulist(inst["cpus"])

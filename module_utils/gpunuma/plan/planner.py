@@ -82,8 +82,8 @@ def _plan_topology(topology, housekeeping_cores_per_node, housekeeping_cpus, irq
     elif reserved_cpus is not None and not reserved_cpus <= topo.usable_cpus:
         problems.append(
             "housekeeping_cpus: CPUs %s are not granted to services or are isolated on %s (topology cpus_granted, "
-            "cpus_isolated); allowed: CPUs of %s" % (format_cpulist(reserved_cpus - topo.usable_cpus), topo.hostname,
-                                                    format_cpulist(topo.usable_cpus) or "none")
+            "cpus_isolated); allowed: CPUs of %s"
+            % (format_cpulist(reserved_cpus - topo.usable_cpus), topo.hostname, format_cpulist(topo.usable_cpus) or "none")
         )
     return topo, reserved_cpus
 

@@ -351,4 +351,3 @@ class NodeReader(Reader):
                 granted = cpus if granted is None else granted & cpus
                 break
         return granted
-
