@@ -6,7 +6,7 @@
 For each role named, the variables of its main entry point (meta/argument_specs.yml) are templated and checked by
 that role's own rule (the ``gpunuma.fleet.<role>_input_problems`` filter, or the argument spec's rules alone for a
 role with no rule of its own), naming the variable the user set and what is allowed. A role whose inputs are good
-adds what it needs of the node to the run's node read (its ``__<role>_read_request`` variable, merged into
+adds what it needs of the node to the run's node read (its ``<role>_read_request`` variable, merged into
 ``gpunuma_node_read_requests``; docs/roles.md, "One node read"). Each role's problems are set as the fact its
 playbooks read; the step fails when any role has a problem, one line a role, and sets nothing then.
 
@@ -40,15 +40,25 @@ _KNOWN = {}
 
 # role -> (its filter, the fact its problems are kept in, the names of its arguments after options and values).
 CHECKS = {
-    "memlock": ("memlock_input_problems", "__memlock_input_problems", ()),
-    "autonuma": ("autonuma_input_problems", "__autonuma_input_problems", ()),
+    "memlock": ("memlock_input_problems", "memlock_input_problems", ()),
+    "autonuma": ("autonuma_input_problems", "autonuma_input_problems", ()),
     # The discovery names the host's controller files after it: the host name is checked too.
     "gpu_topology": ("gpu_topology_input_problems", "gpu_topology_input_problems", ("no_aliases", "host")),
     # The profile is a file of numa_binding_profiles_dir; the user's gpunuma_* variables are named.
     "numa_binding": ("numa_binding_input_problems", "numa_binding_input_problems", ("aliases", "profiles_dir")),
-    "gpunuma_state": (None, "__gpunuma_state_input_problems", ()),
+    "gpunuma_state": (None, "gpunuma_state_input_problems", ()),
     # Waivers and the like come from the user's gpunuma_policy_* variables: named as such.
-    "policy_gate": (None, "__policy_gate_input_problems", ("aliases",)),
+    "policy_gate": (None, "policy_gate_input_problems", ("aliases",)),
+}
+# What each role reads of the node (gpunuma_node_info's options), a variable of the role's vars/main.yml.
+READ_REQUESTS = {
+    "memlock": "memlock_read_request",
+    "autonuma": "autonuma_read_request",
+    "gpu_topology": "gpu_topology_read_request",
+    "numa_binding": "numa_binding_read_request",
+    "gpunuma_state": "gpunuma_state_read_request",
+    "policy_gate": "policy_gate_read_request",
+    "kubelet_topology": "kubelet_topology_read_request",
 }
 # Roles whose inputs their own planning step checks, once the discovery it needs has run (kubelet_topology_plan):
 # here only their read request joins the run's node read.
@@ -141,7 +151,7 @@ class ActionModule(ActionBase):
         """([], the role's read request, {} when it has none), or ([why], {}); ``templar`` and ``task_vars`` are
         the role's scope (role_scope)."""
         try:
-            return [], self.value(templar, task_vars, "__%s_read_request" % name, {}) or {}
+            return [], self.value(templar, task_vars, READ_REQUESTS[name], {}) or {}
         except Exception as exc:
             return ["cannot work out what to read of the node: %s" % exc], {}
 

@@ -111,8 +111,8 @@ def gpunuma_would_change(hosts):
     ``hosts``: each host's variables (hostvars), in inventory order; run/dry_run.py reads the steps' results.
     """
     return dry_run.table([{"host": h.get("inventory_hostname"), "results": {
-        "numactl": h.get("__numa_binding_numactl_install"), "memlock": h.get("__memlock_applied"),
-        "autonuma": h.get("__autonuma_plan"), "kubelet": h.get("kubelet_topology_applied"),
+        "numactl": h.get("numa_binding_numactl_installed"), "memlock": h.get("memlock_applied"),
+        "autonuma": h.get("autonuma_decision"), "kubelet": h.get("kubelet_topology_applied"),
         "apply": h.get("numa_binding_applied")}} for h in hosts])
 
 

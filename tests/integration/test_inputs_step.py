@@ -69,9 +69,9 @@ def test_every_roles_problems_in_one_step_naming_the_users_variable(tmp_path):
     assert "Show the run's node read requests" not in results["bad"]
 
     facts = results["good"]["Check the inputs"]["ansible_facts"]
-    assert all(facts[name] == [] for name in ("__memlock_input_problems", "__autonuma_input_problems",
+    assert all(facts[name] == [] for name in ("memlock_input_problems", "autonuma_input_problems",
                                               "gpu_topology_input_problems", "numa_binding_input_problems",
-                                              "__gpunuma_state_input_problems", "__policy_gate_input_problems"))
+                                              "gpunuma_state_input_problems", "policy_gate_input_problems"))
     requests = results["good"]["Show the run's node read requests"]["ansible_facts.gpunuma_node_read_requests"]
     # Each good role's part: PID 1's limits and containerd (memlock), the AutoNUMA sources, the state file and
     # the applied plan (gpunuma_state), the applied plan, numactl and the accounts (numa_binding).
