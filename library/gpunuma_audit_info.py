@@ -363,7 +363,7 @@ def main():
     topology = _topology(p, plan, report, findings)
     for kind, doc, path in (("plan", plan, p["plan_path"]), ("topology", topology, p["topology_path"]),
                             ("state", state, p["state_path"])):
-        edited = seal.problem(doc) if isinstance(doc, dict) else None
+        edited = seal.problem(doc) if isinstance(doc, dict) and doc else None
         if edited:
             findings.append(Finding("%s-edited" % kind, "error", "%s %s: %s" % (path, edited, RECOVERY[kind])))
     report["instances"] = _instances(module, p, plan, findings)

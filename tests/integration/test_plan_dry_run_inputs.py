@@ -238,16 +238,20 @@ def test_accepting_replaces_a_damaged_topology_and_keeps_a_backup(tmp_path):
     assert seal.is_sealed(written) and seal.problem(written) is None
     backups = [p for p in damaged.parent.iterdir() if p.name.startswith("topology.json.") and p.name.endswith("~")]
     assert [b.read_text() for b in backups] == ["{truncated"]
-    # A file written before gpunuma sealed its files (same hardware): sealed once, the old one kept.
-    legacy = {k: v for k, v in written.items() if k != "checksum"}
-    damaged.write_text(json.dumps(legacy, indent=1))
+    # Its checksum removed (same hardware): refused like an edit, left as it is; accepted, replaced with a backup.
+    stripped = {k: v for k, v in written.items() if k != "checksum"}
+    damaged.write_text(json.dumps(stripped, indent=1))
     rc, failures, out = run_json("playbooks/discover.yml", tmp_path / "inventory.yml")
+    assert rc != 0 and "carries no checksum" in json.dumps(failures["node1"]), out[-3000:]
+    assert json.loads(damaged.read_text()) == stripped
+    rc, failures, out = run_json("playbooks/discover.yml", tmp_path / "inventory.yml",
+                                 "-e", "gpu_topology_accept_changes=true")
     assert rc == 0, out[-3000:]
     assert json.loads(damaged.read_text()) == written
     backups = [p for p in damaged.parent.iterdir() if p.name.startswith("topology.json.") and p.name.endswith("~")]
     contents = [b.read_text() for b in backups]
     assert len(contents) == 2 and "{truncated" in contents
-    assert json.loads(next(c for c in contents if c != "{truncated")) == legacy
+    assert json.loads(next(c for c in contents if c != "{truncated")) == stripped
 
 
 # ------------------------------------------------------- the dry run's verdict

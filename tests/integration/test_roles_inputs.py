@@ -242,6 +242,13 @@ def test_damaged_state_file_is_a_sentence_naming_the_file(content, needle):
 
 
 def test_good_state_file_is_read():
-    plan = {"schema": "gpunuma.plan/v1", "instances": []}
+    plan = seal.seal({"schema": "gpunuma.plan/v1", "instances": []})
     result = seal.read_state_file(_b64(json.dumps(plan)), "p", "gpunuma.plan/v1", "")
-    assert result == {"data": plan, "problem": None, "sealed": False}  # written before gpunuma sealed its files
+    assert result == {"data": plan, "problem": None}
+
+
+def test_a_state_file_without_its_checksum_is_refused():
+    plan = {"schema": "gpunuma.plan/v1", "instances": []}
+    result = seal.read_state_file(_b64(json.dumps(plan)), "p", "gpunuma.plan/v1", "Move it aside.")
+    assert result["data"] is None
+    assert result["problem"].startswith("p carries no checksum") and result["problem"].endswith("Move it aside.")

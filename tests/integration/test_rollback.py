@@ -82,6 +82,23 @@ def test_corrupt_state_is_kept_as_backup(node, inventory):
     assert state(node)["profile"] == "strict"
 
 
+def test_a_hand_pinned_profile_without_its_checksum_is_not_obeyed(node, inventory):
+    """Deleting a sealed state's checksum is an edit: the node is not moved to the pinned profile; the file is kept
+    as a backup and the node follows the inventory."""
+    rc, out = play(inventory, "playbooks/site.yml", node)
+    assert rc == 0, out[-4000:]
+    forged = {k: v for k, v in state(node).items() if k != "checksum"}
+    forged.update(profile="off", pinned=True)
+    node.sh("rm -f /etc/gpunuma/state.json.corrupt-* && cat > /etc/gpunuma/state.json <<'EOF'\n%s\nEOF"
+            % json.dumps(forged))
+    rc, out = play(inventory, "playbooks/site.yml", node)
+    assert rc == 0, out[-4000:]
+    assert "carries no checksum" in out, out[-4000:]
+    assert state(node)["profile"] == "strict" and "checksum" in state(node)
+    assert json.loads(node.sh("cat /etc/gpunuma/state.json.corrupt-*"))["profile"] == "off"
+    assert json.loads(node.sh("cat /etc/gpunuma/plan.json"))["profile"] == "strict"
+
+
 def test_newer_state_is_refused_and_left_alone(node, inventory):
     node.sh("""echo '{"schema": "gpunuma.state/v9"}' > /etc/gpunuma/state.json""")
     rc, out = play(inventory, "playbooks/site.yml", node)

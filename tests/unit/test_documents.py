@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils.gpunuma.common import documents, schemas
+from ansible.module_utils.gpunuma.common import documents, schemas, seal
 from ansible.module_utils.gpunuma.plan import state as statelib
 from conftest import FIXTURES, REPO_ROOT, examples
 
@@ -142,10 +142,12 @@ def test_a_document_without_a_required_key_says_it_is_missing(artefacts, name):
 
 def test_state_files_are_read_through_the_state_schema():
     with pytest.raises(statelib.StateCorrupt) as caught:
-        statelib.parse_state('{"schema": "gpunuma.state/v1", "history": [{"time": 3, "to": "strict"}]}', "/s.json")
+        statelib.parse_state(json.dumps(seal.seal({"schema": "gpunuma.state/v1", "history": [{"time": 3, "to": "strict"}]})),
+                             "/s.json")
     assert "/s.json: state.history[0].time: 3 is not a string" in str(caught.value)
     # an older gpunuma's lean file (no pinned, no history) still reads
-    assert statelib.parse_state('{"schema": "gpunuma.state/v1", "profile": "strict"}', "/s.json")["profile"] == "strict"
+    lean = json.dumps(seal.seal({"schema": "gpunuma.state/v1", "profile": "strict"}))
+    assert statelib.parse_state(lean, "/s.json")["profile"] == "strict"
 
 
 def test_a_plan_read_from_text_names_the_file_and_fields(tmp_path):

@@ -50,8 +50,12 @@ def test_sealing_is_stable_and_idempotent():
     assert seal.problem(again) is None
 
 
-def test_a_document_never_sealed_is_read_as_before():
-    assert seal.problem(TOPOLOGY) is None and not seal.is_sealed(TOPOLOGY)
+def test_a_document_without_its_checksum_is_refused():
+    """Deleting the field is an edit: it never lifts the check."""
+    assert not seal.is_sealed(TOPOLOGY)
+    assert "carries no checksum" in seal.problem(TOPOLOGY)
+    stripped = {k: v for k, v in seal.seal(TOPOLOGY).items() if k != seal.FIELD}
+    assert "carries no checksum" in seal.problem(stripped)
 
 
 @settings(max_examples=examples(120), deadline=None)
@@ -80,13 +84,13 @@ def _read(doc, schema=schemas.TOPOLOGY):
 
 def test_the_node_file_readers_refuse_an_edited_file_naming_it():
     sealed = seal.seal(TOPOLOGY)
-    assert _read(sealed) == {"data": sealed, "problem": None, "sealed": True}
-    assert _read(TOPOLOGY)["sealed"] is False and _read(TOPOLOGY)["problem"] is None
+    assert _read(sealed) == {"data": sealed, "problem": None}
+    assert _read(TOPOLOGY)["data"] is None and "carries no checksum" in _read(TOPOLOGY)["problem"]
     edited = copy.deepcopy(sealed)
     node = edited["numa_nodes"][0]
     node["cpus"] = node["cpus"] + ",4095"  # a CPU moved here by hand; the fingerprint untouched
     read = _read(edited)
-    assert read["data"] is None and read["sealed"] is False
+    assert read["data"] is None
     assert read["problem"].startswith("gpu-a01:/etc/gpunuma/topology.json was changed after gpunuma wrote it")
     assert read["problem"].endswith("It is left as it is. Recover so.")
 

@@ -5,6 +5,8 @@ import os
 
 import pytest
 
+from ansible.module_utils.gpunuma.common import seal
+
 from ansible.module_utils.gpunuma.plan import state as statelib
 from ansible.module_utils.gpunuma.plan.profiles import load_profiles
 from conftest import REPO_ROOT
@@ -65,9 +67,22 @@ def test_round_trip_through_text():
     ('{"schema": "gpunuma.state/v1", "pinned": "yes"}', "pinned"),
 ])
 def test_corrupt_files_name_the_file_and_field(text, needle):
+    try:
+        # Sealed, so the field's own problem is what is named (an unsealed file is refused first, for that).
+        text = json.dumps(seal.seal(json.loads(text)))
+    except (ValueError, AttributeError):
+        pass
     with pytest.raises(statelib.StateCorrupt) as err:
         statelib.parse_state(text, "/etc/gpunuma/state.json")
     assert "/etc/gpunuma/state.json" in str(err.value) and needle in str(err.value)
+
+
+def test_a_state_without_its_checksum_is_corrupt():
+    """A profile pinned by hand with the checksum removed is not obeyed: the file is corrupt (kept as a backup)."""
+    forged = {k: v for k, v in json.loads(statelib.dump_state(recorded(("off", "profile")))).items() if k != "checksum"}
+    with pytest.raises(statelib.StateCorrupt) as err:
+        statelib.parse_state(json.dumps(forged), "/etc/gpunuma/state.json")
+    assert "/etc/gpunuma/state.json: carries no checksum" in str(err.value)
 
 
 def test_newer_schema_is_an_error_not_corruption():

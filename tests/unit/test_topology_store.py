@@ -50,10 +50,12 @@ def test_unchanged_sealed_inventories_write_nothing():
     assert (out["problem"], out["write_node"], out["write_controller"], out["write_pending"]) == (None, False, False, False)
 
 
-def test_an_unsealed_inventory_of_the_same_hardware_is_sealed():
+def test_an_inventory_without_its_checksum_stops_the_host_until_accepted():
     now = topology()
     out = decide(now, node_file(now), json.dumps(seal.seal(now)))
-    assert out["write_node"] and out["problem"] is None
+    assert "carries no checksum" in out["problem"] and not out["write_node"]
+    accepted = decide(now, node_file(now), json.dumps(seal.seal(now)), accept_changes=True)
+    assert accepted["problem"] is None and accepted["write_node"]
 
 
 def test_changed_hardware_keeps_both_copies_and_keeps_the_new_one_beside():
@@ -102,7 +104,7 @@ def test_a_tampered_inventory_is_damaged():
        st.booleans(), st.booleans(), st.booleans())
 def test_decisions_are_consistent(node_kind, controller_kind, accept, fail, persist):
     """Whatever the files: nothing is written when the host stops; a copy is never both replaced and kept beside;
-    the node's inventory is replaced only when there was none, or with accept_changes, or to seal it."""
+    the node's inventory is replaced only when there was none, or with accept_changes."""
     now, other = topology(), topology("dgxa100-nps4-8node")
     node = {"none": {}, "same": node_file(seal.seal(now)), "unsealed": node_file(now),
             "other": node_file(seal.seal(other)), "damaged": node_file(text="{")}[node_kind]
@@ -112,10 +114,10 @@ def test_decisions_are_consistent(node_kind, controller_kind, accept, fail, pers
     if out["problem"] is not None:
         assert not (out["write_node"] or out["write_controller"] or out["write_pending"])
     if out["write_node"]:
-        assert persist and (node_kind in ("none", "unsealed") or accept)
-    if node_kind == "damaged" and not accept:
+        assert persist and (node_kind == "none" or accept)
+    if node_kind in ("damaged", "unsealed") and not accept:
         assert out["problem"] is not None
     if node_kind == "other" and fail and not accept:
         assert "hardware fingerprint changed" in out["problem"]
-    if node_kind in ("none", "same", "unsealed") and controller_kind != "other":
+    if node_kind in ("none", "same") and controller_kind != "other":
         assert out["problem"] is None

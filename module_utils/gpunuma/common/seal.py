@@ -11,8 +11,10 @@ hand, or written by another tool) and is refused or reported, never trusted
 silently. The hardware ``fingerprint`` of a topology covers the layout only;
 the checksum covers everything the planner reads (cores, L3 groups, memory).
 
-A document without the field was written before gpunuma sealed its files:
-it is read as before, and sealed the next time gpunuma writes it.
+A document without the field is refused like an edited one: gpunuma has
+sealed every copy it writes since its first release (0.3.0), so deleting the
+field is an edit, and never lifts the check (a hand-pinned profile in an
+unsealed state.json is not obeyed).
 
 :func:`read_state_file` reads one such document back and says what is wrong with it.
 """
@@ -48,9 +50,10 @@ def is_sealed(doc):
 
 
 def problem(doc):
-    """Why ``doc`` cannot be trusted as gpunuma wrote it, or None (sealed and matching, or never sealed)."""
+    """Why ``doc`` cannot be trusted as gpunuma wrote it, or None (sealed and matching)."""
     if not is_sealed(doc):
-        return None
+        return ("carries no checksum: gpunuma writes one into every copy it keeps, so it was written by hand, by "
+                "another tool, or had its checksum removed")
     stored = doc[FIELD]
     if not isinstance(stored, str) or not stored.startswith(PREFIX):
         return "its checksum field is %s, not a %s<hex> checksum gpunuma writes" % (json.dumps(stored, default=str)[:80],
@@ -70,17 +73,16 @@ def read_state_file(content, path, schema, recovery, encoding="base64"):
 
     ``content``: the file's text (``encoding="text"``) or Ansible's slurp
     ``content`` (``"base64"``). Returns ``{"data": mapping or None, "problem":
-    None or a sentence, "sealed": bool}``; the sentence names ``path``, says
-    what is wrong and ends with ``recovery``. A file that is not a ``schema``
-    JSON object, or whose content no longer matches its checksum (common/seal.py),
+    None or a sentence}``; the sentence names ``path``, says what is wrong and
+    ends with ``recovery``. A file that is not a ``schema`` JSON object, or
+    that has no checksum or one its content no longer matches (common/seal.py),
     is a problem, never a crash and never silently treated as absent.
-    ``sealed`` is false for a file written before gpunuma sealed its files.
     """
     import base64
     import binascii
 
     def refused(what):
-        return {"data": None, "problem": "%s %s. It is left as it is. %s" % (path, what, recovery), "sealed": False}
+        return {"data": None, "problem": "%s %s. It is left as it is. %s" % (path, what, recovery)}
 
     text = content
     if encoding == "base64":
@@ -107,4 +109,4 @@ def read_state_file(content, path, schema, recovery, encoding="base64"):
     edited = problem(data)
     if edited:
         return refused(edited)
-    return {"data": data, "problem": None, "sealed": is_sealed(data)}
+    return {"data": data, "problem": None}

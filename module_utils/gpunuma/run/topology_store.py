@@ -37,7 +37,7 @@ def host_controller_files(task_vars, templar):
 
 
 def read_topology(content, path, where, encoding="base64"):
-    """A persisted topology (node: slurp content; controller: text) as ``{data, problem, sealed}``."""
+    """A persisted topology (node: slurp content; controller: text) as ``{data, problem}``."""
     return read_state_file(
         content,
         where,
@@ -53,7 +53,7 @@ def _persisted(content, path, where, encoding):
     """None (the node's file absent) or "" (the controller lookup of a missing file) is no inventory; an
     empty node file is a damaged one (a write cut short)."""
     if content is None or (encoding == "text" and not content):
-        return {"data": None, "problem": None, "sealed": False}
+        return {"data": None, "problem": None}
     return read_topology(content, path, where, encoding)
 
 
@@ -81,8 +81,6 @@ def decide(topology, hostname, node_file, node_path, controller_text, controller
             problems.append(node["problem"])
     previous = (node["data"] or {}).get("fingerprint")
     changed = previous is not None and previous != fingerprint
-    # Written before gpunuma sealed its files: sealed on this run when the hardware is unchanged.
-    unsealed = node["data"] is not None and not node.get("sealed")
     if changed:
         notices.append("HARDWARE FINGERPRINT CHANGED on %s; persisted: %s; now: %s; %s" % (
             hostname, previous, fingerprint,
@@ -101,8 +99,7 @@ def decide(topology, hostname, node_file, node_path, controller_text, controller
     return {
         "problem": "\n".join(problems) or None,
         "notices": notices,
-        "write_node": go and bool(persist_on_node and (previous is None or changed or unsealed)
-                                  and (previous is None or accept_changes or (unsealed and not changed))),
+        "write_node": go and bool(persist_on_node and (previous is None or changed) and (previous is None or accept_changes)),
         "write_controller": go and (controller_previous is None or (bool(accept_changes) and controller_differs)),
         "write_pending": go and controller_differs and not accept_changes,
         "summary": summary_row(topology, hostname, changed or controller_differs),
