@@ -161,6 +161,10 @@ def test_memory_reserve_per_node(value, ok):
         ("numa_binding_instances", ["name=x"], "item 0 is text, not a mapping"),
         ("numa_binding_start", "maybe", "is not a boolean"),
         ("numa_binding_settle_seconds", True, "is not a whole number"),
+        ("numa_binding_env_dir", "etc/gpunuma/env", "is not an absolute path"),
+        ("numa_binding_env_dir", "%h/env", "which systemd expands as a unit specifier"),
+        ("numa_binding_unit_dir", "/etc/%n", "which systemd expands as a unit specifier"),
+        ("numa_binding_profiles_dir", "policies/%i", "which systemd expands as a unit specifier"),
     ],
 )
 def test_spec_problem_sentences(name, value, needle):
@@ -170,6 +174,24 @@ def test_spec_problem_sentences(name, value, needle):
     assert problem.startswith(name + ":" + shown) and needle in problem
     if isinstance(value, list):
         assert json.dumps(value) not in problem
+
+
+def test_every_path_option_is_checked_and_only_controller_paths_may_be_relative():
+    """Each role's path options: a node path relative or with %, refused naming it; a controller path may be
+    relative. A new path option is a node path unless role_inputs.CONTROLLER_PATHS says otherwise."""
+    seen = set()
+    for role in sorted(os.listdir(os.path.join(REPO_ROOT, "roles"))):
+        for option, spec in options(role).items():
+            if (spec or {}).get("type") != "path" or option in seen:
+                continue
+            seen.add(option)
+            (problem,) = role_inputs.input_problems({option: spec}, {option: "/x/%h"})
+            assert "unit specifier" in problem, problem
+            relative = role_inputs.input_problems({option: spec}, {option: "x/y"})
+            assert relative == ([] if option in role_inputs.CONTROLLER_PATHS
+                                else ["%s: \"x/y\" is not an absolute path; allowed: a path on the node starting with /"
+                                      % option]), relative
+    assert role_inputs.CONTROLLER_PATHS <= seen
 
 
 @pytest.mark.parametrize("value", ["2", 2, "+2", 2.0])

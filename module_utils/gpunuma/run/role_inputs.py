@@ -206,6 +206,8 @@ def input_problems(options, values, aliases=None, refined=()):
             problem += "; allowed: %s" % ", ".join(
                 shown(c) if c is None or not isinstance(c, str) else c for c in spec["choices"]
             )
+        if problem is None and kind == "path":
+            problem = path_problem(option, value)
         if problem is None and kind == "int" and option in MINIMUMS and _as_int(value) < MINIMUMS[option]:
             problem = "is below %d; allowed: a whole number %d or more" % (MINIMUMS[option], MINIMUMS[option])
         if problem is None and option in VALUE_CHECKS:
@@ -215,6 +217,31 @@ def input_problems(options, values, aliases=None, refined=()):
         elif problem:
             problems.append("%s: %s %s" % (name, shown(value), problem))
     return problems
+
+
+# Path options read or written on the controller, not the node: a path relative to where ansible-playbook runs is
+# theirs to take. Every other path option names a file or directory on the node.
+CONTROLLER_PATHS = frozenset((
+    "numa_binding_profiles_dir", "kubelet_topology_profiles_dir", "kubelet_topology_presets_dir",
+    "gpunuma_state_profiles_dir", "policy_gate_rules_dir", "gpu_validate_policy_file", "gpu_validate_report_dir",
+    "gpu_topology_controller_dir", "gpu_topology_sysfs_root", "gpu_topology_nvidia_smi_topo_file",
+    "gpu_topology_amd_smi_topology_file", "gpu_topology_rocm_smi_topo_file", "gpu_topology_lscpu_file",
+    "gpu_topology_nvml_dump", "gpu_topology_record_nvml_dump", "node_checks_sysfs_root", "node_checks_nvml_dump",
+    "node_checks_nvidia_smi_q_file",
+))
+
+
+def path_problem(option, value):
+    """Why ``value`` is no path gpunuma can use for ``option``, or None: a node path is absolute (systemd and
+    gpunuma_apply resolve nothing against a working directory), and no path holds ``%``, which systemd expands as a
+    specifier in the unit files paths are written into (``%h``: the home directory; systemd.unit(5),
+    "Specifiers")."""
+    text = str(value)
+    if "%" in text:
+        return "holds %, which systemd expands as a unit specifier (%h, %n: systemd.unit(5)); allowed: a path without %"
+    if option not in CONTROLLER_PATHS and not text.startswith("/"):
+        return "is not an absolute path; allowed: a path on the node starting with /"
+    return None
 
 
 # Options whose values a spec type cannot express (``type: raw`` in the spec):
