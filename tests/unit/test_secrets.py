@@ -229,3 +229,28 @@ def test_redact_value_hides_secret_looking_values_at_any_depth():
     assert SECRET not in json.dumps(out)
     assert out["a"][0]["environment"]["MODEL"] == "m" and out["b"][1] == "PORT=8000"
     assert out["b"][0] == "PASSWORD=" + secrets.REDACTED
+
+
+@pytest.mark.parametrize("command, flags", [
+    (["/usr/bin/vllm", "serve", "m", "--api-key", "sk-live-123"], ["--api-key"]),
+    (["/usr/bin/vllm", "serve", "m", "--api-key=sk-live-123", "--hf-token", "hf_abc"], ["--api-key", "--hf-token"]),
+    # A path names a key file; an option without a value, or followed by another option, holds nothing.
+    (["/usr/bin/vllm", "serve", "m", "--ssl-keyfile", "/etc/ssl/key.pem"], []),
+    (["/usr/bin/x", "--api-key"], []),
+    (["/usr/bin/x", "--api-key", "--port", "8000"], []),
+    (["/usr/bin/x", "--kv-cache-dtype", "fp8", "--port", "8000"], []),
+    (None, []),
+])
+def test_command_options_that_carry_a_secret_are_found(command, flags):
+    assert secrets.command_secret_flags(command) == flags
+
+
+def test_a_secret_on_the_command_line_is_warned_about_without_its_value():
+    instance = {"name": "api", "gpus": [0], "command": ["/usr/bin/vllm", "serve", "m", "--api-key", "sk-live-123"]}
+    plan = build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), [instance])
+    said = [w for w in plan["warnings"] if "--api-key" in w]
+    assert len(said) == 1 and "VLLM_API_KEY" in said[0] and "0600" in said[0], plan["warnings"]
+    assert "sk-live-123" not in json.dumps(plan["warnings"])
+    # Patterns the user narrowed: no longer a secret, no warning.
+    quiet = build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), [instance], secret_patterns=["*TOKEN*"])
+    assert not [w for w in quiet["warnings"] if "--api-key" in w]

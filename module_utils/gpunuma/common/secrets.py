@@ -58,6 +58,27 @@ def is_secret(name, patterns=DEFAULT_PATTERNS, marked=()):
     return any(fnmatch.fnmatchcase(upper, str(p).upper()) for p in patterns or ())
 
 
+def command_secret_flags(command, patterns=DEFAULT_PATTERNS):
+    """The options of ``command`` (an argv list) that carry a secret value: ``--api-key VALUE``,
+    ``--hf-token=VALUE`` and the like, whose name (``API_KEY``) matches ``patterns`` as an environment variable's
+    would. A value that is an absolute path (``--ssl-keyfile /etc/ssl/key.pem``) names a secret, never holds one.
+    Only option names are returned, never a value."""
+    found = []
+    argv = [a for a in (command or []) if isinstance(a, str)]
+    for index, arg in enumerate(argv):
+        if not arg.startswith("--") or len(arg) < 3:
+            continue
+        name, joined, value = arg[2:].partition("=")
+        if not joined:
+            value = argv[index + 1] if index + 1 < len(argv) else ""
+            if value.startswith("-"):
+                value = ""
+        if value and not value.startswith("/") and is_secret(name.replace("-", "_"), patterns):
+            if "--" + name not in found:
+                found.append("--" + name)
+    return found
+
+
 def marked_names(instance):
     """The names an instance marks secret itself (``secret_environment``), ignoring junk the planner reports."""
     marked = instance.get("secret_environment") if isinstance(instance, dict) else None

@@ -192,9 +192,15 @@ def _allocate(specs, topo, profile, warnings, problems, secret_patterns, allow_u
     check_gpu_environment(specs, topo, problems)
     for spec in specs:
         apply_profile(spec, topo, profile, problems)
-        spec.secret_names = sorted(k for k in spec.environment
-                                   if secrets.is_secret(k, secret_patterns if isinstance(secret_patterns, (list, tuple))
-                                                        else (), spec.secret_environment))
+        patterns = secret_patterns if isinstance(secret_patterns, (list, tuple)) else ()
+        spec.secret_names = sorted(k for k in spec.environment if secrets.is_secret(k, patterns, spec.secret_environment))
+        flags = secrets.command_secret_flags(spec.command, patterns)
+        if flags:
+            spec.warnings.append(
+                "command option %s carries a secret: it is written into the unit (mode 0644), plan.json and "
+                "systemctl show, readable by every account. Pass it in environment where the engine reads one "
+                "(vLLM: VLLM_API_KEY, vllm/envs.py): a secret environment value goes to the instance's 0600 "
+                "environment file (docs/security.md)" % ", ".join(flags))
     allocate_cpus(specs, topo, problems)
     check_siblings_known(specs, topo, allow_unknown_siblings, problems)
     check_cpus_placed(specs, topo, problems)
