@@ -910,7 +910,7 @@ def test_topology_without_cores_is_refused_unless_allowed(cores):
 def test_known_siblings_are_reported_as_from_the_topology():
     plan = make_plan("hgx-h200-8gpu-2socket-ht", "strict", per_gpu([0]))
     assert plan["siblings"] == {"0": "topology", "1": "topology"}
-    assert plan["schema_minor"] == 4
+    assert plan["schema_minor"] == 5
 
 
 @pytest.mark.parametrize(

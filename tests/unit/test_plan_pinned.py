@@ -109,3 +109,71 @@ def test_every_node_holds_its_pools_or_the_plan_says_so(pinned_gib, percent):
         assert budget == sum(i["pinned_bytes"] for i in on_node)
     for item, p in zip(plan["instances"], pinned_gib):
         assert item["limit_memlock"] == ("infinity" if p is None else p * GIB + GIB)
+
+
+# -- budgets the engine's own options state --------------------------------------------------------------------
+
+
+def engine_worker(name, gpus, engine, command, **extra):
+    return dict({"name": name, "gpus": gpus, "memory": "400G", "engine": engine, "command": command}, **extra)
+
+
+@pytest.mark.parametrize("engine, args, environment, gpus, budget", [
+    # vLLM --cpu-offload-gb: GiB per GPU (vllm/config, UVAOffloadConfig: "per GPU", CPU-pinned).
+    ("vllm", ["--cpu-offload-gb", "10"], {}, [0, 1], 20 * GIB),
+    ("vllm", ["--cpu_offload_gb=2.5"], {}, [0], int(2.5 * GIB)),
+    # --kv-offloading-size: GiB across the ranks (vLLM splits it between them); only the native backend.
+    ("vllm", ["--kv-offloading-size", "64", "--tensor-parallel-size", "2"], {}, [0, 1], 64 * GIB),
+    ("vllm", ["--kv-offloading-size", "64", "--kv-offloading-backend", "lmcache"], {}, [0], None),
+    # SGLang --hicache-size: GB (10^9 bytes) per rank, with the hierarchical cache on.
+    ("sglang", ["--enable-hierarchical-cache", "--hicache-size", "30"], {}, [0, 1], 60 * 10**9),
+    ("sglang", ["--hicache-size", "30"], {}, [0, 1], None),
+    # LMCache: GiB per worker (lmcache/v1/cache_engine.py, max_local_cpu_size * 1024**3), unless local CPU is off.
+    ("vllm", [], {"LMCACHE_MAX_LOCAL_CPU_SIZE": "20"}, [0, 1], 40 * GIB),
+    ("vllm", [], {"LMCACHE_MAX_LOCAL_CPU_SIZE": "20", "LMCACHE_LOCAL_CPU": "False"}, [0, 1], None),
+    ("generic", ["--cpu-offload-gb", "10"], {"LMCACHE_MAX_LOCAL_CPU_SIZE": "20"}, [0], None),
+    # Summed where an instance uses several.
+    ("vllm", ["--cpu-offload-gb", "1"], {"LMCACHE_MAX_LOCAL_CPU_SIZE": "2"}, [0, 1], 6 * GIB),
+    ("vllm", ["--cpu-offload-gb", "nan"], {}, [0], None),
+])
+def test_the_engine_options_state_the_budget(engine, args, environment, gpus, budget):
+    instance = engine_worker("e", gpus, engine, ["/usr/bin/" + engine, "serve", "m"] + args, environment=environment)
+    (planned,) = plan_with([instance])["instances"]
+    assert planned["pinned_bytes"] == budget
+    if budget is None:
+        assert planned["pinned_source"] is None and planned["limit_memlock"] == "infinity"
+    else:
+        # The source is named in the plan, and the unit may lock the budget plus the headroom.
+        assert planned["pinned_source"] and planned["limit_memlock"] == budget + GIB
+
+
+def test_a_declared_budget_wins_over_the_engine_options():
+    instance = engine_worker("e", [0], "vllm", ["/usr/bin/vllm", "serve", "m", "--cpu-offload-gb", "10"], pinned="4G")
+    (planned,) = plan_with([instance])["instances"]
+    assert (planned["pinned_bytes"], planned["pinned_source"]) == (4 * GIB, "pinned")
+
+
+def test_a_derived_budget_over_the_memory_is_refused_naming_the_option():
+    instance = engine_worker("e", [0, 1], "vllm", ["/usr/bin/vllm", "serve", "m", "--cpu-offload-gb", "100"],
+                             memory="64G")
+    (problem,) = problems([instance])
+    assert problem.startswith("gpunuma_instances[0].command: vLLM --cpu-offload-gb 100") and "200" in problem
+
+
+def test_a_pool_whose_size_is_not_stated_is_said_unknown():
+    instance = engine_worker("e", [0], "sglang", ["/usr/bin/sglang", "serve", "--enable-hierarchical-cache"])
+    (planned,) = plan_with([instance])["instances"]
+    assert planned["pinned_bytes"] is None
+    assert any("pinned budget unknown" in w and "--hicache-ratio" in w for w in planned["warnings"])
+
+
+def test_derived_budgets_count_on_the_node_like_declared_ones():
+    """Two workers on one node deriving more than it holds for pinned pools: refused under strict_capacity error,
+    naming both instances, as declared budgets are."""
+    capacity = plan_with([worker()])["memory_capacity"]["0"]
+    room = capacity - capacity * 10 // 100
+    gib = (room // 2) // GIB + 1
+    big = ["/usr/bin/vllm", "serve", "m", "--kv-offloading-size", str(gib)]
+    instances = [engine_worker("w%d" % g, [g], "vllm", big, memory=gib * GIB) for g in (0, 1)]
+    found = problems(instances, strict_capacity="error")
+    assert len(found) == 1 and "exceeds" in found[0] and "never reclaimed" in found[0], found

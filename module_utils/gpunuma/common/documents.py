@@ -173,6 +173,8 @@ _PLAN_PROPERTIES = {
         "user": _t("string", null=True),
         "group": _t("string", null=True),
         "memory_bytes": _BYTES,
+        "pinned_bytes": _BYTES,
+        "pinned_source": _t("string", null=True),
         "nics": _list(_t("string")),
         "gpu_nics": _list(_list(_t("string"))),
         "warnings": _list(_t("string")),

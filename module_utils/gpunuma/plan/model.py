@@ -23,8 +23,8 @@ SCHEMA = schemas.PLAN
 # options.memory_reserve_per_node, options.housekeeping_cpus, instance nics,
 # gpu_nics, engine, worker_cpus, engine_args; 2: secret_environment; 3:
 # instance engine_version, options.fence; 4: instance limit_memlock,
-# options.limit_memlock (docs/plan-v1.md, Versions).
-SCHEMA_MINOR = 4
+# options.limit_memlock; 5: instance pinned_source (docs/plan-v1.md, Versions).
+SCHEMA_MINOR = 5
 TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 INSTANCES_VAR = "gpunuma_instances"
 APPLIED_PLAN_SOURCE = node_paths.PLAN
@@ -79,6 +79,7 @@ class InstanceSpec:
     memory_bytes: Optional[int] = None
     memlock: object = None  # "infinity", bytes, or None
     pinned_bytes: Optional[int] = None  # the instance's pinned host memory budget
+    pinned_source: Optional[str] = None  # "pinned" (declared), the engine options it was derived from, or None
     ready: Optional[dict] = None  # {url|command, timeout, interval}
     share_cpus: bool = False
     requested_cpu_count: Optional[int] = None

@@ -14,11 +14,15 @@ registrations against it). An instance states its budget with ``pinned`` (a size
 * What a node holds: of what it holds for instances (``memory_capacity``), ``pinned_page_cache_percent`` stays
   for page cache and other reclaimable memory; pinned pools share the rest. This is gpunuma's default (10 %),
   not a vendor figure: set it for the node's workload.
+* Derived budgets: without ``pinned``, an engine option or variable that sizes a pinned pool states it
+  (:func:`derived_budget`; docs/plan-v1.md, "Pinned budgets from the engine", cites each).
 * The limit: the unit gets ``LimitMEMLOCK=`` of the budget plus ``pinned_headroom`` (libraries register buffers
   of their own: NCCL, UCX), unless the instance sets ``memlock`` itself (plan/planner.unit_memlock).
 """
 
 from __future__ import annotations
+
+import math
 
 from ansible.module_utils.gpunuma.common import sizes
 from ansible.module_utils.gpunuma.common.sizes import format_gib
@@ -44,6 +48,104 @@ def check_page_cache_percent(value, problems, what="pinned_page_cache_percent"):
                         "for instances kept for page cache)" % (what, value))
         return None
     return int(value)
+
+
+GIB = 1 << 30
+GB = 10 ** 9
+# Values an engine reads as "off" in a boolean variable.
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def _options(command):
+    """``{option: value}`` of an argv list (``--x V`` and ``--x=V``; a bare flag gets ""), underscores read as
+    dashes (vLLM's and SGLang's parsers take both spellings)."""
+    found = {}
+    argv = [a for a in command or [] if isinstance(a, str)]
+    for index, arg in enumerate(argv):
+        if not arg.startswith("--") or len(arg) < 3:
+            continue
+        name, joined, value = arg.partition("=")
+        if not joined:
+            following = argv[index + 1] if index + 1 < len(argv) else ""
+            value = "" if following.startswith("--") else following
+        found["--" + name[2:].replace("_", "-")] = value
+    return found
+
+
+def _amount(text):
+    """A non-negative finite number from option text, or None."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def derived_budget(engine, command, environment, ranks):
+    """``(bytes, source)`` of the pinned pools an instance's own engine options state, ``(None, why)`` when the
+    command turns a pool on whose size it does not state, or ``(None, None)``.
+
+    ``ranks``: the instance's GPUs (one worker process each). What is read, by engine (docs/plan-v1.md):
+
+    * vLLM ``--cpu-offload-gb N``: N GiB per GPU of weights in CPU-pinned memory (vllm/config, UVAOffloadConfig);
+      ``--kv-offloading-size N`` (backend ``native``, the default): N GiB of CPU KV blocks in all, across the ranks
+      (vllm/config/cache.py, VllmConfig._post_init_kv_transfer_config);
+    * SGLang ``--hicache-size N`` with ``--enable-hierarchical-cache``: N GB (10^9 bytes) of host KV pool per rank
+      (SGLang's hierarchical cache docs); without it the pool follows ``--hicache-ratio`` of the GPU pool;
+    * LMCache (either engine): ``LMCACHE_MAX_LOCAL_CPU_SIZE`` GiB per worker, allocated pinned
+      (lmcache/v1/cache_engine.py, ``max_local_cpu_size * 1024**3``), unless ``LMCACHE_LOCAL_CPU`` is off.
+    """
+    options = _options(command)
+    ranks = max(1, ranks)
+    total, said = 0, []
+    if engine == "vllm":
+        offload = _amount(options.get("--cpu-offload-gb"))
+        if offload:
+            total += int(offload * GIB) * ranks
+            said.append("vLLM --cpu-offload-gb %s (GiB per GPU, %d GPU%s)" % (options["--cpu-offload-gb"], ranks,
+                                                                              "s" if ranks > 1 else ""))
+        kv = _amount(options.get("--kv-offloading-size"))
+        if kv and options.get("--kv-offloading-backend", "native") == "native":
+            total += int(kv * GIB)
+            said.append("vLLM --kv-offloading-size %s (GiB across the ranks)" % options["--kv-offloading-size"])
+    if engine == "sglang" and "--enable-hierarchical-cache" in options:
+        host = _amount(options.get("--hicache-size"))
+        if not host:
+            return None, ("SGLang's hierarchical cache is sized by --hicache-ratio against the GPU pool, unknown before "
+                          "it starts: state pinned (or --hicache-size) to budget it")
+        total += int(host * GB) * ranks
+        said.append("SGLang --hicache-size %s (GB per rank, %d rank%s)" % (options["--hicache-size"], ranks,
+                                                                          "s" if ranks > 1 else ""))
+    environment = environment if isinstance(environment, dict) else {}
+    local_cpu = str(environment.get("LMCACHE_LOCAL_CPU", "true")).strip().lower() not in _FALSE
+    lmcache = _amount(environment.get("LMCACHE_MAX_LOCAL_CPU_SIZE"))
+    if engine in ("vllm", "sglang") and lmcache and local_cpu:
+        total += int(lmcache * GIB) * ranks
+        said.append("LMCACHE_MAX_LOCAL_CPU_SIZE=%s (GiB per worker, %d worker%s)" % (
+            environment["LMCACHE_MAX_LOCAL_CPU_SIZE"], ranks, "s" if ranks > 1 else ""))
+    if not total:
+        return None, None
+    return total, "; ".join(said)
+
+
+def derive_budgets(specs, problems) -> None:
+    """Each instance without ``pinned`` gets the budget its engine options state (``pinned_bytes``,
+    ``pinned_source``); one over its ``memory`` is a problem naming the options."""
+    for spec in specs:
+        if spec.pinned_bytes is not None:
+            spec.pinned_source = "pinned"
+            continue
+        budget, why = derived_budget(spec.engine, spec.command, spec.environment, len(spec.gpus))
+        if budget is None:
+            if why:
+                spec.warnings.append("pinned budget unknown: " + why)
+            continue
+        if spec.memory_bytes is not None and budget > spec.memory_bytes:
+            problems.append("%s.command: %s pin %s, more than the instance's memory (%s); allowed: a memory that "
+                            "holds the pinned pools, or smaller pools" % (spec.path, why, format_gib(budget),
+                                                                          format_gib(spec.memory_bytes)))
+            continue
+        spec.pinned_bytes, spec.pinned_source = budget, why
 
 
 def pool_nodes(spec) -> dict:

@@ -190,6 +190,7 @@ def _allocate(specs, topo, profile, warnings, problems, secret_patterns, allow_u
     assign_gpus(specs, topo, warnings, problems)
     specs = [s for s in specs if s.placement == "numa_node" or s.gpus]
     check_gpu_environment(specs, topo, problems)
+    pinnedlib.derive_budgets(specs, problems)
     for spec in specs:
         apply_profile(spec, topo, profile, problems)
         patterns = secret_patterns if isinstance(secret_patterns, (list, tuple)) else ()

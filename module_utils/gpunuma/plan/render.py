@@ -154,6 +154,7 @@ def render_instance(spec, topo, profile, fence=None):
         "memory_bytes": spec.memory_bytes,
         "memlock": spec.memlock,
         "pinned_bytes": spec.pinned_bytes,
+        "pinned_source": spec.pinned_source,
         "ready": spec.ready,
         "nics": nics,
         "gpu_nics": gpu_nics,
