@@ -254,3 +254,22 @@ def test_a_secret_on_the_command_line_is_warned_about_without_its_value():
     # Patterns the user narrowed: no longer a secret, no warning.
     quiet = build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), [instance], secret_patterns=["*TOKEN*"])
     assert not [w for w in quiet["warnings"] if "--api-key" in w]
+
+
+def test_a_value_longer_than_systemd_reads_a_line_is_refused_never_shown():
+    """systemd reads a unit or environment file a line at a time, at most LONG_LINE_MAX (1 MiB): a longer line is
+    dropped and the engine starts without it. Refused before any host changes, naming the variable."""
+    long_secret = "s" * secrets.SYSTEMD_LINE_MAX
+    instances = [{"name": "api", "gpus": [0], "command": ["/usr/bin/x"], "environment": {"HF_TOKEN": long_secret}}]
+    (problem,) = secrets.value_problems(instances, secrets.DEFAULT_PATTERNS)
+    assert problem.startswith("gpunuma_instances[0].environment.HF_TOKEN: the secret is %d characters"
+                              % len(long_secret)) and long_secret[:20] not in problem
+    # Just under the limit, quoted: written whole.
+    fits = "s" * (secrets.SYSTEMD_LINE_MAX - len('HF_TOKEN=""') - 2)
+    assert secrets.value_problems([dict(instances[0], environment={"HF_TOKEN": fits})], secrets.DEFAULT_PATTERNS) == []
+    # A plain value goes into the unit's Environment= line: the planner refuses it the same way.
+    plain = dict(instances[0], environment={"MODEL_CONFIG": "c" * secrets.SYSTEMD_LINE_MAX})
+    with pytest.raises(PlanError) as caught:
+        build_plan(topology("hgx-h200-8gpu-2socket-ht"), profile("strict"), [plain])
+    assert "gpunuma_instances[0].environment.MODEL_CONFIG: %d characters, longer than systemd reads a line" % (
+        secrets.SYSTEMD_LINE_MAX) in str(caught.value)

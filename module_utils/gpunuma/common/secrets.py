@@ -156,6 +156,15 @@ def _quote(value):
     return '"%s"' % "".join("\\" + c if c in '"\\`$' else c for c in value)
 
 
+# systemd reads unit and environment files a line at a time, at most this long (LONG_LINE_MAX, src/basic/fileio.h).
+SYSTEMD_LINE_MAX = 1024 * 1024
+
+
+def line_too_long(name, value):
+    """Whether ``NAME="value"``, quoted as gpunuma writes it, is longer than systemd reads a line."""
+    return len("%s=%s" % (name, _quote(value))) + 1 >= SYSTEMD_LINE_MAX
+
+
 def env_file_text(header, instance_name, names, instances):
     """The environment file of ``instance_name``: its secret ``names`` with their values from the inventory's
     ``instances``, one ``NAME="value"`` a line (systemd's EnvironmentFile= quoting, no expansion)."""
@@ -175,9 +184,10 @@ def env_file_text(header, instance_name, names, instances):
         if not isinstance(value, str):
             raise SecretError("gpunuma_instances entry '%s'.environment.%s: the value is not text; allowed: a string"
                               % (instance_name, name))
-        if breaks_line(value):
-            raise SecretError("gpunuma_instances entry '%s'.environment.%s: the secret holds a line break or NUL; "
-                              "allowed: one line of text" % (instance_name, name))
+        if breaks_line(value) or line_too_long(name, value):
+            raise SecretError("gpunuma_instances entry '%s'.environment.%s: the secret holds a line break or NUL, or "
+                              "is longer than systemd reads a line; allowed: one line of text under 1 MiB"
+                              % (instance_name, name))
         lines.append("%s=%s" % (name, _quote(value)))
     return "\n".join(lines) + "\n"
 
@@ -210,6 +220,11 @@ def value_problems(instances, patterns, variable="gpunuma_instances"):
             if isinstance(value, str) and breaks_line(value):
                 problems.append("%s[%d].environment.%s: the secret holds a line break or NUL; allowed: one line of "
                                 "text (the value is not shown)" % (variable, pos, name))
+            elif isinstance(value, str) and line_too_long(name, value):
+                problems.append("%s[%d].environment.%s: the secret is %d characters, longer than systemd reads a line "
+                                "of an environment file (LONG_LINE_MAX, 1 MiB): systemd would drop it; allowed: a "
+                                "shorter value, or a file the engine reads (the value is not shown)"
+                                % (variable, pos, name, len(value)))
     return problems
 
 

@@ -8,9 +8,11 @@ import re
 
 from ansible.module_utils.gpunuma.common import sizes
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
+from ansible.module_utils.gpunuma.common.secrets import SYSTEMD_LINE_MAX
 from ansible.module_utils.gpunuma.node.limits import LimitError, parse_limit
 from ansible.module_utils.gpunuma.plan.model import DEFAULT_SERVICE_USER, PLACEMENT_KEYS, is_int, type_name
-from ansible.module_utils.gpunuma.plan.systemd_words import EXEC_PREFIX_CHARS, exec_name_problem
+from ansible.module_utils.gpunuma.plan.systemd_words import (
+    EXEC_PREFIX_CHARS, exec_name_problem, systemd_environment_assignment)
 
 STRICT_CAPACITY_CHOICES = ("fallback", "error")
 BINDING_METHODS = ("numactl", "systemd")
@@ -241,6 +243,10 @@ def _check_environment(raw, spec, topo, problems):
             )
         elif "\x00" in value:
             problems.append("%s.environment.%s: contains a NUL byte; allowed: text without NUL" % (spec.path, key))
+        elif len("Environment=" + systemd_environment_assignment(key, value)) + 1 >= SYSTEMD_LINE_MAX:
+            problems.append("%s.environment.%s: %d characters, longer than systemd reads a line of a unit file "
+                            "(LONG_LINE_MAX, 1 MiB): systemd would drop the line; allowed: a shorter value, or a file "
+                            "the engine reads" % (spec.path, key, len(value)))
     spec.environment = dict(environment)
 
 
