@@ -349,6 +349,28 @@ def test_nothing_left_allocated(fake_libcuda, monkeypatch, kind):
     assert cuda.lib.fake_outstanding() == 0
 
 
+def test_the_cost_of_pinning_is_measured_both_ways(fake_libcuda, monkeypatch):
+    """cuMemHostAlloc with its pages touched, and cuMemHostRegister alone: seconds and seconds per GiB of the large
+    buffer's size; an allocation the node refuses is reported, the measurement kept, nothing left allocated."""
+    cuda = h2d_cuda.CudaDriver(fake_libcuda)
+    cuda.init()
+    o = h2d_options.check_options(opts(fake_libcuda))
+    pinning = h2d_measure.measure_device(cuda, 0, o)["pinning"]
+    assert pinning["bytes"] == o["large_bytes"]
+    for method in ("host_alloc", "register"):
+        figure = pinning[method]
+        assert figure["seconds"] >= 0
+        # seconds is kept to the microsecond; s_per_gib scales it by GiB / large_bytes.
+        scale = (1 << 30) / o["large_bytes"]
+        assert figure["s_per_gib"] == pytest.approx(figure["seconds"] * scale, abs=scale * 1e-6 + 1e-6)
+    monkeypatch.setenv("FAKE_CUDA_OOM", "host_alloc")
+    cuda.init()  # the fake driver reads its variables at cuInit
+    refused = h2d_measure.measure_device(cuda, 0, o)
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in refused["pinning"]["host_alloc"]["error"]
+    assert "s_per_gib" in refused["pinning"]["register"] and refused["h2d_pinned"]["samples"] == o["repeats"]
+    assert cuda.lib.fake_outstanding() == 0
+
+
 def test_busy_in_process_leaves_nothing(fake_libcuda, monkeypatch):
     monkeypatch.setenv("FAKE_CUDA_BUSY", "0")
     cuda = h2d_cuda.CudaDriver(fake_libcuda)

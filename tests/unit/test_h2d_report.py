@@ -104,6 +104,21 @@ def test_recorded_h200_report(probe, policy):
     assert "1 round(s) per placement cannot show a difference at alpha 0.05" in gpu["verdict_reason"]
 
 
+def test_the_cost_of_pinning_is_carried_per_placement(probe, policy):
+    p = copy.deepcopy(probe)
+    local = p["gpus"][0]["placements"]["local"]["measurement"]
+    # A probe from before pinning was timed: not measured, never a crash.
+    assert "pinning" not in local
+    before = h2d_report.build_report(p, policy)["gpus"][0]["placements"]["local"]
+    assert before["pin_alloc_s_per_gib"] is None and before["pin_register_s_per_gib"] is None
+    local["pinning"] = {"bytes": 1 << 28, "host_alloc": {"seconds": 0.0625, "s_per_gib": 0.25},
+                        "register": {"error": "cuMemHostRegister failed with CUDA_ERROR_OUT_OF_MEMORY (2)"}}
+    after = h2d_report.build_report(p, policy)["gpus"][0]["placements"]["local"]
+    assert after["pin_alloc_s_per_gib"] == 0.25 and after["pin_register_s_per_gib"] is None
+    local["pinning"]["host_alloc"] = "fast"
+    assert h2d_report.build_report(p, policy)["gpus"][0]["placements"]["local"]["pin_alloc_s_per_gib"] is None
+
+
 def test_link_fraction_uses_pinned_never_pageable(probe, policy):
     p = copy.deepcopy(probe)
     for place in p["gpus"][0]["placements"].values():

@@ -136,6 +136,35 @@ class _Copies:
         res.push(cuda.call, "cuMemHostUnregister", ctypes.c_void_p(addr))
         return addr
 
+    def pinning_cost(self):
+        """What pinning host memory costs here, each way, for a buffer of the large copies' size: wall seconds and
+        seconds per GiB of ``cuMemHostAlloc`` (its pages touched, as a pool is before use) and of
+        ``cuMemHostRegister`` on pages already touched (the registration alone). An allocation the node refuses
+        is reported, not raised: the copies measured above did not need it."""
+        out = {"bytes": self.large}
+        for method in ("host_alloc", "register"):
+            res = _Resources(self.cuda)
+            try:
+                if method == "register":
+                    buf, addr = _host_buffer(self.large)
+                    res.push(buf.close)
+                t0 = time.perf_counter()
+                if method == "host_alloc":
+                    ptr = ctypes.c_void_p()
+                    self.cuda.call("cuMemHostAlloc", ctypes.byref(ptr), self.large, CU_MEMHOSTALLOC_PORTABLE)
+                    res.push(self.cuda.call, "cuMemFreeHost", ptr)
+                    ctypes.memset(ptr, 1, self.large)
+                else:
+                    self.cuda.call("cuMemHostRegister", ctypes.c_void_p(addr), self.large, CU_MEMHOSTREGISTER_PORTABLE)
+                    res.push(self.cuda.call, "cuMemHostUnregister", ctypes.c_void_p(addr))
+                seconds = time.perf_counter() - t0
+                out[method] = {"seconds": round(seconds, 6), "s_per_gib": round(seconds * (1 << 30) / self.large, 6)}
+            except CudaError as exc:
+                out[method] = {"error": str(exc)}
+            finally:
+                res.close()
+        return out
+
     def _elapsed_ms(self):
         ms = ctypes.c_float(0)
         self.cuda.call("cuEventElapsedTime", ctypes.byref(ms), self.ev_start, self.ev_end)
@@ -213,6 +242,7 @@ def measure_device(cuda, ordinal, opts, libc=None):
             result[key]["cpu_s_per_gb"] = cpu_per_gb(c.cpu[key], large, opts["repeats"])
         result["small_h2d_pinned"]["cpu_us_per_copy"] = cpu_per_copy_us(c.cpu["small"], opts["small_repeats"])
         result["small_h2d_pinned"]["loop_us_per_copy"] = c.queued_us_per_copy(opts["small_repeats"], small_warmup)
+        result["pinning"] = c.pinning_cost()
         if libc is not None:
             pages = {}
             for kind, addr in (("pinned", c.pinned_large), ("pageable", c.pageable_large)):

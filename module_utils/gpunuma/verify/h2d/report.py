@@ -31,6 +31,13 @@ def _m(placement, key, sub):
     return (m.get(key) or {}).get(sub)
 
 
+def _pinning(placement, method):
+    """Seconds per GiB to pin memory by ``method`` on a placement, or None (not measured, refused, malformed)."""
+    figure = _m(placement, "pinning", method)
+    value = figure.get("s_per_gib") if isinstance(figure, dict) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _rounds(placement):
     """The per-round figures of a placement (``rounds`` of the probe), each with a bandwidth and a p99; [] for none."""
     out = []
@@ -77,6 +84,9 @@ def _summarise_placement(name, placement, link_gbps):
         "small_cpu_us_per_copy": _median(rounds, "small_cpu_us_per_copy") if rounds
         else _m(placement, "small_h2d_pinned", "cpu_us_per_copy"),
         "link_fraction": round(pinned / link_gbps, 4) if pinned and link_gbps else None,
+        # What pinning costs on this placement: seconds per GiB to allocate pinned memory, and to register pages.
+        "pin_alloc_s_per_gib": _pinning(placement, "host_alloc"),
+        "pin_register_s_per_gib": _pinning(placement, "register"),
         "binding_verified": bool(binding.get("cpus_verified") and binding.get("mem_verified") and binding.get("pages_verified")),
         "cpus_allowed": binding.get("cpus_allowed"),
         "mempolicy": binding.get("mempolicy"),
