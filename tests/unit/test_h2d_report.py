@@ -355,6 +355,25 @@ def test_recorded_h200_cpu_overhead_is_summarised_per_placement(run, policy):
         assert place["small_cpu_us_per_copy"] > place["small_p50_us"]
 
 
+PINNING_DIR = os.path.join(FIXTURES, "recorded", "h100-probe-pinning")
+
+
+def test_recorded_h100_pinning_cost_is_carried_per_placement(policy):
+    """Five runs on a real H100: every placement carries both figures; allocating pinned memory (pages touched)
+    costs several times registering touched pages, in every run."""
+    alloc, register = [], []
+    for run in range(1, 6):
+        with open(os.path.join(PINNING_DIR, "idle-%d.json" % run)) as handle:
+            probe = json.load(handle)
+        [gpu] = h2d_report.build_report(probe, policy, hostname="h100")["gpus"]
+        for name in ("local", "unbound"):
+            place = gpu["placements"][name]
+            assert place["pin_alloc_s_per_gib"] > 3 * place["pin_register_s_per_gib"] > 0, place
+            alloc.append(place["pin_alloc_s_per_gib"])
+            register.append(place["pin_register_s_per_gib"])
+    assert 0.4 < sorted(alloc)[5] < 0.8 and 0.03 < sorted(register)[5] < 0.06
+
+
 def test_the_load_a_probe_ran_under_is_in_the_report_and_the_fleet_table(policy):
     with open(os.path.join(ROUNDS_DIR, "idle-1.json")) as fh:
         probe = json.load(fh)
