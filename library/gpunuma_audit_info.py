@@ -54,6 +54,17 @@ options:
     type: str
     choices: [auto, "yes", "no"]
     default: auto
+  containers:
+    description:
+      - Read the memlock limit every container process runs with (processes whose cgroup path holds C(kubepods)),
+        at most 4096 of them; the report's C(containers) section counts them by soft limit. For Kubernetes nodes.
+    type: bool
+    default: false
+  container_memlock:
+    description:
+      - The memlock limit gpunuma gave containerd (C(memlock_limit) with C(memlock_containerd)); a container process
+        below it is a C(container-memlock) finding. Null reports the limits without judging them.
+    type: raw
   min_local_share:
     description:
       - Share (0-1) of a bind/preferred instance's anonymous resident pages (what its processes allocated; all
@@ -96,6 +107,10 @@ audit:
       description: "expected (null: not checked), live, file, kernel_release (the node's, null when unreadable), reason."
       type: dict
     instances: {description: "Per planned instance, what was expected and what runs.", type: list}
+    containers:
+      description: "With O(containers): processes (how many container processes were read), memlock (their count
+        by soft limit, bytes or infinity), lowest (the lowest finite soft limit, or null). Null without O(containers)."
+      type: dict
 applied_plan: {description: The applied plan read (for the policy rules)., returned: always, type: dict}
 persisted_topology: {description: The persisted topology read (for the policy rules)., returned: always, type: dict}
 """
@@ -107,6 +122,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpunuma.common import bounded, documents, node_paths, seal
 from ansible.module_utils.gpunuma.common import commands
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib
+from ansible.module_utils.gpunuma.node import limits as limitslib
 from ansible.module_utils.gpunuma.node import systemctl
 from ansible.module_utils.gpunuma.verify import metrics as metricslib
 from ansible.module_utils.gpunuma.plan.profiles import base_profile
@@ -193,6 +209,8 @@ ARGUMENT_SPEC = dict(
     min_local_share=dict(type="float", default=auditlib.MIN_LOCAL_SHARE),
     rediscover=dict(type="bool", default=True),
     sysfs_root=dict(type="path"),
+    containers=dict(type="bool", default=False),
+    container_memlock=dict(type="raw"),
 )
 
 # What to do about one of gpunuma's own files edited by hand (common/seal.py).
@@ -319,6 +337,33 @@ def _instances(module, p, plan, findings):
     return out
 
 
+def _containers(p, findings):
+    """The memlock limits of the node's container processes (auditlib.container_memlock), or None when not asked."""
+    if not p["containers"]:
+        return None
+    expected = None
+    if p["container_memlock"] not in (None, ""):
+        try:
+            expected = limitslib.parse_limit(p["container_memlock"], "container_memlock")
+        except limitslib.LimitError as exc:
+            raise ValueError(str(exc))
+        expected = "infinity" if expected is None else expected
+    try:
+        names = sorted(n for n in os.listdir(p["proc_root"]) if n.isdigit())
+    except OSError:
+        names = []
+    processes = []
+    for name in names[:auditlib.MAX_CONTAINER_PROCESSES * 4]:
+        cgroup = _read(os.path.join(p["proc_root"], name, "cgroup"))
+        if cgroup and "kubepods" in cgroup:
+            processes.append((int(name), cgroup, _read(os.path.join(p["proc_root"], name, "limits"))))
+            if len(processes) >= auditlib.MAX_CONTAINER_PROCESSES:
+                break
+    summary, found = auditlib.container_memlock(processes, expected)
+    findings.extend(found)
+    return summary
+
+
 def _numa_balancing(module, p, report, findings):
     live_text = _read(os.path.join(p["proc_root"], "sys/kernel/numa_balancing"))
     live_value = live_text.strip() if live_text else None
@@ -367,6 +412,10 @@ def main():
         if edited:
             findings.append(Finding("%s-edited" % kind, "error", "%s %s: %s" % (path, edited, RECOVERY[kind])))
     report["instances"] = _instances(module, p, plan, findings)
+    try:
+        report["containers"] = _containers(p, findings)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     _numa_balancing(module, p, report, findings)
     report["findings"] = findings
     report["status"] = auditlib.status_of(findings)

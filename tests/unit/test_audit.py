@@ -351,3 +351,53 @@ def test_a_worker_over_its_pinned_budget_is_warned(locked_kb, budget, warned):
     if warned:
         (found,) = [f for f in findings if f["id"] == "pinned-over-budget"]
         assert found["expected"] == budget and found["actual"] == locked_kb * 1024
+
+
+# -- the memlock limits pods' processes run with (Kubernetes nodes) -----------------------------------------------
+
+
+def _limits(soft):
+    value = "unlimited" if soft == "unlimited" else str(soft)
+    return ("Limit                     Soft Limit           Hard Limit           Units\n"
+            "Max locked memory         %s %s bytes\n" % (value, value))
+
+
+def _proc_with_pods(tmp_path, processes):
+    root = tmp_path / "proc"
+    for pid, cgroup, soft in processes:
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "cgroup").write_text(cgroup)
+        (root / str(pid) / "limits").write_text(_limits(soft))
+    (root / "sys" / "kernel").mkdir(parents=True)
+    (root / "sys" / "kernel" / "numa_balancing").write_text("0\n")
+    return str(root)
+
+
+POD_V2 = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-a.scope\n"
+POD_V1 = "12:memory:/kubepods/besteffort/pod2/b\n11:cpuset:/kubepods/besteffort/pod2/b\n"
+HOST = "0::/system.slice/containerd.service\n"
+
+
+def test_container_processes_below_the_containerd_limit_are_named():
+    summary, found = audit.container_memlock(
+        [(10, POD_V2, _limits("unlimited")), (11, POD_V1, _limits(8 << 20)), (12, HOST, _limits(65536))],
+        expected="infinity")
+    assert summary == {"processes": 2, "memlock": {"8388608": 1, "infinity": 1}, "lowest": 8 << 20}
+    assert [(f["id"], f["severity"], f["actual"]) for f in found] == [("container-memlock", "warning", 8 << 20)]
+    assert "PID 11" in found[0]["message"] and "restart those pods" in found[0]["message"]
+    # At or above what containerd was given: nothing to say; without an expectation the limits are only reported.
+    assert audit.container_memlock([(11, POD_V1, _limits(8 << 20))], expected=8 << 20)[1] == []
+    assert audit.container_memlock([(11, POD_V1, _limits(8 << 20))], expected=None)[1] == []
+
+
+def test_the_module_reads_the_pods_processes_only_when_asked(tmp_path, capsys):
+    root = _proc_with_pods(tmp_path, [(10, POD_V2, "unlimited"), (11, POD_V1, 8 << 20), (12, HOST, 65536)])
+    off = _audit_module(capsys, plan_path=str(tmp_path / "plan.json"), proc_root=root)
+    assert off["audit"]["containers"] is None
+    on = _audit_module(capsys, plan_path=str(tmp_path / "plan.json"), proc_root=root, containers=True,
+                       container_memlock="64G")
+    assert on["audit"]["containers"] == {"processes": 2, "memlock": {"8388608": 1, "infinity": 1}, "lowest": 8 << 20}
+    assert [f["id"] for f in on["audit"]["findings"] if f["id"] == "container-memlock"] == ["container-memlock"]
+    bad = _audit_module(capsys, plan_path=str(tmp_path / "plan.json"), proc_root=root, containers=True,
+                        container_memlock="lots")
+    assert bad["failed"] and bad["msg"].startswith("container_memlock: 'lots' is not a limit")

@@ -210,6 +210,7 @@ _AUDIT_PROPERTIES = {
     "profile": _t("object"),
     "fingerprint": _t("object"),
     "numa_balancing": _t("object"),
+    "containers": _t("object", null=True),
     "instances": _list(_obj(["name"], {
         "name": _t("string"),
         "unit": _t("string", null=True),

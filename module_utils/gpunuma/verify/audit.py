@@ -46,6 +46,7 @@ FINDING_IDS = (
     "memlock-unit",
     "memlock-at-limit",
     "pinned-over-budget",
+    "container-memlock",
     "numa-balancing-live",
     "numa-balancing-file",
     "profile-state",
@@ -343,6 +344,45 @@ def numa_balancing_findings(expected, live_value, file_value, file_path, check_l
         findings.append(Finding("numa-balancing-live", "error", "kernel.numa_balancing is %s, expected %d"
                                 % (live_value, expected), None, expected, live_value))
     return findings
+
+
+# Container processes the audit reads at most (each a few small /proc files).
+MAX_CONTAINER_PROCESSES = 4096
+
+
+def container_memlock(processes, expected=None):
+    """``(summary, findings)`` of the memlock limits container processes run with (a Kubernetes node's pods).
+
+    ``processes``: ``[(pid, cgroup text, limits text)]`` of the node's processes; those whose cgroup path holds
+    ``kubepods`` are the pods' (the kubelet's cgroup driver names both layouts so). ``expected``: the soft limit
+    (bytes or ``"infinity"``) gpunuma gave containerd, which every container inherits, or None when gpunuma set
+    none. A container process whose soft limit is below it was started before the change or by another runtime:
+    its pinned allocations past the limit fail, or an engine falls back to pageable copies without a word
+    (``IPC_LOCK`` does not lift the limit of a non-root process)."""
+    limits, lowest = {}, None
+    for pid, cgroup, limits_text in processes:
+        if "kubepods" not in (cgroup or ""):
+            continue
+        got = parse_memlock(limits_text or "")
+        if got is None:
+            continue
+        key = str(got)
+        limits.setdefault(key, []).append(pid)
+        if got != "infinity" and (lowest is None or got < lowest[0]):
+            lowest = (got, pid)
+    summary = {"processes": sum(len(v) for v in limits.values()),
+               "memlock": {k: len(v) for k, v in sorted(limits.items())}, "lowest": lowest[0] if lowest else None}
+    findings = []
+    if expected is not None and lowest is not None and (expected == "infinity" or lowest[0] < expected):
+        below = sorted(pid for k, pids in limits.items() for pid in pids if k != "infinity"
+                       and (expected == "infinity" or int(k) < expected))
+        findings.append(Finding(
+            "container-memlock", "warning",
+            "%d container process%s run%s with a memlock limit below the %s gpunuma gave containerd (lowest %d bytes, "
+            "PID %s): pinned allocations past it fail or fall back to pageable copies; restart those pods"
+            % (len(below), "es" if len(below) > 1 else "", "" if len(below) > 1 else "s", expected, lowest[0],
+               lowest[1]), None, expected, lowest[0]))
+    return summary, findings
 
 
 def kubelet_findings(changes, remove_checkpoints=(), problem=None, profile=None, dra_checkpoint=None):
