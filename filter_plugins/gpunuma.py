@@ -37,7 +37,6 @@ from ansible.module_utils.gpunuma.node import limits  # noqa: E402
 from ansible.module_utils.gpunuma.run import role_inputs  # noqa: E402
 from ansible.module_utils.gpunuma.run import topology_store  # noqa: E402
 from ansible.module_utils.gpunuma.run import dry_run  # noqa: E402
-from ansible.module_utils.gpunuma.plan import node_plan  # noqa: E402
 from ansible.module_utils.gpunuma.node import accounts as accountslib  # noqa: E402
 from ansible.module_utils.gpunuma.node import autonuma as autonumalib  # noqa: E402
 from ansible.module_utils.gpunuma.node import housekeeping as housekeepinglib  # noqa: E402
@@ -55,7 +54,7 @@ from ansible.module_utils.gpunuma.kubelet import resource_slices as resourceslic
 from ansible.module_utils.gpunuma.plan.systemd_words import (  # noqa: E402
     systemd_environment_assignment, systemd_exec_line)
 from ansible.module_utils.gpunuma.plan.profiles import (  # noqa: E402
-    ProfileError, base_profile, load_profiles, profile_choice_problem, profile_variant)
+    ProfileError, base_profile, load_profiles, profile_choice_problem)
 
 
 def _filter(function, doc=None):
@@ -210,7 +209,6 @@ def gpunuma_audit_metrics(reports, unreachable=()):
 # autonuma_numa_balancing (auto follows the profile and the kernel release): gpunuma.autonuma.
 autonuma_decide = _filter(autonumalib.decide)
 # Whether the live value is written (not in a container unless asked): the audit asks the same function.
-autonuma_write_live = _filter(autonumalib.write_live)
 autonuma_role_plan = _filter(autonumalib.role_plan)
 
 # systemd-sysctl reads only *.conf files (sysctl.d(5)); the whole path must match.
@@ -383,7 +381,6 @@ def gpunuma_extra_var(name, default=None):
 
 # A plan's profile is a rung and an optional variant (gpunuma.plan.profiles.ProfileName).
 gpunuma_base_profile = _filter(base_profile)
-gpunuma_profile_variant = _filter(profile_variant)
 
 
 def gpunuma_effective_profile(read, rollback_target, cli_profile, inventory_profile):
@@ -467,7 +464,6 @@ def kubelet_topology_change(plan, guard, config_path, state_dir, service):
 # (gpunuma.limits).
 
 memlock_role_plan = _filter(limits.role_plan)
-memlock_aliases = role_inputs.aliases_of
 
 # User and group names as shadow-utils accepts them (a trailing $ marks Samba
 # machine accounts); anything else could break the limits.d line. Matched
@@ -551,16 +547,11 @@ def memlock_input_problems(options, values, aliases=None):
 # ``systemd_exec_line`` (imported, not copied), so a command is always passed
 # as argv and never read by a shell.
 
-numa_binding_aliases = role_inputs.aliases_of
 numa_binding_profile_problem = profile_choice_problem
 numa_binding_exec_line = _filter(systemd_exec_line,
                                  "``ExecStart=`` value running ``argv`` verbatim (plan.systemd_exec_line).")
 numa_binding_environment = _filter(systemd_environment_assignment,
                                    "``Environment=`` word for one variable (plan.systemd_environment_assignment).")
-
-
-numa_binding_missing_targets = _filter(node_plan.missing_targets)
-numa_binding_dropin_hazards = _filter(node_plan.dropin_hazards)
 
 
 def numa_binding_redact_secrets(instances, patterns):
@@ -582,12 +573,6 @@ def numa_binding_stale_env_files(applied, plan, env_dir):
 def numa_binding_program_requests(instances):
     """What gpunuma_node_info's ``programs`` section reads: each instance's command[0] and account."""
     return programslib.program_requests(instances)
-
-
-def numa_binding_program_problems(plan, states, host, start=True):
-    """One message per started instance whose program is missing, not executable by its account, or (run as
-    root) replaceable by another account."""
-    return programslib.program_problems(plan, states, host, start)
 
 
 def numa_binding_account_to_create(plan, accounts, start, create_user, groups=()):
@@ -698,9 +683,6 @@ def numa_binding_limit_problem(value, variable):
     return None
 
 
-numa_binding_read_applied_plan = _filter(node_plan.read_applied_plan)
-
-
 # Filter name -> function; each name is the function's own name above.
 FILTERS = (
     # fleet audit
@@ -711,7 +693,6 @@ FILTERS = (
     # autonuma
     "autonuma_input_problems",
     "autonuma_decide",
-    "autonuma_write_live",
     "autonuma_role_plan",
     # site.yml
     "gpunuma_not_provisioned",
@@ -734,26 +715,19 @@ FILTERS = (
     "gpunuma_extra_var",
     "gpunuma_rollback_target",
     "gpunuma_base_profile",
-    "gpunuma_profile_variant",
     # memlock
-    "memlock_aliases",
     "memlock_input_problems",
     "memlock_role_plan",
     # numa_binding
-    "numa_binding_aliases",
     "numa_binding_input_problems",
     "numa_binding_profile_problem",
-    "numa_binding_read_applied_plan",
     "numa_binding_exec_argv",
     "numa_binding_exec_line",
     "numa_binding_environment",
-    "numa_binding_missing_targets",
-    "numa_binding_dropin_hazards",
     "numa_binding_program_requests",
     "numa_binding_redact_secrets",
     "numa_binding_env_files",
     "numa_binding_stale_env_files",
-    "numa_binding_program_problems",
     "numa_binding_account_problems",
     "numa_binding_account_to_create",
     "numa_binding_account_reads",

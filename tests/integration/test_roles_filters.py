@@ -15,6 +15,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.node import autonuma, limits, sysctl_owners
+from ansible.module_utils.gpunuma.plan import node_plan
 
 from conftest import REPO_ROOT
 
@@ -101,12 +102,11 @@ OWN = "/etc/sysctl.d/60-gpunuma-numa-balancing.conf"
 def test_autonuma_filters_are_the_autonuma_functions():
     filters = _filters("autonuma_")
     # autonuma_input_problems checks the role's variables (test_roles_inputs.py).
-    assert set(filters) == {"autonuma_input_problems", "autonuma_decide", "autonuma_write_live", "autonuma_role_plan"}
+    assert set(filters) == {"autonuma_input_problems", "autonuma_decide", "autonuma_role_plan"}
     # The value decision is gpunuma.autonuma (tests/unit/test_autonuma_decide.py), and so is
     # whether the live value is written (the audit asks the same function: tests/unit/test_one_decider.py);
     # the role asks role_plan, which chains them with the sysctl.d and tuned readings below.
     assert filters["autonuma_decide"].__wrapped__ is autonuma.decide
-    assert filters["autonuma_write_live"].__wrapped__ is autonuma.write_live
     assert filters["autonuma_role_plan"].__wrapped__ is autonuma.role_plan
 
 
@@ -165,7 +165,7 @@ def test_autonuma_role_plan_errors_become_filter_errors():
 def test_memlock_filters_are_the_limits_functions():
     filters = _filters("memlock_")
     assert filters["memlock_role_plan"].__wrapped__ is limits.role_plan
-    assert set(filters) == {"memlock_aliases", "memlock_input_problems", "memlock_role_plan"}
+    assert set(filters) == {"memlock_input_problems", "memlock_role_plan"}
 
 
 LIMITS_8M = ("Limit                     Soft Limit           Hard Limit           Units     \n"
@@ -261,23 +261,23 @@ def _dropin_plan(**instance):
 
 def test_dropin_hazard_container_launcher_is_refused_unless_the_instance_replaces_the_command():
     inspected = {"vendor.service": {"container_launchers": ["docker run"], "cuda_visible_devices": []}}
-    problems = plugin.numa_binding_dropin_hazards(_dropin_plan(), inspected, "h1")
+    problems = node_plan.dropin_hazards(_dropin_plan(), inspected, "h1")
     assert len(problems) == 1
     assert "h1: gpunuma_instances entry 'vendor' binds unit vendor.service, whose ExecStart= launches a container " \
            "(docker run)" in problems[0]
     assert "numa_binding_allow_dropin_hazards: true" in problems[0]
-    assert plugin.numa_binding_dropin_hazards(_dropin_plan(command=["/srv/run"]), inspected, "h1") == []
+    assert node_plan.dropin_hazards(_dropin_plan(command=["/srv/run"]), inspected, "h1") == []
 
 
 def test_dropin_hazard_environment_file_cuda_visible_devices():
     inspected = {"vendor.service": {"container_launchers": [],
                                     "cuda_visible_devices": ["/etc/default/vendor: CUDA_VISIBLE_DEVICES=3",
                                                              "Environment=: CUDA_VISIBLE_DEVICES=0"]}}
-    problems = plugin.numa_binding_dropin_hazards(_dropin_plan(), inspected, "h1")
+    problems = node_plan.dropin_hazards(_dropin_plan(), inspected, "h1")
     assert len(problems) == 1
     assert "EnvironmentFile= sets CUDA_VISIBLE_DEVICES (/etc/default/vendor: CUDA_VISIBLE_DEVICES=3)" in problems[0]
     assert "GPUs 0" in problems[0]
     # The unit's own Environment= is overridden by the drop-in's: not a hazard. CPU-only instances neither.
     only_env = {"vendor.service": {"container_launchers": [], "cuda_visible_devices": ["Environment=: CUDA_VISIBLE_DEVICES=0"]}}
-    assert plugin.numa_binding_dropin_hazards(_dropin_plan(), only_env, "h1") == []
-    assert plugin.numa_binding_dropin_hazards(_dropin_plan(gpus=[]), inspected, "h1") == []
+    assert node_plan.dropin_hazards(_dropin_plan(), only_env, "h1") == []
+    assert node_plan.dropin_hazards(_dropin_plan(gpus=[]), inspected, "h1") == []

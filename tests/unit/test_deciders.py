@@ -35,7 +35,7 @@ CALLERS = {
     # AutoNUMA: the role through its filter, the gate's reading of the setting, the audit with the applied profile.
     "node.autonuma.decide": {"filter_plugins/gpunuma.py", "module_utils/gpunuma/verify/audit.py"},
     "node.autonuma.setting_of": {"module_utils/gpunuma/gate/checks.py"},
-    "node.autonuma.write_live": {"filter_plugins/gpunuma.py", "library/gpunuma_audit_info.py"},
+    "node.autonuma.write_live": {"library/gpunuma_audit_info.py"},
     "node.autonuma.detect_container": {"library/gpunuma_audit_info.py", "module_utils/gpunuma/node/probe.py"},
     "kubelet.plan.plan_kubelet": {"library/kubelet_topology_plan.py"},
     "gate.policy.evaluate": {"library/gpunuma_policy_check.py"},

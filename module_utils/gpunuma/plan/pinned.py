@@ -102,8 +102,8 @@ def derived_budget(engine, command, environment, ranks):
         offload = _amount(options.get("--cpu-offload-gb"))
         if offload:
             total += int(offload * GIB) * ranks
-            said.append("vLLM --cpu-offload-gb %s (GiB per GPU, %d GPU%s)" % (options["--cpu-offload-gb"], ranks,
-                                                                              "s" if ranks > 1 else ""))
+            said.append("vLLM --cpu-offload-gb %s (GiB per GPU, %d GPU%s)"
+                        % (options["--cpu-offload-gb"], ranks, "s" if ranks > 1 else ""))
         kv = _amount(options.get("--kv-offloading-size"))
         if kv and options.get("--kv-offloading-backend", "native") == "native":
             total += int(kv * GIB)
@@ -114,8 +114,8 @@ def derived_budget(engine, command, environment, ranks):
             return None, ("SGLang's hierarchical cache is sized by --hicache-ratio against the GPU pool, unknown before "
                           "it starts: state pinned (or --hicache-size) to budget it")
         total += int(host * GB) * ranks
-        said.append("SGLang --hicache-size %s (GB per rank, %d rank%s)" % (options["--hicache-size"], ranks,
-                                                                          "s" if ranks > 1 else ""))
+        said.append("SGLang --hicache-size %s (GB per rank, %d rank%s)"
+                    % (options["--hicache-size"], ranks, "s" if ranks > 1 else ""))
     environment = environment if isinstance(environment, dict) else {}
     local_cpu = str(environment.get("LMCACHE_LOCAL_CPU", "true")).strip().lower() not in _FALSE
     lmcache = _amount(environment.get("LMCACHE_MAX_LOCAL_CPU_SIZE"))
