@@ -7,6 +7,7 @@ is a fake that keeps per-unit state and records every command.
 
 import importlib.util
 import os
+import stat
 import subprocess
 import sys
 
@@ -284,7 +285,8 @@ def test_changed_unit_written_atomically_backed_up_and_only_it_restarted(node):
     [backup] = node.backups()
     assert backup.startswith(str(llm0) + ".%d." % os.getpid())
     assert open(backup).read() == old
-    assert os.stat(backup).st_mode & 0o7777 == 0o644
+    # Kept for rollback alone: readable by its owner only once the run succeeded.
+    assert os.stat(backup).st_mode & 0o7777 == 0o600
     assert result["files"][0] == {"path": str(llm0), "changed": True, "created": False, "backup": backup}
     assert result["files"][1]["changed"] is False
     assert fake.reloads() == 1
@@ -1016,6 +1018,27 @@ def test_success_keeps_the_newest_backups_per_file(node):
     kept = [b for b in node.backups() if os.path.basename(b).startswith("gpunuma-llm0.service.")]
     assert len(kept) == 3 and old[5] in kept and old[6] in kept
     assert unrelated.exists()
+
+
+def test_backups_are_readable_by_their_owner_alone_after_success(node):
+    """A backup is for rollback: an older gpunuma's world-readable unit backup (which may hold a secret written
+    before secrets moved to 0600 environment files) and this run's own are made 0600; the unit keeps 0644."""
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    old = _old_backups(node, "gpunuma-llm0.service", 2)
+    for path in old:
+        os.chmod(path, 0o644)
+    unrelated = node.put("other.service.1.2026-11-01@03:00:00~", "not ours\n")
+    os.chmod(unrelated, 0o644)
+    fake = FakeSystemd({"gpunuma-llm0.service": running("a")})
+    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
+                                         unit="gpunuma-llm0.service")],
+                       units=dict(UNITS, services=["gpunuma-llm0.service"]), after_success=node.after_success(),
+                       backups_keep=5)
+    assert not result.get("failed"), result.get("msg")
+    backups = [b for b in node.backups() if os.path.basename(b).startswith("gpunuma-llm0.service.")]
+    assert len(backups) == 3 and all(stat.S_IMODE(os.stat(b).st_mode) == 0o600 for b in backups), backups
+    assert stat.S_IMODE(os.stat(node.path("gpunuma-llm0.service")).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(unrelated).st_mode) == 0o644
 
 
 def test_failed_run_prunes_nothing(node):

@@ -130,6 +130,27 @@ class NodeFiles:
             self.remove(full)
         return removed
 
+    def restrict_backups(self, path):
+        """Make every backup of path readable by its owner alone (group and other bits cleared); their paths.
+
+        A backup is for rolling back, never for reading: one kept by an older gpunuma may hold a unit or plan
+        with secret values written before they moved to the 0600 environment files."""
+        directory, name = os.path.split(path)
+        try:
+            entries = os.listdir(directory)
+        except OSError:
+            return []
+        changed = []
+        for entry in entries:
+            full = os.path.join(directory, entry)
+            if backup_stamp(name, entry) is None or os.path.islink(full) or not os.path.isfile(full):
+                continue
+            mode = stat.S_IMODE(os.stat(full).st_mode)
+            if mode & 0o077:
+                os.chmod(full, mode & 0o700)
+                changed.append(full)
+        return changed
+
     def restore(self, backup, path):
         with open(backup, "rb") as stream:
             data = stream.read()

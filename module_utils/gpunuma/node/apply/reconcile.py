@@ -372,6 +372,11 @@ class Apply(UnitSteps, StopSteps):
             for entry in entries:
                 if entry.get("backup", True):
                     self.result["pruned_backups"].extend(self.fs.prune_backups(entry["path"], backups_keep))
+        # Backups are for rollback alone: readable by their owner only, older gpunuma's included (fs.py).
+        if not self.check_mode:
+            for entry in entries:
+                if entry.get("backup", True):
+                    self.fs.restrict_backups(entry["path"])
         # A secret that goes leaves no copy behind.
         for path in secret_absent:
             if not self.check_mode:
