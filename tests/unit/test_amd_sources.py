@@ -427,3 +427,46 @@ def test_metrics_of_the_cpx_plan(tmp_path):
     info = [line for line in text.splitlines() if line.startswith("gpunuma_instance_info{")]
     assert len(info) == 2 and 'instance="tp8"' in info[0] + info[1]
     assert "gpunuma_metrics_errors 0" in text
+
+
+# -- hostile tool output: a named refusal, never a crash, a hang or a GPU number nobody has ----------------------
+
+
+@pytest.mark.parametrize("parse, text, needle", [
+    (amd.parse_rocm_smi, "[" * 5000 + "]" * 5000, "nested deeper"),
+    (amd.parse_rocm_smi, json.dumps({"card" + "9" * 5000: {"(Topology) Numa Node": "0"}}), "no GPU found"),
+    (amd.parse_rocm_smi, json.dumps({"card99999": {"(Topology) Numa Node": "0"}}), "no GPU found"),
+    (amd.parse_rocm_smi, json.dumps({"card0": {"(Topology) Weight between DRM devices 0 and 4096": 15}}),
+     "4096 is not a GPU number"),
+    (amd.parse_rocm_smi, "GPU[5000]\t\t: (Topology) Numa Node: 0\n", "5000 is not a GPU number"),
+    (amd.parse_rocm_smi, "===== Weight between two GPUs =====\n       GPU0  GPU" + "9" * 4000 + "\nGPU0 0 15\n",
+     "is not a GPU number"),
+    (amd.parse_amd_smi, json.dumps([{"gpu": True, "bdf": "0000:01:00.0", "links": []}]), "true is not a GPU number"),
+    (amd.parse_amd_smi, json.dumps([{"gpu": 10 ** 30, "bdf": "0000:01:00.0", "links": []}]), "is not a GPU number"),
+    (amd.parse_amd_smi, json.dumps([{"gpu": 0, "bdf": "0000:01:00.0", "links": [{"gpu": [], "num_hops": 1}]}]),
+     "names gpu [] is not a GPU number"),
+    (amd.parse_amd_smi, json.dumps([{"gpu": 0, "bdf": "0000:01:00.0", "links": "x"}]), "\"links\" is str"),
+    (amd.parse_amd_smi, "[" * 5000 + "]" * 5000, "nested deeper"),
+])
+def test_hostile_tool_output_is_refused_naming_what(parse, text, needle):
+    with pytest.raises(amd.AmdSourceError) as caught:
+        parse(text)
+    assert needle in str(caught.value), str(caught.value)[:300]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-10 ** 40, 10 ** 40), st.floats(),
+                              st.text(max_size=8)),
+                    lambda children: st.one_of(st.lists(children, max_size=4),
+                                               st.dictionaries(st.sampled_from(["gpu", "bdf", "links", "num_hops",
+                                                                                "weight", "link_type", "card0"]),
+                                                               children, max_size=4)),
+                    max_leaves=20))
+def test_any_json_shape_is_parsed_or_refused_never_a_crash(data):
+    text = json.dumps(data)
+    for parse in (amd.parse_rocm_smi, amd.parse_amd_smi):
+        try:
+            doc = parse(text)
+        except amd.AmdSourceError:
+            continue
+        assert 0 < doc["count"] <= amd.MAX_GPU_NUMBER + 1

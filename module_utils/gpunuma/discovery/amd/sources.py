@@ -29,7 +29,7 @@ import re
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError, NvmlError
 from ansible.module_utils.gpunuma.discovery.nvidia.nvml_dump import normalize_bus_id
-from ansible.module_utils.gpunuma.common.bounded import read_bounded
+from ansible.module_utils.gpunuma.common.bounded import loads_json, read_bounded
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 # kfd_crat.h: CRAT_IOLINK_TYPE_XGMI (PCIe links are type 2).
@@ -42,8 +42,10 @@ MAX_IO_LINKS = 1024
 # An 8-GPU showtopo text is about 5 KiB and 64 partitions' JSON under 1 MiB.
 MAX_SMI_CHARS = 4 << 20
 
-_PAIR_KEY = re.compile(r"\(Topology\) (Weight|Hops|Link type) between DRM devices (\d+) and (\d+)", re.I)
-_NUMA_LINE = re.compile(r"GPU\[(\d+)\]\s*:\s*\(Topology\) Numa (Node|Affinity):\s*(-?\d+)", re.I)
+# GPU numbers the tools may name: a node holds at most a few hundred GPU partitions; a bigger number is no GPU.
+MAX_GPU_NUMBER = 1023
+_PAIR_KEY = re.compile(r"\(Topology\) (Weight|Hops|Link type) between DRM devices (\d{1,4}) and (\d{1,4})", re.I)
+_NUMA_LINE = re.compile(r"GPU\[(\d{1,4})\]\s*:\s*\(Topology\) Numa (Node|Affinity):\s*(-?\d{1,6})", re.I)
 _SECTION = re.compile(r"^=+\s*(.*?)\s*=+$")
 _MATRIX_SECTIONS = {"weight between two gpus": "weights", "hops between two gpus": "hops",
                     "link type between two gpus": "types"}
@@ -221,6 +223,16 @@ def _as_int(text):
     return int(text) if re.fullmatch(r"-?\d{1,12}", text) else None
 
 
+def _gpu_number(value, source, what):
+    """A GPU number the tool gave (an int, not a boolean, 0 to MAX_GPU_NUMBER), or AmdSourceError naming it."""
+    if isinstance(value, str) and re.fullmatch(r"\d{1,4}", value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPU_NUMBER:
+        raise AmdSourceError("%s: %s %s is not a GPU number; allowed: 0 to %d"
+                             % (source, what, json.dumps(value, default=str)[:40], MAX_GPU_NUMBER))
+    return value
+
+
 def _check_text(text, source):
     if not isinstance(text, str) or not text.strip():
         raise AmdSourceError("%s is empty" % source)
@@ -251,7 +263,7 @@ def parse_rocm_smi(text, source="rocm-smi --showtopo"):
 
 def _rocm_smi_json(text, source, doc):
     try:
-        data = json.loads(text)
+        data = loads_json(text)
     except ValueError as exc:
         raise AmdSourceError("%s is not JSON: %s" % (source, exc))
     if not isinstance(data, dict):
@@ -259,15 +271,16 @@ def _rocm_smi_json(text, source, doc):
     for card, fields in data.items():
         if not isinstance(fields, dict):
             continue
-        match = re.fullmatch(r"card(\d+)", str(card))
+        match = re.fullmatch(r"card(\d{1,4})", str(card))
         for key, value in fields.items():
             pair = _PAIR_KEY.fullmatch(str(key).strip())
             if pair:
-                _store_pair(doc, pair.group(1).lower(), int(pair.group(2)), int(pair.group(3)), value)
+                _store_pair(doc, pair.group(1).lower(), _gpu_number(pair.group(2), source, "DRM device"),
+                            _gpu_number(pair.group(3), source, "DRM device"), value)
             elif match and str(key).strip().lower() == "(topology) numa node":
-                doc["numa"][int(match.group(1))] = _as_int(value)
+                doc["numa"][_gpu_number(match.group(1), source, "card")] = _as_int(value)
             elif match and str(key).strip().lower() == "(topology) numa affinity":
-                doc["affinity"][int(match.group(1))] = _as_int(value)
+                doc["affinity"][_gpu_number(match.group(1), source, "card")] = _as_int(value)
 
 
 def _store_pair(doc, what, i, j, value):
@@ -288,18 +301,18 @@ def _rocm_smi_text(text, source, doc):
         numa = _NUMA_LINE.search(stripped)
         if numa:
             target = doc["numa"] if numa.group(2).lower() == "node" else doc["affinity"]
-            target[int(numa.group(1))] = int(numa.group(3))
+            target[_gpu_number(numa.group(1), source, "GPU")] = int(numa.group(3))
             continue
         if section is None or not stripped:
             continue
         cells = stripped.split()
         if header is None:
             if all(re.fullmatch(r"GPU\d+", c) for c in cells):
-                header = [int(c[3:]) for c in cells]
+                header = [_gpu_number(c[3:], source, "column") for c in cells]
             continue
         if not re.fullmatch(r"GPU\d+", cells[0]):
             continue
-        row = int(cells[0][3:])
+        row = _gpu_number(cells[0][3:], source, "row")
         if len(cells) - 1 != len(header):
             raise AmdSourceError("%s: row GPU%d of %r has %d values for %d columns"
                                  % (source, row, section, len(cells) - 1, len(header)))
@@ -316,7 +329,7 @@ def parse_amd_smi(text, source="amd-smi topology --json"):
     "count": n}``; GPU numbers are amd-smi's (``gpu``), matched to the topology by ``bdf``."""
     _check_text(text, source)
     try:
-        data = json.loads(text)
+        data = loads_json(text)
     except ValueError as exc:
         raise AmdSourceError("%s is not JSON: %s" % (source, exc))
     if isinstance(data, dict):
@@ -329,14 +342,19 @@ def parse_amd_smi(text, source="amd-smi topology --json"):
         gpu = entry.get("gpu") if isinstance(entry, dict) else None
         if not isinstance(gpu, int) or not isinstance(entry.get("bdf"), str):
             raise AmdSourceError("%s: entry %d has no integer \"gpu\" and string \"bdf\"" % (source, n))
+        gpu = _gpu_number(gpu, source, "entry %d gpu" % n)
         try:
             doc["bdf"][gpu] = normalize_bus_id(entry["bdf"])
         except NvmlError as exc:
             raise AmdSourceError("%s: gpu %d: %s" % (source, gpu, exc))
-        for link in entry.get("links") or []:
+        links = entry.get("links") or []
+        if not isinstance(links, list):
+            raise AmdSourceError("%s: gpu %d: \"links\" is %s, not a list" % (source, gpu, type(links).__name__))
+        for link in links:
             other = link.get("gpu") if isinstance(link, dict) else None
-            if not isinstance(other, int) or other == gpu:
+            if other is None or other == gpu:
                 continue
+            other = _gpu_number(other, source, "a link of gpu %d names gpu" % gpu)
             if "link_type" in link:
                 doc["types"][(gpu, other)] = str(link["link_type"]).strip().upper()
             if "weight" in link:
