@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
+from typing import ClassVar, Optional
 
 from ansible.module_utils.gpunuma.common import bounded, schemas
 from ansible.module_utils.gpunuma.common.errors import ProblemsError
@@ -343,7 +344,7 @@ class Document:
     """A checked document: its schema name and its data."""
 
     data: dict = field(default_factory=dict)
-    NAME = None
+    NAME: ClassVar[Optional[str]] = None
 
     @classmethod
     def load(cls, data, source=None):

@@ -23,6 +23,8 @@ or a diff:
 
 from __future__ import annotations
 
+from typing import Any, List
+
 from collections.abc import Mapping
 import fnmatch
 import os
@@ -58,7 +60,7 @@ def is_secret(name, patterns=DEFAULT_PATTERNS, marked=()):
     return any(fnmatch.fnmatchcase(upper, str(p).upper()) for p in patterns or ())
 
 
-def command_secret_flags(command, patterns=DEFAULT_PATTERNS):
+def command_secret_flags(command: Any, patterns: Any = DEFAULT_PATTERNS) -> List[str]:
     """The options of ``command`` (an argv list) that carry a secret value: ``--api-key VALUE``,
     ``--hf-token=VALUE`` and the like, whose name (``API_KEY``) matches ``patterns`` as an environment variable's
     would. A value that is an absolute path (``--ssl-keyfile /etc/ssl/key.pem``) names a secret, never holds one.
@@ -160,7 +162,7 @@ def _quote(value):
 SYSTEMD_LINE_MAX = 1024 * 1024
 
 
-def line_too_long(name, value):
+def line_too_long(name: str, value: str) -> bool:
     """Whether ``NAME="value"``, quoted as gpunuma writes it, is longer than systemd reads a line."""
     return len("%s=%s" % (name, _quote(value))) + 1 >= SYSTEMD_LINE_MAX
 

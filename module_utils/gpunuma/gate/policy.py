@@ -26,6 +26,8 @@ sentences (empty: pass) or None (not applicable).
 
 from __future__ import annotations
 
+from typing import Any, Tuple
+
 import datetime
 import os
 import re
@@ -188,7 +190,7 @@ def validate_waivers(waivers, rule_ids, what="gpunuma_policy_waivers"):
     return out
 
 
-def evaluate(rules, ctx, waivers, groups, today):
+def evaluate(rules: list, ctx: Any, waivers: Any, groups: Any, today: Any) -> Tuple[list, list]:
     """Results per rule: ``{id, title, severity, status, violations, waiver, source}``.
 
     ``status``: pass | fail | waived | not_applicable. Also returns the

@@ -25,14 +25,16 @@ import re
 from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 
+# What ruamel raises on a document it cannot read (Exception where ruamel is missing: nothing is parsed then).
+_RUAMEL_ERRORS: tuple = (Exception,)
 try:  # pragma: no cover - exercised through the import guard below
     from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError as _RuamelError
+    from ruamel.yaml.error import YAMLError
 
+    _RUAMEL_ERRORS = (YAMLError,)
     HAS_RUAMEL = True
 except ImportError:  # pragma: no cover
     HAS_RUAMEL = False
-    _RuamelError = Exception
 
 KIND = "KubeletConfiguration"
 API_VERSIONS = ("kubelet.config.k8s.io/v1beta1",)
@@ -119,7 +121,7 @@ def parse_config(text, source="config"):
         except RecursionError:
             raise KubeletConfigError("%s: is nested too deep to be a KubeletConfiguration; allowed: one "
                                      "KubeletConfiguration document" % source)
-        except (_RuamelError, ValueError) as exc:
+        except _RUAMEL_ERRORS + (ValueError,) as exc:
             if json_error is not None:
                 raise KubeletConfigError("%s: is not valid JSON (%s) nor a YAML flow mapping; allowed: a "
                                          "KubeletConfiguration as YAML or JSON" % (source, json_error))
@@ -264,7 +266,7 @@ def dump_config(parsed, keys=None):
         if spliced is not None:
             try:
                 again = [d for d in _yaml().load_all(spliced) if d is not None]
-            except (_RuamelError, ValueError):
+            except _RUAMEL_ERRORS + (ValueError,):
                 again = None
             if again and len(again) == 1 and plain(again[0]) == plain(parsed.doc):
                 return spliced

@@ -31,6 +31,8 @@ each line naming the field, the value and what is allowed.
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import copy
 
 from ansible.module_utils.gpunuma.common import bounded
@@ -157,7 +159,7 @@ def planned_housekeeping(binding_plan: dict, topology: dict) -> frozenset:
     if binding_plan.get("topology_fingerprint") != topology.get("fingerprint"):
         raise PlanError(["plan: made for topology %s, not this node's %s; plan the binding again"
                          % (binding_plan.get("topology_fingerprint"), topology.get("fingerprint"))])
-    cpus = frozenset()
+    cpus: frozenset = frozenset()
     for node_id, text in sorted(binding_plan["housekeeping"].items()):
         cpus |= parse_cpulist(text or "", "plan.housekeeping[%s]" % node_id)
     return cpus
@@ -186,11 +188,12 @@ class _Run(object):
         self.settings = {}
 
 
-def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, housekeeping_cores_per_node="auto",
-                 housekeeping_cpus_list=None, binding_plan=None,
-                 overrides=None, memory_spread="first_node", manage_reservations=False, cpu_state=None,
-                 memory_state=None, state_dir=DEFAULT_STATE_DIR, config_source="config", pod_gpu_counts=None,
-                 dra="off", dra_state=None):
+def plan_kubelet(topology: dict, profile: Any, preset: Any, config_text: Optional[str],
+                 kubelet_version: Optional[str] = None, housekeeping_cores_per_node: Any = "auto",
+                 housekeeping_cpus_list: Any = None, binding_plan: Optional[dict] = None, overrides: Any = None,
+                 memory_spread: str = "first_node", manage_reservations: bool = False, cpu_state: Any = None,
+                 memory_state: Any = None, state_dir: str = DEFAULT_STATE_DIR, config_source: str = "config",
+                 pod_gpu_counts: Any = None, dra: str = "off", dra_state: Any = None) -> KubeletPlan:
     """Merge the preset, the topology's reservations and ``overrides`` into ``config_text``.
 
     ``profile`` is the binding profile mapping (it names the preset and gives
@@ -206,8 +209,8 @@ def plan_kubelet(topology, profile, preset, config_text, kubelet_version=None, h
     then the reserved CPUs, as decided (the IRQ CPUs of ``irq_pin`` included),
     never decided again here.
     """
-    problems = []
-    warnings = []
+    problems: list = []
+    warnings: list = []
     hostname = topology.get("hostname") if isinstance(topology, dict) else None
     version, counts = _options(kubelet_version, memory_spread, manage_reservations, pod_gpu_counts, problems, warnings)
     try:

@@ -29,6 +29,8 @@ disagree about a node.
 
 from __future__ import annotations
 
+from typing import Any, Optional, Tuple
+
 import os
 import re
 
@@ -71,7 +73,7 @@ def _profile_name(profile_name):
     return str(profile_name).strip() if profile_name is not None else "strict"
 
 
-def setting_of(setting):
+def setting_of(setting: Any) -> Any:
     """autonuma_numa_balancing as decided on: 0, 1, None or AUTO; anything else stays as given (the role's
     validation refuses it)."""
     if setting is None or isinstance(setting, bool):
@@ -82,7 +84,7 @@ def setting_of(setting):
     return AUTO if text == AUTO else setting
 
 
-def decide(setting, profile_name, kernel_release):
+def decide(setting: Any, profile_name: Any, kernel_release: Optional[str]) -> Tuple[Optional[int], str]:
     """(value, reason): the kernel.numa_balancing gpunuma sets on this node.
 
     ``value`` is 0 or 1 (persist it and set it live) or None (hand the key
@@ -118,7 +120,7 @@ def value(setting, profile_name, kernel_release):
     return decide(setting, profile_name, kernel_release)[0]
 
 
-def detect_container(runner=None, markers=CONTAINER_MARKERS):
+def detect_container(runner: Any = None, markers: Any = CONTAINER_MARKERS) -> Tuple[bool, list]:
     """``(in_container, evidence)``: whether this node is a container, and what says so.
 
     ``evidence`` lists the marker files found and ``systemd-detect-virt``
@@ -132,7 +134,7 @@ def detect_container(runner=None, markers=CONTAINER_MARKERS):
     return bool(evidence), evidence
 
 
-def write_live(apply_live, in_container):
+def write_live(apply_live: Any, in_container: Optional[bool]) -> Tuple[bool, str]:
     """``(write, reason)``: whether gpunuma writes (or checks) the live kernel.numa_balancing.
 
     ``apply_live`` is ``autonuma_apply_live``: None or ``auto`` (the default:
@@ -152,8 +154,8 @@ def write_live(apply_live, in_container):
     raise GpunumaError("autonuma_apply_live: %r is not allowed; allowed: null (auto), true, false" % (apply_live,))
 
 
-def role_plan(setting, profile_name, node, apply_live, sysctl_file, on_conflict, hostname, proc_path,
-              key="kernel.numa_balancing"):
+def role_plan(setting: Any, profile_name: Any, node: Optional[dict], apply_live: Any, sysctl_file: str,
+              on_conflict: str, hostname: str, proc_path: str, key: str = "kernel.numa_balancing") -> dict:
     """Everything the autonuma role does on a node, decided at once from one read of it.
 
     ``node``: ``gpunuma_node_info``'s ``autonuma`` section (None when it was not read: ``setting`` null).
@@ -164,8 +166,8 @@ def role_plan(setting, profile_name, node, apply_live, sysctl_file, on_conflict,
     """
     node = node or {}
     value, reason = decide(setting, profile_name, node.get("kernel_release"))
-    out = {"value": value, "notes": [], "problem": None, "write_file": False, "remove_file": value is None,
-           "write_live": False}
+    out: dict = {"value": value, "notes": [], "problem": None, "write_file": False, "remove_file": value is None,
+                 "write_live": False}
     if value is None:
         out["notes"].append(reason + ("; its live value is left as it is." if setting_of(setting) is None else "."))
         return out

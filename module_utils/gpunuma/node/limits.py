@@ -13,6 +13,8 @@ PID 1's ``limits``, ``status`` and ``uid_map`` and say what a unit gets.
 
 from __future__ import annotations
 
+from typing import Any, Union
+
 import base64
 import re
 
@@ -162,7 +164,7 @@ def parse_limit(value, what="memlock_limit"):
     return limit
 
 
-def systemd_limit(value, what="memlock_limit"):
+def systemd_limit(value: Any, what: str = "memlock_limit") -> Union[int, str]:
     """A limit as ``LimitMEMLOCK=`` takes it: ``"infinity"`` or bytes (int)."""
     limit = parse_limit(value, what)
     return "infinity" if limit is None else limit

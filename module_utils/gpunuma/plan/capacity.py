@@ -235,8 +235,8 @@ def overcommitted_nodes(plan: dict) -> list:
     ``memory_capacity``. A plan the planner made never has one: this is the
     verdict the planner reached, read back from the plan.
     """
-    capacities = plan.get("memory_capacity") if isinstance(plan.get("memory_capacity"), dict) else {}
-    per_node = {}
+    capacities: dict = plan["memory_capacity"] if isinstance(plan.get("memory_capacity"), dict) else {}
+    per_node: dict = {}
     for item in plan.get("instances") or []:
         if not isinstance(item, dict) or item.get("mem_policy") != "bind":
             continue

@@ -13,6 +13,8 @@ bound, programs that cannot run. The role's ``gpu_binding_plan`` task calls :fun
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from ansible.module_utils.gpunuma.common import schemas
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.node import accounts as accountslib
@@ -113,7 +115,8 @@ def _mempolicy_problem(state, probe, argv, plan, host, on_denied):
     return None
 
 
-def plan_for_node(topology, profile, instances, node, host, plan_path, options, mempolicy_argv=("numactl",)):
+def plan_for_node(topology: dict, profile: Any, instances: Any, node: dict, host: str, plan_path: str, options: dict,
+                  mempolicy_argv: Sequence[str] = ("numactl",)) -> dict:
     """``{plan, applied, problems, notices, mempolicy}`` for one node (``plan`` None when a problem stops it;
     ``applied``: the node's applied plan, None when it has none).
 
@@ -127,7 +130,7 @@ def plan_for_node(topology, profile, instances, node, host, plan_path, options, 
     start = options.pop("start", True)
     create_user = options.pop("create_user", False)
     node = node or {}
-    out = {"plan": None, "applied": None, "problems": [], "notices": [], "mempolicy": "not-probed"}
+    out: dict = {"plan": None, "applied": None, "problems": [], "notices": [], "mempolicy": "not-probed"}
     plan_file = (node.get("files") or {}).get("plan") or {}
     applied = read_applied_plan(plan_file["content"], plan_path, host) if "content" in plan_file else {"data": None}
     if applied.get("problem"):

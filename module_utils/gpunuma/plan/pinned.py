@@ -22,6 +22,8 @@ registrations against it). An instance states its budget with ``pinned`` (a size
 
 from __future__ import annotations
 
+from typing import Any, Optional, Tuple
+
 import math
 
 from ansible.module_utils.gpunuma.common import sizes
@@ -81,7 +83,7 @@ def _amount(text):
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def derived_budget(engine, command, environment, ranks):
+def derived_budget(engine: str, command: Any, environment: Any, ranks: int) -> Tuple[Optional[int], Optional[str]]:
     """``(bytes, source)`` of the pinned pools an instance's own engine options state, ``(None, why)`` when the
     command turns a pool on whose size it does not state, or ``(None, None)``.
 
@@ -128,7 +130,7 @@ def derived_budget(engine, command, environment, ranks):
     return total, "; ".join(said)
 
 
-def derive_budgets(specs, problems) -> None:
+def derive_budgets(specs: list, problems: list) -> None:
     """Each instance without ``pinned`` gets the budget its engine options state (``pinned_bytes``,
     ``pinned_source``); one over its ``memory`` is a problem naming the options."""
     for spec in specs:
@@ -148,7 +150,7 @@ def derive_budgets(specs, problems) -> None:
         spec.pinned_bytes, spec.pinned_source = budget, why
 
 
-def pool_nodes(spec) -> dict:
+def pool_nodes(spec: Any) -> dict:
     """``{node id: bytes}``: where an instance's pinned pool lands (its first touch, under its memory policy)."""
     if not spec.pinned_bytes:
         return {}
@@ -160,11 +162,13 @@ def pool_nodes(spec) -> dict:
     return {nodes[0]: spec.pinned_bytes} if nodes else {}
 
 
-def check_pinned(specs, capacity, page_cache_percent, strict_capacity, problems) -> dict:
+def check_pinned(specs: list, capacity: dict, page_cache_percent: Optional[int], strict_capacity: str,
+                 problems: list) -> dict:
     """``{node id: bytes}``: the pinned budgets per node; a node whose pools exceed what it holds for them is a
     problem (``strict_capacity: error``) or a warning on each instance there (``fallback``: pinned memory cannot
     spill; its allocation fails or the node stops reclaiming)."""
-    budget, members = {}, {}
+    budget: dict = {}
+    members: dict = {}
     for spec in specs:
         for node_id, nbytes in pool_nodes(spec).items():
             budget[node_id] = budget.get(node_id, 0) + nbytes
@@ -173,7 +177,7 @@ def check_pinned(specs, capacity, page_cache_percent, strict_capacity, problems)
         return budget
     for node_id in sorted(budget):
         held = capacity.get(node_id)
-        if not is_int(held):
+        if isinstance(held, bool) or not isinstance(held, int):
             for spec in members[node_id]:
                 spec.warnings.append("memory size of NUMA node %s is unknown; the pinned budget was not checked"
                                      % node_id)

@@ -29,6 +29,8 @@ imports from it (``build_plan``, ``PlanError``, ``parse_size``,
 
 from __future__ import annotations
 
+from typing import Any, Optional, Union
+
 from ansible.module_utils.gpunuma.common import secrets, sizes
 from ansible.module_utils.gpunuma.common.cpulist import format_cpulist
 from ansible.module_utils.gpunuma.node.limits import LimitError, systemd_limit
@@ -88,27 +90,30 @@ def _plan_topology(topology, housekeeping_cores_per_node, housekeeping_cpus, irq
     return topo, reserved_cpus
 
 
-def housekeeping_cpu_set(topology, housekeeping_cores_per_node="auto", housekeeping_cpus=None, irq_pin=False):
+def housekeeping_cpu_set(topology: dict, housekeeping_cores_per_node: Any = "auto", housekeeping_cpus: Any = None,
+                         irq_pin: bool = False) -> frozenset:
     """The CPUs :func:`build_plan` keeps away from workers (its ``housekeeping`` map, as one frozenset), decided by
     the same code without planning any instance: the kubelet's reserved CPUs are these. Raises
     :class:`PlanError` on bad options or topology."""
-    problems = []
+    problems: list = []
     validate_options(housekeeping_cores_per_node, "fallback", problems)
     topo, _reserved = _plan_topology(topology, housekeeping_cores_per_node, housekeeping_cpus, irq_pin, [], problems)
     if problems:
         raise PlanError(problems)
-    cpus = frozenset()
+    cpus: frozenset = frozenset()
     for node_id in topo.cpu_node_ids:
         for core in topo.nodes[node_id].housekeeping:
             cpus |= frozenset(core)
     return cpus
 
 
-def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto", strict_capacity="fallback",
-               applied_plan=None, allow_unknown_siblings=False, memory_reserve_per_node="auto",
-               housekeeping_cpus=None, secret_patterns=secrets.DEFAULT_PATTERNS, fence=None, preferred_many=None, irq_pin=False,
-               limit_memlock="infinity", pinned_headroom=pinnedlib.DEFAULT_HEADROOM,
-               pinned_page_cache_percent=pinnedlib.DEFAULT_PAGE_CACHE_PERCENT):
+def build_plan(topology: dict, profile: Any, instances: Any, housekeeping_cores_per_node: Any = "auto",
+               strict_capacity: str = "fallback", applied_plan: Optional[dict] = None,
+               allow_unknown_siblings: bool = False, memory_reserve_per_node: Any = "auto",
+               housekeeping_cpus: Any = None, secret_patterns: Any = secrets.DEFAULT_PATTERNS,
+               fence: Optional[bool] = None, preferred_many: Optional[bool] = None, irq_pin: bool = False,
+               limit_memlock: Any = "infinity", pinned_headroom: Any = pinnedlib.DEFAULT_HEADROOM,
+               pinned_page_cache_percent: Any = pinnedlib.DEFAULT_PAGE_CACHE_PERCENT) -> dict:
     """Compute the ``gpunuma.plan/v1`` document (see ``docs/plan-v1.md``).
 
     ``topology`` is a ``gpunuma.topology/v1`` mapping, ``profile`` a profile mapping (``profiles.load_profile``),
@@ -127,7 +132,8 @@ def build_plan(topology, profile, instances, housekeeping_cores_per_node="auto",
     read. ``pinned_headroom`` and ``pinned_page_cache_percent``: the pinned budgets' limit headroom and the share of
     a node kept for page cache (plan/pinned.py). Raises :class:`PlanError` listing every problem found.
     """
-    problems, warnings = [], []
+    problems: list = []
+    warnings: list = []
     validate_options(housekeeping_cores_per_node, strict_capacity, problems)
     problems.extend(secrets.pattern_problems(secret_patterns, "secret_patterns"))
     reserve = parse_reserve(memory_reserve_per_node, problems)
@@ -229,7 +235,8 @@ def _default_memlock(value, problems):
         return None
 
 
-def unit_memlock(own, default, mode="service", pinned=None, headroom=0):
+def unit_memlock(own: Union[int, str, None], default: Union[int, str, None], mode: str = "service",
+                 pinned: Optional[int] = None, headroom: Optional[int] = 0) -> Union[int, str, None]:
     """``LimitMEMLOCK=`` gpunuma writes for an instance: its own ``memlock`` where it sets one; else its pinned
     budget plus ``headroom`` (plan/pinned.py) where it states one; else, for a unit gpunuma writes whole, the plan's
     default (``limit_memlock``, from ``numa_binding_limit_memlock``, itself the memlock role's ``memlock_limit``);

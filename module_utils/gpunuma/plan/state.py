@@ -18,6 +18,8 @@ reads and writes the file; the playbooks decide the target through
 
 from __future__ import annotations
 
+from typing import Any, Optional, Tuple
+
 import base64
 
 import json
@@ -163,7 +165,8 @@ def _previous(current, state, profiles, host):
     return prev
 
 
-def resolve_target(current, state, rollback, requested, profiles, inventory_profile, host="node"):
+def resolve_target(current: Optional[str], state: dict, rollback: Optional[str], requested: Any, profiles: dict,
+                   inventory_profile: Optional[str], host: str = "node") -> Tuple[Any, str]:
     """Decide the profile a rollback moves the node to; return (target, action).
 
     ``current``: the profile the node runs now (state, else the applied
@@ -210,7 +213,8 @@ def resolve_target(current, state, rollback, requested, profiles, inventory_prof
     return inventory_profile, "release"
 
 
-def effective_profile(rollback_target, cli_profile, read, inventory_profile):
+def effective_profile(rollback_target: Optional[str], cli_profile: Optional[str], read: Any,
+                      inventory_profile: Optional[str]) -> Tuple[Optional[str], str]:
     """The profile a node runs this run, and where it comes from: ``(profile, source)``.
 
     In this order: a rollback's target (``rollback``, rollback.yml decided it); ``-e gpunuma_profile=...``
@@ -314,7 +318,9 @@ def read_current(text, path):
         return None, str(exc)
 
 
-def next_state(text, path, applied, hostname, to, action, reason, user, now, history_limit=DEFAULT_HISTORY_LIMIT):
+def next_state(text: Optional[str], path: str, applied: Optional[str], hostname: Optional[str], to: str, action: str,
+               reason: Optional[str], user: Optional[str], now: str,
+               history_limit: int = DEFAULT_HISTORY_LIMIT) -> Tuple[dict, bool, Optional[str]]:
     """What recording a switch makes of the state file: ``(new_state, changed, corrupt)``.
 
     ``text`` is the file's text (None: no file; an exception: unreadable), ``applied`` the profile of the

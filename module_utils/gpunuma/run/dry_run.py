@@ -14,7 +14,7 @@ def _listed(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else []
 
 
-def _apply_changes(result: dict, what: str = "") -> list[tuple[str, str]]:
+def _apply_changes(result: object, what: str = "") -> list[tuple[str, str]]:
     """The pairs of one gpunuma_apply step's check-mode result; ``what`` prefixes the unit names."""
     if not isinstance(result, dict) or result.get("skipped"):
         return []
@@ -35,7 +35,8 @@ def _apply_changes(result: dict, what: str = "") -> list[tuple[str, str]]:
         out.append(("start", "%s%s" % (what, unit)))
     record = result.get("state_record")
     if isinstance(record, dict) and record.get("changed"):
-        state = record.get("state") if isinstance(record.get("state"), dict) else {}
+        state = record.get("state")
+        state = state if isinstance(state, dict) else {}
         out.append(("record", "profile %s in the node's state" % state.get("profile", "?")))
     return out
 

@@ -11,6 +11,8 @@ returns what to write, what to say and why to stop; the role only carries it out
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ansible.module_utils.gpunuma.common import schemas
 from ansible.module_utils.gpunuma.common.seal import read_state_file
 from ansible.module_utils.gpunuma.run.role_inputs import host_file_stem
@@ -57,8 +59,9 @@ def _persisted(content, path, where, encoding):
     return read_topology(content, path, where, encoding)
 
 
-def decide(topology, hostname, node_file, node_path, controller_text, controller_path, accept_changes=False,
-           fail_on_change=False, persist_on_node=True):
+def decide(topology: dict, hostname: str, node_file: Optional[dict], node_path: str, controller_text: str,
+           controller_path: str, accept_changes: bool = False, fail_on_change: bool = False,
+           persist_on_node: bool = True) -> dict:
     """The whole decision of one host's discovery against its persisted inventories.
 
     ``node_file``: the node's file as read (``{"content": base64}``, or without ``content`` when absent);
