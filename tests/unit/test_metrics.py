@@ -333,3 +333,22 @@ def _textfile_dir():
 ])
 def test_auto_textfile_dir_follows_node_exporter_then_the_distribution(os_release, env_texts, expected):
     assert _textfile_dir()(os_release, env_texts) == expected
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep", "huge", "directory"])
+def test_a_hostile_document_is_an_error_never_a_hang_or_a_traceback(tmp_path, kind):
+    """The collector runs alone on the node: a FIFO planted at plan.json never blocks it, a deep or huge file is
+    an error line, and the rest of the metrics are still written."""
+    path = tmp_path / "plan.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "deep":
+        path.write_text("[" * 100000 + "]" * 100000)
+    elif kind == "huge":
+        with open(path, "wb") as handle:
+            handle.truncate(metrics.MAX_DOCUMENT_BYTES + 1)
+    else:
+        path.mkdir()
+    text, errors = metrics.collect(plan_path=str(path), probe_path=RECORDED, sysfs_root="/nonexistent")
+    assert any(str(path) in e for e in errors), errors
+    assert "gpunuma_h2d" in text

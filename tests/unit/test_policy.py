@@ -293,3 +293,15 @@ def test_duplicate_ids_are_refused(tmp_path):
     with pytest.raises(policy_checks.PolicyError) as err:
         policy.load_rules(str(tmp_path), yaml.safe_load)
     assert "already used" in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_a_rule_file_that_is_no_page_of_yaml_is_named_never_read_to_its_end(tmp_path, kind):
+    path = tmp_path / "GN-X-001.yml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("# " + "x" * policy.MAX_RULE_BYTES + "\n")
+    with pytest.raises(policy_checks.PolicyError) as caught:
+        policy.load_rules(str(tmp_path), yaml.safe_load)
+    assert "%s: cannot be read as YAML" % path in str(caught.value)

@@ -224,3 +224,15 @@ def test_no_other_place_spells_the_variant_suffix():
                 if re.search(r"""["'][^"'\n]*-cpu-only""", code):
                     found.append(os.path.relpath(path, REPO_ROOT))
     assert found == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_a_profile_that_is_no_page_of_yaml_is_named_never_read_to_its_end(tmp_path, kind):
+    path = tmp_path / "fast.yml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("# " + "x" * profiles.MAX_PROFILE_BYTES + "\n")
+    with pytest.raises(profiles.ProfileError) as caught:
+        profiles.load_profile("fast", str(tmp_path))
+    assert "profile fast: cannot read %s" % path in str(caught.value)

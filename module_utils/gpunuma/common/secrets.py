@@ -23,12 +23,11 @@ or a diff:
 
 from __future__ import annotations
 
-from typing import Any, List
-
 from collections.abc import Mapping
 import fnmatch
 import os
 import re
+from typing import Any, List
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.common import node_paths

@@ -26,13 +26,13 @@ sentences (empty: pass) or None (not applicable).
 
 from __future__ import annotations
 
-from typing import Any, Tuple
-
 import datetime
 import os
 import re
+from typing import Any, Tuple
 
 # The checks and their parameters.
+from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.gate.checks import CHECKS, PolicyError, _params_problems
 
 RULE_FIELDS = ("id", "title", "severity", "rationale", "source", "check", "params")
@@ -105,6 +105,10 @@ def validate_rule(data, source):
     return rule
 
 
+# A rule file is a page of YAML; a bigger one (or a FIFO, a device) is refused, never read to its end.
+MAX_RULE_BYTES = 1 << 20
+
+
 def load_rules(rules_dir, yaml_load):
     """Every ``*.yml`` of ``rules_dir`` as validated rules, sorted by id; ``yaml_load(text)`` parses YAML."""
     if not os.path.isdir(rules_dir):
@@ -115,8 +119,8 @@ def load_rules(rules_dir, yaml_load):
             continue
         path = os.path.join(rules_dir, entry)
         try:
-            with open(path, encoding="utf-8") as handle:
-                data = yaml_load(handle.read())
+            data = yaml_load(bounded.read_bounded(path, MAX_RULE_BYTES, follow_symlinks=True,
+                                                  what="a policy rule file").decode("utf-8"))
         except Exception as exc:  # YAML errors and unreadable files both name the file
             problems.append("%s: cannot be read as YAML: %s" % (path, str(exc).splitlines()[0] if str(exc) else exc))
             continue

@@ -31,9 +31,8 @@ each line naming the field, the value and what is allowed.
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
 import copy
+from typing import Any, Optional
 
 from ansible.module_utils.gpunuma.common import bounded
 from ansible.module_utils.gpunuma.common.cpulist import parse_cpulist

@@ -29,10 +29,9 @@ disagree about a node.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
-
 import os
 import re
+from typing import Any, Optional, Tuple
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.node import sysctl_owners

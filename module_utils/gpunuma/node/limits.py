@@ -13,10 +13,9 @@ PID 1's ``limits``, ``status`` and ``uid_map`` and say what a unit gets.
 
 from __future__ import annotations
 
-from typing import Any, Union
-
 import base64
 import re
+from typing import Any, Union
 
 from ansible.module_utils.gpunuma.common.errors import GpunumaError, SysfsError
 from ansible.module_utils.gpunuma.common.sizes import MAX_SIZE, SizeError, format_size, parse_size

@@ -22,9 +22,8 @@ registrations against it). An instance states its budget with ``pinned`` (a size
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
-
 import math
+from typing import Any, Optional, Tuple
 
 from ansible.module_utils.gpunuma.common import sizes
 from ansible.module_utils.gpunuma.common.sizes import format_gib

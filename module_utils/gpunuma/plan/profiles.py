@@ -21,7 +21,7 @@ import os
 import re
 from collections import namedtuple
 
-from ansible.module_utils.gpunuma.common import node_paths
+from ansible.module_utils.gpunuma.common import bounded, node_paths
 from ansible.module_utils.gpunuma.common.errors import ProblemsError
 
 PROFILE_FIELDS = ("name", "description", "cpu_binding", "mem_policy", "mem_scope", "next")
@@ -29,6 +29,8 @@ CPU_BINDINGS = ("node", "none")
 MEM_POLICIES = ("bind", "preferred", "interleave", "default")
 MEM_SCOPES = ("instance", "all_cpu_nodes")
 PROFILE_SUFFIX = ".yml"
+# A profile is a page of YAML; a bigger file (or a FIFO, a device) is refused, never read to its end.
+MAX_PROFILE_BYTES = 1 << 20
 
 # A variant of a rung, applied where the node cannot take the rung as it is:
 # cpu-only binds CPUs and leaves the memory policy at default (the node
@@ -296,7 +298,7 @@ def load_profile(name, profiles_dir):
             "profile: %r is not a profile name; allowed: lower-case letters, digits, '_' and '-'" % (name,)
         )
     path = os.path.join(profiles_dir, name + PROFILE_SUFFIX)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         available = []
         if os.path.isdir(profiles_dir):
             available = sorted(
@@ -309,8 +311,8 @@ def load_profile(name, profiles_dir):
             % (name, path, ", ".join(available) if available else "none found in %s" % profiles_dir)
         )
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        text = bounded.read_bounded(path, MAX_PROFILE_BYTES, follow_symlinks=True,
+                                    what="a profile file").decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError("profile %s: cannot read %s: %s" % (name, path, exc))
     profile = validate_profile(parse_profile_text(text, source=path), what="profile %s" % name)

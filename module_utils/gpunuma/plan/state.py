@@ -18,12 +18,11 @@ reads and writes the file; the playbooks decide the target through
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
-
 import base64
 
 import json
 import re
+from typing import Any, Optional, Tuple
 
 from ansible.module_utils.gpunuma.common import bounded, seal
 from ansible.module_utils.gpunuma.common.errors import GpunumaError

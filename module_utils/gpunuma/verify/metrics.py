@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import stat
 import time
 
 NUMASTAT_COUNTERS = ("numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node")
@@ -74,17 +75,42 @@ class Exposition:
         return "\n".join(lines) + "\n"
 
 
+# The most the collector reads of a document gpunuma keeps (plan.json, the probe and audit reports).
+MAX_DOCUMENT_BYTES = 16 << 20
+
+
 def _read_json(path, what, errors):
+    """A JSON document gpunuma keeps, or None (absent) or None with the error said: a regular file of at most
+    MAX_DOCUMENT_BYTES, opened without blocking (a FIFO planted at the path never hangs the collector), parsed
+    without a traceback (a document nested past Python's recursion limit is an error like any malformed one).
+    The collector runs alone on the node, so it carries this read itself (common/bounded.py is the core's)."""
     if not path:
         return None
     try:
-        with open(path) as fh:
-            return json.load(fh)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         errors.append("%s %s: %s" % (what, path, exc))
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            errors.append("%s %s: not a regular file" % (what, path))
+            return None
+        data = os.read(fd, MAX_DOCUMENT_BYTES + 1)
+        chunk = data
+        while chunk and len(data) <= MAX_DOCUMENT_BYTES:
+            chunk = os.read(fd, MAX_DOCUMENT_BYTES + 1 - len(data))
+            data += chunk
+        if len(data) > MAX_DOCUMENT_BYTES:
+            errors.append("%s %s: larger than %d bytes" % (what, path, MAX_DOCUMENT_BYTES))
+            return None
+        return json.loads(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        errors.append("%s %s: %s" % (what, path, "nested too deep" if isinstance(exc, RecursionError) else exc))
+        return None
+    finally:
+        os.close(fd)
 
 
 def _quantile(values, q):
