@@ -245,6 +245,25 @@ def test_a_wrong_or_missing_numa_node_is_named_per_device():
     assert [f["severity"] for f in resource_slices.resource_slice_findings(missing, topo, "gpu-a01")] == ["warning"] * 8
 
 
+def test_a_boolean_numa_node_is_no_node_one():
+    """true equals 1 in Python: a GPU on node 1 publishing numaNode true would pass unseen."""
+    topo = topology("hgx-h200-8gpu-2socket-ht.json")
+    odd = derived_slices(topo, "gpu-a01", numa=lambda g: {"int": True})
+    findings = resource_slices.resource_slice_findings(odd, topo, "gpu-a01")
+    assert [f["severity"] for f in findings] == ["error"] * 8
+    assert "publishes numaNode true, which is not a NUMA node number" in findings[-1]["message"]
+
+
+def test_a_device_that_is_no_mapping_is_named_not_a_crash():
+    topo = topology("hgx-h200-8gpu-2socket-ht.json")
+    document = derived_slices(topo, "gpu-a01")
+    document["items"][0]["spec"]["devices"].append("gpu-9")
+    with pytest.raises(resource_slices.ResourceSliceError) as caught:
+        resource_slices.resource_slice_findings(document, topo, "gpu-a01")
+    assert "items[0].spec.devices[%d] is str, not a device mapping" % (
+        len(document["items"][0]["spec"]["devices"]) - 1) in str(caught.value)
+
+
 def test_gb200_publishing_the_gpu_memory_node_is_the_known_driver_fault():
     topo = topology("gb200-4gpu-34numa.json")
     slices = derived_slices(topo, "gb200-n1", numa=lambda g: {"int": g["gpu_numa_id"]})

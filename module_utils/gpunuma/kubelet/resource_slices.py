@@ -26,6 +26,8 @@ Attribute values are typed as the resource.k8s.io API writes them:
 
 from __future__ import annotations
 
+import json
+
 from ansible.module_utils.gpunuma.common.errors import NvmlError, ProblemsError
 from ansible.module_utils.gpunuma.discovery.nvidia.nvml_dump import normalize_bus_id
 from ansible.module_utils.gpunuma.kubelet.dra import DRA_GPU_DRIVERS
@@ -86,6 +88,10 @@ def slices(document):
             problems.append("resource slices: items[%d].spec.driver is missing; allowed: ResourceSlice objects" % index)
         elif not isinstance(spec.get("devices", []), list):
             problems.append("resource slices: items[%d].spec.devices is not a list" % index)
+        else:
+            problems.extend("resource slices: items[%d].spec.devices[%d] is %s, not a device mapping"
+                            % (index, pos, type(device).__name__)
+                            for pos, device in enumerate(spec.get("devices") or []) if not isinstance(device, dict))
     if problems:
         raise ResourceSliceError(problems)
     return items
@@ -162,6 +168,12 @@ def _numa_findings(label, attributes, driver, gpu):
         return [_finding("warning", "%s publishes no numaNode, but the GPU is on NUMA node %s: a claim's "
                          "matchAttribute on numaNode cannot align it" % (label, want), label, want, None)]
     listed = got if isinstance(got, list) else [got]
+    odd = [n for n in listed if isinstance(n, bool) or not isinstance(n, int)]
+    if odd:
+        # true is no node 1: a value that is no node number aligns nothing.
+        return [_finding("error", "%s publishes numaNode %s, which is not a NUMA node number (an integer): a claim "
+                         "matching numaNode cannot align it" % (label, json.dumps(got, default=str)[:60]),
+                         label, want, got)]
     if want is None:
         return [_finding("warning", "%s publishes numaNode %s, but the kernel reports no NUMA node for the GPU"
                          % (label, got), label, None, got)]
