@@ -103,6 +103,19 @@ def test_unreadable_kfd_node_is_left_out_with_a_warning(tmp_path):
     assert any("KFD node 3" in w and "left out" in w for w in topo["warnings"])
 
 
+@pytest.mark.parametrize("alias", ["0003", "\u00b3", "3a"])
+def test_a_kfd_node_directory_named_twice_is_read_once(tmp_path, alias):
+    """0003 beside 3 names node 3 again (int() reads both as 3), and str.isdigit() takes a superscript: only
+    canonical decimal names are KFD nodes."""
+    kfd_tree(str(tmp_path), fixture("kfd-mi210-xgmi-pcie-8gpu.json"))
+    nodes = tmp_path / "sys/class/kfd/kfd/topology/nodes"
+    (nodes / alias).mkdir()
+    for entry in (nodes / "3").iterdir():
+        if entry.is_file():
+            (nodes / alias / entry.name).write_bytes(entry.read_bytes())
+    assert len(amd.read_kfd(str(tmp_path))["gpus"]) == 8
+
+
 def test_no_kfd_is_none(tmp_path):
     assert amd.read_kfd(str(tmp_path)) is None
 

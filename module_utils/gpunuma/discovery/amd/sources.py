@@ -42,6 +42,7 @@ MAX_IO_LINKS = 1024
 # An 8-GPU showtopo text is about 5 KiB and 64 partitions' JSON under 1 MiB.
 MAX_SMI_CHARS = 4 << 20
 
+_CANONICAL_NUMBER = re.compile(r"0|[1-9][0-9]{0,6}")
 # GPU numbers the tools may name: a node holds at most a few hundred GPU partitions; a bigger number is no GPU.
 MAX_GPU_NUMBER = 1023
 _PAIR_KEY = re.compile(r"\(Topology\) (Weight|Hops|Link type) between DRM devices (\d{1,4}) and (\d{1,4})", re.I)
@@ -106,11 +107,13 @@ def _read_properties(path):
 
 
 def _numbered(path, limit):
+    """The numbered entries of a KFD directory, as numbers: canonical decimal names only (``2``, never ``0002``
+    beside it, which would read node 2 twice, nor ``²``, which str.isdigit() takes)."""
     try:
         names = os.listdir(path)
     except OSError:
         return []
-    return sorted(int(n) for n in names if n.isdigit() and len(n) < 8)[:limit]
+    return sorted(int(n) for n in names if _CANONICAL_NUMBER.fullmatch(n))[:limit]
 
 
 def bus_id_from_location(domain, location_id):
