@@ -70,7 +70,7 @@ def test_without_unique_ids_rocr_takes_indexes_with_a_warning(tmp_path):
     assert any(re.search("ROCR_VISIBLE_DEVICES uses ROCm.s ordinals 2,3", w) for w in plan["warnings"])
 
 
-@pytest.mark.parametrize("key", ["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"])
+@pytest.mark.parametrize("key", ["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"])
 def test_the_gpu_selection_is_the_planners(tmp_path, key):
     topo = mi300x(tmp_path)
     with pytest.raises(PlanError) as caught:

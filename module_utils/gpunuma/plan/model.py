@@ -29,7 +29,10 @@ TOPOLOGY_SCHEMA = schemas.TOPOLOGY
 INSTANCES_VAR = "gpunuma_instances"
 APPLIED_PLAN_SOURCE = node_paths.PLAN
 DEFAULT_SERVICE_USER = "gpunuma"
-GPU_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+# The variables that select GPUs, CUDA's and ROCm's (ROCm docs, "GPU isolation techniques": ROCR_VISIBLE_DEVICES,
+# GPU_DEVICE_ORDINAL, HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES).
+GPU_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                   "GPU_DEVICE_ORDINAL")
 PLACEMENT_KEYS = ("gpus", "gpus_per_instance", "numa_node")
 # Variables the planner can fill with an instance's nearest NICs (opt-in).
 NIC_ENVIRONMENT = ("UCX_NET_DEVICES", "NCCL_IB_HCA")
