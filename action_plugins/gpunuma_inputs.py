@@ -67,7 +67,7 @@ READ_ONLY = ("kubelet_topology",)
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("roles", "on_problem"))
+    _VALID_ARGS = frozenset(("roles", "on_problem", "playbook"))
     _supports_check_mode = True
 
     def role_dir(self, name):
@@ -161,6 +161,27 @@ class ActionModule(ActionBase):
         problems, request = self.scoped_request(name, templar, task_vars)
         return ["%s: %s" % (name, p) for p in problems], request
 
+    def playbook_problems(self, playbook, templar, task_vars, roles=()):
+        """Problems of the variables the playbook reads itself (playbooks/vars/argument_specs.yml's entry point
+        ``playbook``) that are set: by the argument spec's rules (role_inputs.input_problems), each naming it. A
+        variable a role of ``roles`` takes as its default (gpunuma_profile) is that role's to name, once."""
+        path = os.path.join(layout.plugin_root(__file__), "playbooks", "vars", "argument_specs.yml")
+        specs = (self._loader.load_from_file(path, trusted_as_template=False) or {}).get("argument_specs") or {}
+        if playbook not in specs:
+            return ["playbook: %r is not allowed; allowed: %s" % (playbook, ", ".join(sorted(specs)))]
+        taken = set()
+        for role in roles:
+            taken.update(role_inputs.aliases_of(self.main_options(self.role_dir(role)[0])))
+        options = dict((k, v) for k, v in (specs[playbook].get("options") or {}).items() if k not in taken)
+        values, problems = {}, []
+        for option in options:
+            if option in task_vars:
+                try:
+                    values[option] = templar.template(task_vars[option])
+                except Exception as exc:  # a value that does not template is named as any bad value is
+                    problems.append("%s: cannot be worked out: %s" % (option, exc))
+        return problems + role_inputs.input_problems(options, values)
+
     def warn_unknown(self, host, task_vars):
         """Name each gpunuma-prefixed variable of the inventory or the command line that nothing reads, once a run.
 
@@ -200,6 +221,11 @@ class ActionModule(ActionBase):
         self.warn_unknown(host, task_vars)
         requests = templar.template(converge.host_fact(task_vars, "gpunuma_node_read_requests", {})) or {}
         facts, lines, said = {}, [], set()
+        if self._task.args.get("playbook"):
+            problems = self.playbook_problems(self._task.args["playbook"], templar, task_vars,
+                                              [n for n in names if n in CHECKS])
+            if problems:
+                lines.append("%s: %s" % (host, "; ".join(problems)))
         for name in names:
             if name in READ_ONLY:
                 problems, request = self.read_request(name, templar, task_vars)

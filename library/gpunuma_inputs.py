@@ -37,6 +37,12 @@ options:
     type: str
     choices: [fail, return]
     default: fail
+  playbook:
+    description:
+      - Also check the variables the playbook itself reads (its entry point of C(playbooks/vars/argument_specs.yml),
+        such as C(gpunuma_lock_ttl) of C(site)) that the inventory or the command line sets, by the same rules - so
+        C(gpunuma_lock_ttl=1h) is named instead of read as 0.
+    type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpunuma_attributes
@@ -74,6 +80,7 @@ def main():
             roles=dict(type="list", elements="str", required=True,
                        choices=["memlock", "autonuma", "gpu_topology", "numa_binding", "gpunuma_state", "policy_gate"]),
             on_problem=dict(type="str", choices=["fail", "return"], default="fail"),
+            playbook=dict(type="str"),
         ),
         supports_check_mode=True,
     )

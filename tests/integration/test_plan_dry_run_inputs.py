@@ -366,3 +366,22 @@ def test_an_inventory_that_does_not_parse_stops_the_run(tmp_path, playbook):
     assert proc.returncode != 0, out[-3000:]
     assert "No inventory was parsed" in out and str(inventory) in out, out[-3000:]
     assert "PLAY RECAP" not in out
+
+
+@pytest.mark.parametrize("name, value, needle", [
+    ("gpunuma_lock_ttl", "1h", "is not a whole number"),
+    ("gpunuma_lock_timeout", "5min", "is not a whole number"),
+    ("gpunuma_lock_break", "maybe", "is not a boolean"),
+    ("gpunuma_lock_path", "run/lock", "is not an absolute path"),
+])
+def test_a_variable_the_playbook_reads_itself_is_checked_by_its_spec(tmp_path, name, value, needle):
+    """site.yml's own variables (playbooks/vars/argument_specs.yml, entry point site) go through the input step:
+    a TTL of 1h is named, never read as 0 by Jinja's int filter; nothing is read or written on the node."""
+    node = tmp_path / "node"
+    host_vars = dict(local_vars(tmp_path, node), gpunuma_instances=GOOD, **{name: value})
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"gpu-a01": host_vars}}}))
+    rc, failures, out = run_json("playbooks/plan.yml", tmp_path / "inventory.yml")
+    assert rc != 0 and "gpu-a01" in failures, out[-3000:]
+    text = json.dumps(failures["gpu-a01"])
+    assert "%s: %s %s" % (name, json.dumps(value).replace('"', '\\"'), needle) in text, text[-2000:]
+    assert not node.exists()
