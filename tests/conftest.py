@@ -60,6 +60,16 @@ def examples(weight):
     return _scaled(weight, _PROFILES[PROFILE][0])
 
 
+def plant(path, kind, limit):
+    """Put what a bounded reader must refuse at ``path``: a FIFO (``fifo``, which a plain open() waits on for ever)
+    or a text file one byte over ``limit`` (``huge``)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("# " + "x" * (limit - 2) + "\n")
+
+
 # The layers of pytest.ini; every test belongs to at least one.
 LAYERS = ("unit", "ansible", "container", "vm", "browser", "lint", "molecule")
 

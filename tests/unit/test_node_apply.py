@@ -1003,16 +1003,22 @@ def _old_backups(node, rel, count):
     return paths
 
 
-def test_success_keeps_the_newest_backups_per_file(node):
-    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
-    old = _old_backups(node, "gpunuma-llm0.service", 7)
-    unrelated = node.put("other.service.1.2026-11-01@03:00:00~", "not ours to prune\n")
+def _new_llm0(node, backups_keep):
+    """A successful run that changes gpunuma-llm0.service, keeping ``backups_keep`` backups; its result."""
     fake = FakeSystemd({"gpunuma-llm0.service": running("a")})
     result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
                                          unit="gpunuma-llm0.service")],
                        units=dict(UNITS, services=["gpunuma-llm0.service"]), after_success=node.after_success(),
-                       backups_keep=3)
+                       backups_keep=backups_keep)
     assert not result.get("failed"), result.get("msg")
+    return result
+
+
+def test_success_keeps_the_newest_backups_per_file(node):
+    node.put("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/old"))
+    old = _old_backups(node, "gpunuma-llm0.service", 7)
+    unrelated = node.put("other.service.1.2026-11-01@03:00:00~", "not ours to prune\n")
+    result = _new_llm0(node, backups_keep=3)
     # This run's backup and the two newest before it stay; the five oldest go, oldest first.
     assert result["pruned_backups"] == old[:5]
     kept = [b for b in node.backups() if os.path.basename(b).startswith("gpunuma-llm0.service.")]
@@ -1029,12 +1035,7 @@ def test_backups_are_readable_by_their_owner_alone_after_success(node):
         os.chmod(path, 0o644)
     unrelated = node.put("other.service.1.2026-11-01@03:00:00~", "not ours\n")
     os.chmod(unrelated, 0o644)
-    fake = FakeSystemd({"gpunuma-llm0.service": running("a")})
-    result = apply_run(fake, [node.entry("gpunuma-llm0.service", unit_text("llm0", "/usr/bin/new"),
-                                         unit="gpunuma-llm0.service")],
-                       units=dict(UNITS, services=["gpunuma-llm0.service"]), after_success=node.after_success(),
-                       backups_keep=5)
-    assert not result.get("failed"), result.get("msg")
+    _new_llm0(node, backups_keep=5)
     backups = [b for b in node.backups() if os.path.basename(b).startswith("gpunuma-llm0.service.")]
     assert len(backups) == 3 and all(stat.S_IMODE(os.stat(b).st_mode) == 0o600 for b in backups), backups
     assert stat.S_IMODE(os.stat(node.path("gpunuma-llm0.service")).st_mode) == 0o644

@@ -13,7 +13,7 @@ from ansible.module_utils.gpunuma.gate import policy
 from ansible.module_utils.gpunuma.gate import checks as policy_checks
 from ansible.module_utils.gpunuma.plan.planner import build_plan
 from ansible.module_utils.gpunuma.plan.profiles import load_profile
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, plant
 
 pytestmark = pytest.mark.unit
 
@@ -298,10 +298,7 @@ def test_duplicate_ids_are_refused(tmp_path):
 @pytest.mark.parametrize("kind", ["fifo", "huge"])
 def test_a_rule_file_that_is_no_page_of_yaml_is_named_never_read_to_its_end(tmp_path, kind):
     path = tmp_path / "GN-X-001.yml"
-    if kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.write_text("# " + "x" * policy.MAX_RULE_BYTES + "\n")
+    plant(path, kind, policy.MAX_RULE_BYTES)
     with pytest.raises(policy_checks.PolicyError) as caught:
         policy.load_rules(str(tmp_path), yaml.safe_load)
     assert "%s: cannot be read as YAML" % path in str(caught.value)

@@ -8,7 +8,7 @@ import yaml
 from ansible.module_utils.gpunuma.plan import profiles
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.plan.profiles import ProfileError
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, plant
 
 pytestmark = pytest.mark.unit
 
@@ -229,10 +229,7 @@ def test_no_other_place_spells_the_variant_suffix():
 @pytest.mark.parametrize("kind", ["fifo", "huge"])
 def test_a_profile_that_is_no_page_of_yaml_is_named_never_read_to_its_end(tmp_path, kind):
     path = tmp_path / "fast.yml"
-    if kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.write_text("# " + "x" * profiles.MAX_PROFILE_BYTES + "\n")
+    plant(path, kind, profiles.MAX_PROFILE_BYTES)
     with pytest.raises(profiles.ProfileError) as caught:
         profiles.load_profile("fast", str(tmp_path))
     assert "profile fast: cannot read %s" % path in str(caught.value)

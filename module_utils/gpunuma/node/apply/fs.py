@@ -110,21 +110,26 @@ class NodeFiles:
             return False
         return True
 
-    def prune_backups(self, path, keep):
-        """Remove all but the newest ``keep`` backups of path (``<path>.<pid>.<YYYY-mm-dd@HH:MM:SS>~``; 0: all of
-        them); their paths."""
+    @staticmethod
+    def backups(path):
+        """``[(stamp, backup path)]`` of path's backups (``<path>.<pid>.<YYYY-mm-dd@HH:MM:SS>~``, regular files, no
+        links), oldest first."""
         directory, name = os.path.split(path)
         try:
             entries = os.listdir(directory)
         except OSError:
             return []
-        backups = []
+        found = []
         for entry in entries:
             stamp = backup_stamp(name, entry)
             full = os.path.join(directory, entry)
             if stamp is not None and os.path.isfile(full) and not os.path.islink(full):
-                backups.append((stamp, full))
-        backups.sort()
+                found.append((stamp, full))
+        return sorted(found)
+
+    def prune_backups(self, path, keep):
+        """Remove all but the newest ``keep`` backups of path (0: all of them); their paths."""
+        backups = self.backups(path)
         removed = [full for _unused, full in backups[:max(len(backups) - keep, 0)]]
         for full in removed:
             self.remove(full)
@@ -135,16 +140,8 @@ class NodeFiles:
 
         A backup is for rolling back, never for reading: one kept by an older gpunuma may hold a unit or plan
         with secret values written before they moved to the 0600 environment files."""
-        directory, name = os.path.split(path)
-        try:
-            entries = os.listdir(directory)
-        except OSError:
-            return []
         changed = []
-        for entry in entries:
-            full = os.path.join(directory, entry)
-            if backup_stamp(name, entry) is None or os.path.islink(full) or not os.path.isfile(full):
-                continue
+        for _unused, full in self.backups(path):
             mode = stat.S_IMODE(os.stat(full).st_mode)
             if mode & 0o077:
                 os.chmod(full, mode & 0o700)
