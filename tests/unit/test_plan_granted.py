@@ -39,15 +39,18 @@ def _status(cpus):
     return "Name:\tsystemd\nPid:\t1\nCpus_allowed:\tff\nCpus_allowed_list:\t%s\nMems_allowed_list:\t0-1\n" % cpus
 
 
-def _tree(tmp_path, machine, pid1=None, slice_cpus=None, isolated=None, v1=False):
+def _tree(tmp_path, machine, pid1=None, parent_cpus=None, isolated=None, pid1_cgroup="/init.scope"):
+    """A machine's sysfs; ``pid1``: PID 1's Cpus_allowed_list; ``parent_cpus``: cgroup v2 with the cpuset
+    controller, PID 1 in ``pid1_cgroup``, its parent's cpuset.cpus.effective."""
     root = str(tmp_path / "root")
     machine.sysfs(root)
     if pid1 is not None:
         _write(root, "proc/1/status", _status(pid1))
-    if slice_cpus is not None:
-        relative = ("sys/fs/cgroup/cpuset/system.slice/cpuset.effective_cpus" if v1
-                    else "sys/fs/cgroup/system.slice/cpuset.cpus.effective")
-        _write(root, relative, slice_cpus + "\n")
+    if parent_cpus is not None:
+        _write(root, "sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n")
+        _write(root, "proc/1/cgroup", "0::%s\n" % pid1_cgroup)
+        parent = os.path.dirname(pid1_cgroup).strip("/")
+        _write(root, os.path.join("sys/fs/cgroup", parent, "cpuset.cpus.effective"), parent_cpus + "\n")
     if isolated is not None:
         _write(root, "sys/devices/system/cpu/isolated", isolated + "\n")
     return root
@@ -63,21 +66,36 @@ TWO_SOCKETS = Machine(sockets=2, nodes_per_socket=1, cores_per_node=8, smt=2, l3
 # -- discovery -----------------------------------------------------------------------------------------------------
 
 
-def test_a_restricted_pid1_and_slice_are_read_as_the_granted_cpus(tmp_path):
-    # CPUs 0-15 first threads, 16-31 siblings; PID 1 may run on 2-13,18-29, system.slice on 0-11,16-27.
-    root = _tree(tmp_path, TWO_SOCKETS, pid1="2-13,18-29", slice_cpus="0-11,16-27")
-    host = read_host(root)
-    assert host["cpus_granted"] == "2-11,18-27"
+def test_without_cgroup_v2_pid1s_affinity_is_the_grant(tmp_path):
+    # CPUs 0-15 first threads, 16-31 siblings; a container's --cpuset-cpus leaves PID 1 on 2-13,18-29.
+    root = _tree(tmp_path, TWO_SOCKETS, pid1="2-13,18-29")
+    assert read_host(root)["cpus_granted"] == "2-13,18-29"
     topology = _topology(root)
-    assert topology["cpus_granted"] == "2-11,18-27"
+    assert topology["cpus_granted"] == "2-13,18-29"
     assert "cpus_isolated" not in topology
     # What the node grants is not hardware: the fingerprint stays that of the whole machine.
     assert topology["fingerprint"] == _topology(_tree(tmp_path / "other", TWO_SOCKETS))["fingerprint"]
 
 
-def test_the_cgroup_v1_cpuset_is_read_too(tmp_path):
-    root = _tree(tmp_path, TWO_SOCKETS, slice_cpus="0-7,16-23", v1=True)
-    assert _topology(root)["cpus_granted"] == "0-7,16-23"
+def test_with_cgroup_v2_the_parent_of_pid1s_cgroup_is_the_grant_not_gpunumas_own_fence(tmp_path):
+    """gpunuma's housekeeping confinement puts init.scope (PID 1) and system.slice on the housekeeping CPUs: read
+    back, they would shrink every later plan to those. The cgroup that holds them is what the node grants."""
+    root = _tree(tmp_path, TWO_SOCKETS, pid1="0,16", parent_cpus="0-11,16-27")
+    assert _topology(root)["cpus_granted"] == "0-11,16-27"
+    # A system container: PID 1 deeper in the host's tree, its container's cpuset above it.
+    nested = _tree(tmp_path / "nested", TWO_SOCKETS, parent_cpus="4-7,20-23",
+                   pid1_cgroup="/system.slice/docker-1.scope/init.scope")
+    assert _topology(nested)["cpus_granted"] == "4-7,20-23"
+    # Everything granted: nothing in the topology.
+    assert "cpus_granted" not in _topology(_tree(tmp_path / "all", TWO_SOCKETS, pid1="0", parent_cpus="0-31"))
+
+
+def test_a_cgroup_path_that_climbs_out_is_named_and_unknown(tmp_path):
+    root = _tree(tmp_path, TWO_SOCKETS, parent_cpus="0-3")
+    _write(root, "proc/1/cgroup", "0::/../../etc/x\n")
+    host = read_host(root)
+    assert host["cpus_granted"] is None
+    assert any("proc/1/cgroup names cgroup" in w for w in host["warnings"]), host["warnings"]
 
 
 def test_everything_granted_and_nothing_isolated_leave_the_topology_as_it_was(tmp_path):

@@ -211,8 +211,8 @@ class PlanTopology(TopologyReaders):
             return usable, frozenset()
         said = []
         if granted != self.all_cpus:
-            said.append("CPUs %s are outside what the node grants its services (cpus_granted %s: PID 1's "
-                        "Cpus_allowed_list within system.slice's cpuset); numactl refuses them, so they are not "
+            said.append("CPUs %s are outside what the node grants its services (cpus_granted %s: the cpuset above "
+                        "PID 1's cgroup, or PID 1's Cpus_allowed_list); numactl refuses them, so they are not "
                         "planned" % (format_cpulist(self.all_cpus - granted), format_cpulist(granted)))
         if isolated:
             said.append("isolated CPUs %s (isolcpus=domain) are not planned: the scheduler does not balance a "

@@ -16,10 +16,10 @@ fixtures, synthetic test trees). Only the files discovery needs are opened:
   ``virtio<N>/net/``), ``infiniband/`` and ``nvme/``
 * ``proc/meminfo`` (only for a kernel without NUMA) and
   ``proc/sys/kernel/numa_balancing``
-* what the node grants its services: ``proc/1/status`` (``Cpus_allowed_list``),
-  ``sys/fs/cgroup/system.slice/cpuset.cpus.effective`` (else cgroup v1's
-  ``sys/fs/cgroup/cpuset/system.slice/cpuset.effective_cpus``) and
-  ``sys/devices/system/cpu/isolated``
+* what the node grants its services: with cgroup v2's cpuset
+  (``sys/fs/cgroup/cgroup.controllers``), ``proc/1/cgroup`` and the
+  ``cpuset.cpus.effective`` of PID 1's parent cgroup; else ``proc/1/status``
+  (``Cpus_allowed_list``); and ``sys/devices/system/cpu/isolated``
 
 On a live host ``sys/bus/pci/devices/<bdf>`` are symlinks into
 ``sys/devices/pci<domain>:<bus>/...``; copies that could not keep symlinks hold

@@ -14,9 +14,8 @@ from ansible.module_utils.gpunuma.discovery.sysfs.reader import (
 
 # The affinity line of /proc/<pid>/status (fs/proc/array.c, task_cpus_allowed).
 _CPUS_ALLOWED_RE = re.compile(r"^Cpus_allowed_list:[ \t]*(\S*)[ \t]*$", re.M)
-# The effective cpuset of the slice gpunuma's units run in: cgroup v2, else the v1 cpuset hierarchy.
-_SLICE_CPUSET = (("sys", "fs", "cgroup", "system.slice", "cpuset.cpus.effective"),
-                 ("sys", "fs", "cgroup", "cpuset", "system.slice", "cpuset.effective_cpus"))
+# PID 1's cgroup v2 membership (/proc/<pid>/cgroup, "0::<path>").
+_UNIFIED_RE = re.compile(r"^0::(/[^\n]*)$", re.M)
 
 
 class NodeReader(Reader):
@@ -333,21 +332,35 @@ class NodeReader(Reader):
             return None
 
     def read_granted(self):
-        """The CPUs the node lets its services run on, or None when nothing says: PID 1's ``Cpus_allowed_list``
-        (init and every unit inherit it: a container's ``--cpuset-cpus``, a boot ``CPUAffinity=``) within the
-        effective cpuset of ``system.slice`` (a parent slice's ``AllowedCPUs=``, a system container's cgroup)."""
-        granted = None
+        """The CPUs the node lets its services run on, or None when nothing says.
+
+        With the cgroup v2 cpuset controller (``sys/fs/cgroup/cgroup.controllers`` lists it): the effective cpuset
+        of the cgroup that holds PID 1's (``init.scope``, ``system.slice``, ``gpunuma.slice`` are its children): a
+        system container's or a parent's cpuset. Not PID 1's own affinity nor ``system.slice``'s: gpunuma's
+        housekeeping confinement narrows both to the housekeeping CPUs (node/housekeeping.py), and reading them
+        back would shrink every later plan to those. Without it (cgroup v1, where gpunuma never confines): PID 1's
+        ``Cpus_allowed_list``, which a container's ``--cpuset-cpus`` or a boot ``CPUAffinity=`` sets."""
+        controllers = self.read_text(self.path("sys", "fs", "cgroup", "cgroup.controllers"))
+        if isinstance(controllers, str) and "cpuset" in controllers.split():
+            path = self.path("proc", "1", "cgroup")
+            text = self.read_text(path)
+            match = _UNIFIED_RE.search(text) if isinstance(text, str) else None
+            if match is None:
+                return None
+            parent = os.path.dirname(match.group(1).rstrip("/")) if match.group(1) != "/" else "/"
+            parts = [p for p in parent.split("/") if p]
+            if any(p in (".", "..") for p in parts):
+                self.warn_lost(path, "%s names cgroup %s, not a path under /sys/fs/cgroup; the CPUs the node "
+                                     "grants are unknown" % (path, quote(match.group(1))))
+                return None
+            return self.optional_cpus(self.path("sys", "fs", "cgroup", *(parts + ["cpuset.cpus.effective"])),
+                                      "the cpuset of PID 1's parent cgroup")
         path = self.path("proc", "1", "status")
         text = self.read_text(path)
-        if text is not _MISSING and text is not None:
-            match = _CPUS_ALLOWED_RE.search(text)
-            if match is None:
-                self.warn_lost(path, "%s has no Cpus_allowed_list line; the CPUs PID 1 may run on are unknown" % path)
-            else:
-                granted = self._cpus_of(match.group(1), path, "the CPUs PID 1 may run on")
-        for parts in _SLICE_CPUSET:
-            cpus = self.optional_cpus(self.path(*parts), "the cpuset of system.slice")
-            if cpus is not None:
-                granted = cpus if granted is None else granted & cpus
-                break
-        return granted
+        if text is _MISSING or text is None:
+            return None
+        match = _CPUS_ALLOWED_RE.search(text)
+        if match is None:
+            self.warn_lost(path, "%s has no Cpus_allowed_list line; the CPUs PID 1 may run on are unknown" % path)
+            return None
+        return self._cpus_of(match.group(1), path, "the CPUs PID 1 may run on")
