@@ -76,8 +76,8 @@ def checkpoint_totals(text):
     Raises :class:`CheckpointError` naming what is wrong."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        raise CheckpointError("not JSON (%s)" % exc)
+    except (ValueError, RecursionError) as exc:  # the guard runs alone on the node: no core reader here
+        raise CheckpointError("not JSON (%s)" % ("nested too deep" if isinstance(exc, RecursionError) else exc))
     if not isinstance(data, dict):
         raise CheckpointError("not a JSON object")
     # Kubelets that write ``data`` (the state as a JSON string, with ``dataChecksum``) read that, not the
@@ -85,8 +85,9 @@ def checkpoint_totals(text):
     if isinstance(data.get("data"), str):
         try:
             data = json.loads(data["data"])
-        except ValueError as exc:
-            raise CheckpointError("its data is not JSON (%s)" % exc)
+        except (ValueError, RecursionError) as exc:
+            raise CheckpointError("its data is not JSON (%s)"
+                                  % ("nested too deep" if isinstance(exc, RecursionError) else exc))
         if not isinstance(data, dict):
             raise CheckpointError("its data is not a JSON object")
     machine = data.get("machineState")

@@ -297,8 +297,8 @@ def build_record(inputs, reads, own, view, facts, controller):
 def load_record(text, path):
     """The record in ``text``, or raises ConvergeError naming what is wrong."""
     try:
-        record = json.loads(text)
-    except ValueError as exc:
+        record = bounded.loads_json(text)
+    except (ValueError, UnicodeDecodeError) as exc:
         raise ConvergeError("%s is not JSON (%s)" % (path, exc))
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise ConvergeError("%s: schema is %r, expected %s" % (path, (record or {}).get("schema")
