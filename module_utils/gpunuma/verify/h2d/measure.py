@@ -82,6 +82,33 @@ def _host_buffer(nbytes):
     return buf, addr
 
 
+def _pin(cuda, res, method, nbytes):
+    """``(address, seconds)`` of a pinned host buffer of ``nbytes``, released by ``res``: ``host_alloc``
+    (cuMemHostAlloc, its pages touched; timed with the touch) or ``register`` (an mmap touched first, then
+    cuMemHostRegister; timed: the registration alone). A refused call raises CudaError naming the buffer."""
+    if method == "host_alloc":
+        ptr = ctypes.c_void_p()
+        t0 = time.perf_counter()
+        try:
+            cuda.call("cuMemHostAlloc", ctypes.byref(ptr), nbytes, CU_MEMHOSTALLOC_PORTABLE)
+        except CudaError as exc:
+            exc.what = "pinned host buffer of %d bytes" % nbytes
+            raise
+        res.push(cuda.call, "cuMemFreeHost", ptr)
+        ctypes.memset(ptr, 1, nbytes)
+        return ptr.value, time.perf_counter() - t0
+    buf, addr = _host_buffer(nbytes)
+    res.push(buf.close)
+    t0 = time.perf_counter()
+    try:
+        cuda.call("cuMemHostRegister", ctypes.c_void_p(addr), nbytes, CU_MEMHOSTREGISTER_PORTABLE)
+    except CudaError as exc:
+        exc.what = "pinned (registered) host buffer of %d bytes" % nbytes
+        raise
+    res.push(cuda.call, "cuMemHostUnregister", ctypes.c_void_p(addr))
+    return addr, time.perf_counter() - t0
+
+
 class _Copies:
     """One GPU's context, stream, events and buffers (each released by ``res``), and the copies timed on them."""
 
@@ -114,27 +141,8 @@ class _Copies:
         self.cpu = {}
 
     def pinned(self, nbytes):
-        """A pinned host buffer of ``nbytes``: cuMemHostAlloc, or an mmap registered with cuMemHostRegister."""
-        cuda, res = self.cuda, self.res
-        if self.opts["pinned_alloc"] == "host_alloc":
-            ptr = ctypes.c_void_p()
-            try:
-                cuda.call("cuMemHostAlloc", ctypes.byref(ptr), nbytes, CU_MEMHOSTALLOC_PORTABLE)
-            except CudaError as exc:
-                exc.what = "pinned host buffer of %d bytes" % nbytes
-                raise
-            res.push(cuda.call, "cuMemFreeHost", ptr)
-            ctypes.memset(ptr, 1, nbytes)
-            return ptr.value
-        buf, addr = _host_buffer(nbytes)
-        res.push(buf.close)
-        try:
-            cuda.call("cuMemHostRegister", ctypes.c_void_p(addr), nbytes, CU_MEMHOSTREGISTER_PORTABLE)
-        except CudaError as exc:
-            exc.what = "pinned (registered) host buffer of %d bytes" % nbytes
-            raise
-        res.push(cuda.call, "cuMemHostUnregister", ctypes.c_void_p(addr))
-        return addr
+        """A pinned host buffer of ``nbytes`` by the pinned_alloc option, held until the measurement ends."""
+        return _pin(self.cuda, self.res, self.opts["pinned_alloc"], nbytes)[0]
 
     def pinning_cost(self):
         """What pinning host memory costs here, each way, for a buffer of the large copies' size: wall seconds and
@@ -145,19 +153,7 @@ class _Copies:
         for method in ("host_alloc", "register"):
             res = _Resources(self.cuda)
             try:
-                if method == "register":
-                    buf, addr = _host_buffer(self.large)
-                    res.push(buf.close)
-                t0 = time.perf_counter()
-                if method == "host_alloc":
-                    ptr = ctypes.c_void_p()
-                    self.cuda.call("cuMemHostAlloc", ctypes.byref(ptr), self.large, CU_MEMHOSTALLOC_PORTABLE)
-                    res.push(self.cuda.call, "cuMemFreeHost", ptr)
-                    ctypes.memset(ptr, 1, self.large)
-                else:
-                    self.cuda.call("cuMemHostRegister", ctypes.c_void_p(addr), self.large, CU_MEMHOSTREGISTER_PORTABLE)
-                    res.push(self.cuda.call, "cuMemHostUnregister", ctypes.c_void_p(addr))
-                seconds = time.perf_counter() - t0
+                seconds = _pin(self.cuda, res, method, self.large)[1]
                 out[method] = {"seconds": round(seconds, 6), "s_per_gib": round(seconds * (1 << 30) / self.large, 6)}
             except CudaError as exc:
                 out[method] = {"error": str(exc)}
