@@ -29,6 +29,7 @@ import os
 import re
 from typing import Any, List
 
+from ansible.module_utils.gpunuma.common.argv import long_options
 from ansible.module_utils.gpunuma.common.errors import GpunumaError
 from ansible.module_utils.gpunuma.common import node_paths
 
@@ -65,15 +66,7 @@ def command_secret_flags(command: Any, patterns: Any = DEFAULT_PATTERNS) -> List
     would. A value that is an absolute path (``--ssl-keyfile /etc/ssl/key.pem``) names a secret, never holds one.
     Only option names are returned, never a value."""
     found = []
-    argv = [a for a in (command or []) if isinstance(a, str)]
-    for index, arg in enumerate(argv):
-        if not arg.startswith("--") or len(arg) < 3:
-            continue
-        name, joined, value = arg[2:].partition("=")
-        if not joined:
-            value = argv[index + 1] if index + 1 < len(argv) else ""
-            if value.startswith("-"):
-                value = ""
+    for name, value in long_options(command):
         if value and not value.startswith("/") and is_secret(name.replace("-", "_"), patterns):
             if "--" + name not in found:
                 found.append("--" + name)

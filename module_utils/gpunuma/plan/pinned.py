@@ -26,6 +26,7 @@ import math
 from typing import Any, Optional, Tuple
 
 from ansible.module_utils.gpunuma.common import sizes
+from ansible.module_utils.gpunuma.common.argv import long_options
 from ansible.module_utils.gpunuma.common.sizes import format_gib
 from ansible.module_utils.gpunuma.plan.model import is_int
 
@@ -58,19 +59,9 @@ _FALSE = ("0", "false", "no", "off", "")
 
 
 def _options(command):
-    """``{option: value}`` of an argv list (``--x V`` and ``--x=V``; a bare flag gets ""), underscores read as
-    dashes (vLLM's and SGLang's parsers take both spellings)."""
-    found = {}
-    argv = [a for a in command or [] if isinstance(a, str)]
-    for index, arg in enumerate(argv):
-        if not arg.startswith("--") or len(arg) < 3:
-            continue
-        name, joined, value = arg.partition("=")
-        if not joined:
-            following = argv[index + 1] if index + 1 < len(argv) else ""
-            value = "" if following.startswith("--") else following
-        found["--" + name[2:].replace("_", "-")] = value
-    return found
+    """``{option: value}`` of an argv list (common/argv.long_options; the last of a repeated option wins),
+    underscores read as dashes (vLLM's and SGLang's parsers take both spellings)."""
+    return {"--" + name.replace("_", "-"): value for name, value in long_options(command)}
 
 
 def _amount(text):
