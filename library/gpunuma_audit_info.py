@@ -355,7 +355,7 @@ def _containers(p, findings):
     processes = []
     for name in names[:auditlib.MAX_CONTAINER_PROCESSES * 4]:
         cgroup = _read(os.path.join(p["proc_root"], name, "cgroup"))
-        if cgroup and "kubepods" in cgroup:
+        if auditlib.in_pod(cgroup):
             processes.append((int(name), cgroup, _read(os.path.join(p["proc_root"], name, "limits"))))
             if len(processes) >= auditlib.MAX_CONTAINER_PROCESSES:
                 break

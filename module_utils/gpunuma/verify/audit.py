@@ -350,32 +350,33 @@ def numa_balancing_findings(expected, live_value, file_value, file_path, check_l
 MAX_CONTAINER_PROCESSES = 4096
 
 
+def in_pod(cgroup):
+    """Whether a process's ``/proc/<pid>/cgroup`` text puts it in a Kubernetes pod (the kubelet names the pods'
+    cgroups ``kubepods`` under both cgroup drivers)."""
+    return "kubepods" in (cgroup or "")
+
+
 def container_memlock(processes, expected=None):
     """``(summary, findings)`` of the memlock limits container processes run with (a Kubernetes node's pods).
 
-    ``processes``: ``[(pid, cgroup text, limits text)]`` of the node's processes; those whose cgroup path holds
-    ``kubepods`` are the pods' (the kubelet's cgroup driver names both layouts so). ``expected``: the soft limit
-    (bytes or ``"infinity"``) gpunuma gave containerd, which every container inherits, or None when gpunuma set
-    none. A container process whose soft limit is below it was started before the change or by another runtime:
-    its pinned allocations past the limit fail, or an engine falls back to pageable copies without a word
-    (``IPC_LOCK`` does not lift the limit of a non-root process)."""
-    limits, lowest = {}, None
-    for pid, cgroup, limits_text in processes:
-        if "kubepods" not in (cgroup or ""):
-            continue
-        got = parse_memlock(limits_text or "")
-        if got is None:
-            continue
-        key = str(got)
-        limits.setdefault(key, []).append(pid)
+    ``processes``: ``[(pid, cgroup text, limits text)]`` of the node's processes; those :func:`in_pod` are the
+    pods'. ``expected``: the soft limit (bytes or ``"infinity"``) gpunuma gave containerd, which every container
+    inherits, or None when gpunuma set none. A container process whose soft limit is below it was started before
+    the change or by another runtime: its pinned allocations past the limit fail, or an engine falls back to
+    pageable copies without a word (``IPC_LOCK`` does not lift the limit of a non-root process)."""
+    held = [(pid, parse_memlock(text or "")) for pid, cgroup, text in processes if in_pod(cgroup)]
+    held = [(pid, got) for pid, got in held if got is not None]
+    counts, lowest = {}, None
+    for pid, got in held:
+        counts[str(got)] = counts.get(str(got), 0) + 1
         if got != "infinity" and (lowest is None or got < lowest[0]):
             lowest = (got, pid)
-    summary = {"processes": sum(len(v) for v in limits.values()),
-               "memlock": {k: len(v) for k, v in sorted(limits.items())}, "lowest": lowest[0] if lowest else None}
+    summary = {"processes": len(held), "memlock": dict(sorted(counts.items())),
+               "lowest": lowest[0] if lowest else None}
+    below = sorted(pid for pid, got in held if got != "infinity" and (expected == "infinity" or got < expected)) \
+        if expected is not None else []
     findings = []
-    if expected is not None and lowest is not None and (expected == "infinity" or lowest[0] < expected):
-        below = sorted(pid for k, pids in limits.items() for pid in pids if k != "infinity"
-                       and (expected == "infinity" or int(k) < expected))
+    if below:
         findings.append(Finding(
             "container-memlock", "warning",
             "%d container process%s run%s with a memlock limit below the %s gpunuma gave containerd (lowest %d bytes, "
