@@ -50,14 +50,13 @@ CHECKS = {
     # Waivers and the like come from the user's gpunuma_policy_* variables: named as such.
     "policy_gate": (None, "policy_gate_input_problems", ("aliases",)),
 }
-# What each role reads of the node (gpunuma_node_info's options), a variable of the role's vars/main.yml.
+# What a role reads of the node (gpunuma_node_info's options), a variable of its vars/main.yml; the roles not
+# listed read nothing of it through the run's node read.
 READ_REQUESTS = {
     "memlock": "memlock_read_request",
     "autonuma": "autonuma_read_request",
-    "gpu_topology": "gpu_topology_read_request",
     "numa_binding": "numa_binding_read_request",
     "gpunuma_state": "gpunuma_state_read_request",
-    "policy_gate": "policy_gate_read_request",
     "kubelet_topology": "kubelet_topology_read_request",
 }
 # Roles whose inputs their own planning step checks, once the discovery it needs has run (kubelet_topology_plan):
@@ -150,6 +149,8 @@ class ActionModule(ActionBase):
     def scoped_request(self, name, templar, task_vars):
         """([], the role's read request, {} when it has none), or ([why], {}); ``templar`` and ``task_vars`` are
         the role's scope (role_scope)."""
+        if name not in READ_REQUESTS:
+            return [], {}
         try:
             return [], self.value(templar, task_vars, READ_REQUESTS[name], {}) or {}
         except Exception as exc:
