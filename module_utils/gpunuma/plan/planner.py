@@ -197,9 +197,9 @@ def _allocate(specs, topo, profile, warnings, problems, secret_patterns, allow_u
     specs = [s for s in specs if s.placement == "numa_node" or s.gpus]
     check_gpu_environment(specs, topo, problems)
     pinnedlib.derive_budgets(specs, problems)
+    patterns = secret_patterns if isinstance(secret_patterns, (list, tuple)) else ()
     for spec in specs:
         apply_profile(spec, topo, profile, problems)
-        patterns = secret_patterns if isinstance(secret_patterns, (list, tuple)) else ()
         spec.secret_names = sorted(k for k in spec.environment if secrets.is_secret(k, patterns, spec.secret_environment))
         flags = secrets.command_secret_flags(spec.command, patterns)
         if flags:

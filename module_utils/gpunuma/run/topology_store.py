@@ -102,7 +102,7 @@ def decide(topology: dict, hostname: str, node_file: Optional[dict], node_path: 
     return {
         "problem": "\n".join(problems) or None,
         "notices": notices,
-        "write_node": go and bool(persist_on_node and (previous is None or changed) and (previous is None or accept_changes)),
+        "write_node": go and bool(persist_on_node and (previous is None or (changed and accept_changes))),
         "write_controller": go and (controller_previous is None or (bool(accept_changes) and controller_differs)),
         "write_pending": go and controller_differs and not accept_changes,
         "summary": summary_row(topology, hostname, changed or controller_differs),
